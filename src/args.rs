@@ -1,0 +1,273 @@
+//! Parsing each command's arguments, once, into a typed struct.
+//!
+//! The parsers work on byte slices, so they are tested without a server. They
+//! check everything a command can check before it touches the keyspace: a
+//! command that gets an `Err` here replies with it and changes nothing.
+//! `args[0]` is the command name and `args[1]` the key, as Redis passes them.
+
+use crate::errors::LockError;
+use crate::rules;
+
+/// Anything a command argument can be read from.
+pub trait ArgBytes {
+    fn bytes(&self) -> &[u8];
+}
+
+impl ArgBytes for &[u8] {
+    fn bytes(&self) -> &[u8] {
+        self
+    }
+}
+
+impl ArgBytes for &str {
+    fn bytes(&self) -> &[u8] {
+        self.as_bytes()
+    }
+}
+
+/// `LOCK.ACQUIRE key ttl-ms [TOKEN token]`
+#[derive(Debug, PartialEq, Eq)]
+pub struct AcquireArgs<'a> {
+    pub ttl_ms: i64,
+    /// `None`: the server draws a UUIDv4.
+    pub token: Option<&'a [u8]>,
+}
+
+/// `LOCK.EXTEND key token ttl-ms`
+#[derive(Debug, PartialEq, Eq)]
+pub struct ExtendArgs<'a> {
+    pub token: &'a [u8],
+    pub ttl_ms: i64,
+}
+
+/// `LOCK.RELEASE key token`
+#[derive(Debug, PartialEq, Eq)]
+pub struct ReleaseArgs<'a> {
+    pub token: &'a [u8],
+}
+
+/// `LOCK.SETSTATE key token fence deadline-ms`: the effect of a grant, as the
+/// master replicates it and the AOF records it.
+#[derive(Debug, PartialEq, Eq)]
+pub struct SetStateArgs<'a> {
+    pub token: &'a [u8],
+    pub fence: u64,
+    /// Absolute unix time in ms, or `None` (sent as -1) for no expiry, which
+    /// an AOF rewrite uses because Redis appends the key's `PEXPIREAT` itself.
+    pub deadline_ms: Option<i64>,
+}
+
+pub fn parse_acquire<A: ArgBytes>(args: &[A]) -> Result<AcquireArgs<'_>, LockError> {
+    if args.len() < 3 {
+        return Err(LockError::ArityAcquire);
+    }
+    let ttl_ms = parse_ttl(args[2].bytes())?;
+    let mut token = None;
+    let mut rest = args[3..].iter();
+    while let Some(option) = rest.next() {
+        if option.bytes().eq_ignore_ascii_case(b"TOKEN") {
+            let value = rest.next().ok_or(LockError::SyntaxMissingToken)?;
+            if token.is_some() {
+                return Err(LockError::SyntaxRepeatedToken);
+            }
+            token = Some(rules::check_token(value.bytes())?);
+        } else {
+            return Err(LockError::SyntaxUnknownOption);
+        }
+    }
+    Ok(AcquireArgs { ttl_ms, token })
+}
+
+pub fn parse_extend<A: ArgBytes>(args: &[A]) -> Result<ExtendArgs<'_>, LockError> {
+    if args.len() != 4 {
+        return Err(LockError::ArityExtend);
+    }
+    Ok(ExtendArgs {
+        token: rules::check_token(args[2].bytes())?,
+        ttl_ms: parse_ttl(args[3].bytes())?,
+    })
+}
+
+pub fn parse_release<A: ArgBytes>(args: &[A]) -> Result<ReleaseArgs<'_>, LockError> {
+    if args.len() != 3 {
+        return Err(LockError::ArityRelease);
+    }
+    Ok(ReleaseArgs {
+        token: rules::check_token(args[2].bytes())?,
+    })
+}
+
+pub fn parse_info<A: ArgBytes>(args: &[A]) -> Result<(), LockError> {
+    if args.len() != 2 {
+        return Err(LockError::ArityInfo);
+    }
+    Ok(())
+}
+
+pub fn parse_setstate<A: ArgBytes>(args: &[A]) -> Result<SetStateArgs<'_>, LockError> {
+    if args.len() != 5 {
+        return Err(LockError::AritySetState);
+    }
+    let token = rules::check_token(args[2].bytes())?;
+    let fence = parse_i64(args[3].bytes())
+        .and_then(|f| u64::try_from(f).ok())
+        .ok_or(LockError::FenceInvalid)
+        .and_then(rules::check_fence)?;
+    let deadline_ms = match parse_i64(args[4].bytes()) {
+        Some(-1) => None,
+        Some(d) if d >= 0 => Some(d),
+        _ => return Err(LockError::DeadlineInvalid),
+    };
+    Ok(SetStateArgs {
+        token,
+        fence,
+        deadline_ms,
+    })
+}
+
+fn parse_ttl(bytes: &[u8]) -> Result<i64, LockError> {
+    rules::check_ttl(parse_i64(bytes).ok_or(LockError::TtlNotInteger)?)
+}
+
+/// A decimal integer as Redis reads one (`string2ll`): an optional `-`, then
+/// digits with no leading zero, no `+`, no spaces, no fraction, within i64.
+pub fn parse_i64(bytes: &[u8]) -> Option<i64> {
+    let (negative, digits) = match bytes {
+        [b'-', rest @ ..] => (true, rest),
+        _ => (false, bytes),
+    };
+    match digits {
+        [] => return None,
+        [b'0'] => return (!negative).then_some(0),
+        [b'0', ..] => return None,
+        _ => {}
+    }
+    let mut value: i64 = 0;
+    for &b in digits {
+        if !b.is_ascii_digit() {
+            return None;
+        }
+        let digit = i64::from(b - b'0');
+        value = value.checked_mul(10)?;
+        value = if negative {
+            value.checked_sub(digit)?
+        } else {
+            value.checked_add(digit)?
+        };
+    }
+    Some(value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rules::{MAX_FENCE, MAX_TTL_MS};
+
+    #[test]
+    fn integers_are_read_as_redis_reads_them() {
+        assert_eq!(parse_i64(b"0"), Some(0));
+        assert_eq!(parse_i64(b"30000"), Some(30000));
+        assert_eq!(parse_i64(b"-1"), Some(-1));
+        assert_eq!(parse_i64(b"9223372036854775807"), Some(i64::MAX));
+        assert_eq!(parse_i64(b"-9223372036854775808"), Some(i64::MIN));
+        for bad in [
+            &b""[..],
+            b"-",
+            b"-0",
+            b"+5",
+            b"05",
+            b" 5",
+            b"5 ",
+            b"1.5",
+            b"1e3",
+            b"abc",
+            b"9223372036854775808",
+            b"-9223372036854775809",
+            b"\xff",
+        ] {
+            assert_eq!(parse_i64(bad), None, "{:?}", String::from_utf8_lossy(bad));
+        }
+    }
+
+    #[test]
+    fn acquire_with_and_without_token() {
+        let a = parse_acquire(&["LOCK.ACQUIRE", "k", "30000"]).unwrap();
+        assert_eq!(a, AcquireArgs { ttl_ms: 30000, token: None });
+        let a = parse_acquire(&["LOCK.ACQUIRE", "k", "5", "token", "me"]).unwrap();
+        assert_eq!(a.token, Some(&b"me"[..]));
+        let binary: [&[u8]; 5] = [b"LOCK.ACQUIRE", b"k", b"5", b"TOKEN", b"\x00\xff\r\n"];
+        assert_eq!(parse_acquire(&binary).unwrap().token, Some(&b"\x00\xff\r\n"[..]));
+    }
+
+    #[test]
+    fn acquire_garbage_is_refused_with_the_right_error() {
+        let long = "x".repeat(257);
+        let cases: Vec<(Vec<&str>, LockError)> = vec![
+            (vec!["LOCK.ACQUIRE"], LockError::ArityAcquire),
+            (vec!["LOCK.ACQUIRE", "k"], LockError::ArityAcquire),
+            (vec!["LOCK.ACQUIRE", "k", "abc"], LockError::TtlNotInteger),
+            (vec!["LOCK.ACQUIRE", "k", "1.5"], LockError::TtlNotInteger),
+            (vec!["LOCK.ACQUIRE", "k", ""], LockError::TtlNotInteger),
+            (vec!["LOCK.ACQUIRE", "k", "99999999999999999999"], LockError::TtlNotInteger),
+            (vec!["LOCK.ACQUIRE", "k", "0"], LockError::TtlNotPositive),
+            (vec!["LOCK.ACQUIRE", "k", "-1"], LockError::TtlNotPositive),
+            (vec!["LOCK.ACQUIRE", "k", "86400001"], LockError::TtlTooLarge),
+            (vec!["LOCK.ACQUIRE", "k", "9223372036854775807"], LockError::TtlTooLarge),
+            (vec!["LOCK.ACQUIRE", "k", "10", "TOKEN"], LockError::SyntaxMissingToken),
+            (vec!["LOCK.ACQUIRE", "k", "10", "TOKEN", ""], LockError::TokenLength),
+            (vec!["LOCK.ACQUIRE", "k", "10", "TOKEN", &long], LockError::TokenLength),
+            (vec!["LOCK.ACQUIRE", "k", "10", "TOKEN", "a", "TOKEN", "a"], LockError::SyntaxRepeatedToken),
+            (vec!["LOCK.ACQUIRE", "k", "10", "NX"], LockError::SyntaxUnknownOption),
+            (vec!["LOCK.ACQUIRE", "k", "10", "TOKEN", "a", "extra"], LockError::SyntaxUnknownOption),
+        ];
+        for (args, want) in cases {
+            assert_eq!(parse_acquire(&args), Err(want), "{args:?}");
+        }
+    }
+
+    #[test]
+    fn extend_release_info_arity_and_values() {
+        assert_eq!(
+            parse_extend(&["LOCK.EXTEND", "k", "t", "100"]),
+            Ok(ExtendArgs { token: b"t", ttl_ms: 100 })
+        );
+        assert_eq!(parse_extend(&["LOCK.EXTEND", "k", "t"]), Err(LockError::ArityExtend));
+        assert_eq!(parse_extend(&["LOCK.EXTEND", "k", "t", "1", "x"]), Err(LockError::ArityExtend));
+        assert_eq!(parse_extend(&["LOCK.EXTEND", "k", "", "1"]), Err(LockError::TokenLength));
+        assert_eq!(parse_extend(&["LOCK.EXTEND", "k", "t", "x"]), Err(LockError::TtlNotInteger));
+        assert_eq!(parse_extend(&["LOCK.EXTEND", "k", "t", "0"]), Err(LockError::TtlNotPositive));
+        let too_long = (MAX_TTL_MS + 1).to_string();
+        assert_eq!(parse_extend(&["LOCK.EXTEND", "k", "t", too_long.as_str()]), Err(LockError::TtlTooLarge));
+
+        assert_eq!(parse_release(&["LOCK.RELEASE", "k", "t"]), Ok(ReleaseArgs { token: b"t" }));
+        assert_eq!(parse_release(&["LOCK.RELEASE", "k"]), Err(LockError::ArityRelease));
+        assert_eq!(parse_release(&["LOCK.RELEASE", "k", "t", "u"]), Err(LockError::ArityRelease));
+        assert_eq!(parse_release(&["LOCK.RELEASE", "k", ""]), Err(LockError::TokenLength));
+
+        assert_eq!(parse_info(&["LOCK.INFO", "k"]), Ok(()));
+        assert_eq!(parse_info(&["LOCK.INFO"]), Err(LockError::ArityInfo));
+        assert_eq!(parse_info(&["LOCK.INFO", "k", "j"]), Err(LockError::ArityInfo));
+    }
+
+    #[test]
+    fn setstate_values() {
+        let s = parse_setstate(&["LOCK.SETSTATE", "k", "t", "7", "1700000000000"]).unwrap();
+        assert_eq!(s, SetStateArgs { token: b"t", fence: 7, deadline_ms: Some(1_700_000_000_000) });
+        let s = parse_setstate(&["LOCK.SETSTATE", "k", "t", "7", "-1"]).unwrap();
+        assert_eq!(s.deadline_ms, None);
+        let max = MAX_FENCE.to_string();
+        let over = (MAX_FENCE + 1).to_string();
+        assert!(parse_setstate(&["LOCK.SETSTATE", "k", "t", max.as_str(), "0"]).is_ok());
+        for (fence, deadline, want) in [
+            ("0", "1", LockError::FenceInvalid),
+            ("-3", "1", LockError::FenceInvalid),
+            ("x", "1", LockError::FenceInvalid),
+            (over.as_str(), "1", LockError::FenceInvalid),
+            ("1", "-2", LockError::DeadlineInvalid),
+            ("1", "soon", LockError::DeadlineInvalid),
+        ] {
+            assert_eq!(parse_setstate(&["LOCK.SETSTATE", "k", "t", fence, deadline]), Err(want));
+        }
+        assert_eq!(parse_setstate(&["LOCK.SETSTATE", "k", "t", "1"]), Err(LockError::AritySetState));
+    }
+}

@@ -1,0 +1,27 @@
+//! `LOCK.EXTEND key token ttl-ms` → 1 when `token` holds the key and its lease
+//! now ends `ttl-ms` from now; 0 otherwise, with nothing changed.
+
+use redis_module::{Context, RedisString};
+
+use crate::args::parse_extend;
+use crate::errors::LockError;
+use crate::rules;
+use crate::store::{self, LockKey};
+use crate::{effects, reply};
+
+pub fn run(ctx: &Context, args: &[RedisString]) -> Result<(), LockError> {
+    let parsed = parse_extend(args)?;
+    let name = &args[1];
+    let deadline_ms = rules::deadline_ms(store::now_ms(), parsed.ttl_ms)?;
+
+    let key = LockKey::open_write(ctx, name);
+    let held = key.lock()?;
+    if rules::is_holder(held.map(|l| &*l.holder_token), parsed.token) {
+        key.set_deadline(Some(deadline_ms));
+        effects::deadline_moved(ctx, name, deadline_ms);
+        reply::integer(ctx, 1);
+    } else {
+        reply::integer(ctx, 0);
+    }
+    Ok(())
+}

@@ -1,0 +1,32 @@
+//! `LOCK.INFO key` → null when free; otherwise a map of `fence`, `ttl` (ms
+//! left, -1 without expiry), `deadline` (unix ms, -1 without expiry) and
+//! `waiters`. It never shows the token.
+
+use redis_module::{Context, RedisString};
+
+use crate::args::parse_info;
+use crate::errors::LockError;
+use crate::reply;
+use crate::store::{self, LockKey};
+
+pub fn run(ctx: &Context, args: &[RedisString]) -> Result<(), LockError> {
+    parse_info(args)?;
+    let key = LockKey::open_read(ctx, &args[1]);
+    let Some(lock) = key.lock()? else {
+        reply::null(ctx);
+        return Ok(());
+    };
+    let deadline = key.deadline();
+    let ttl = deadline.map_or(-1, |d| (d - store::now_ms()).max(0));
+    reply::integer_map(
+        ctx,
+        &[
+            (c"fence", lock.fence as i64),
+            (c"ttl", ttl),
+            (c"deadline", deadline.unwrap_or(-1)),
+            // The wait queue does not exist yet: nobody ever waits.
+            (c"waiters", 0),
+        ],
+    );
+    Ok(())
+}

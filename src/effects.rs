@@ -1,0 +1,72 @@
+//! What a state change sends to replicas and the AOF, and to `WATCH`ers.
+//!
+//! Every change goes out as its effect, with explicit values: the token, the
+//! fence and the absolute deadline. A replica or an AOF replay never draws a
+//! token or reads its clock to decide state, so it always ends up with the
+//! master's state.
+
+use std::os::raw::{c_char, c_longlong};
+
+use redis_module::{raw, Context, RedisString};
+
+/// A new holder: `LOCK.SETSTATE key token fence deadline-ms`.
+pub fn granted(ctx: &Context, key: &RedisString, token: &[u8], fence: u64, deadline_ms: i64) {
+    touched(ctx, key);
+    unsafe {
+        if let Some(replicate) = raw::RedisModule_Replicate {
+            replicate(
+                ctx.get_raw(),
+                c"LOCK.SETSTATE".as_ptr(),
+                c"sbll".as_ptr(),
+                key.inner,
+                token.as_ptr().cast::<c_char>(),
+                token.len(),
+                fence as c_longlong,
+                deadline_ms as c_longlong,
+            );
+        }
+    }
+}
+
+/// The same holder, a new deadline: `PEXPIREAT key deadline-ms`.
+pub fn deadline_moved(ctx: &Context, key: &RedisString, deadline_ms: i64) {
+    touched(ctx, key);
+    unsafe {
+        if let Some(replicate) = raw::RedisModule_Replicate {
+            replicate(
+                ctx.get_raw(),
+                c"PEXPIREAT".as_ptr(),
+                c"sl".as_ptr(),
+                key.inner,
+                deadline_ms as c_longlong,
+            );
+        }
+    }
+}
+
+/// The lock is gone: `DEL key`.
+pub fn released(ctx: &Context, key: &RedisString) {
+    touched(ctx, key);
+    unsafe {
+        if let Some(replicate) = raw::RedisModule_Replicate {
+            replicate(ctx.get_raw(), c"DEL".as_ptr(), c"s".as_ptr(), key.inner);
+        }
+    }
+}
+
+/// An effect received from the master or read from the AOF: pass it on as it
+/// came (to this node's AOF and its own replicas).
+pub fn applied_verbatim(ctx: &Context, key: &RedisString) {
+    touched(ctx, key);
+    ctx.replicate_verbatim();
+}
+
+/// Wake `WATCH`: the module turns off Redis' implicit signal on every key
+/// opened for writing, so only real changes abort a watcher's transaction.
+fn touched(ctx: &Context, key: &RedisString) {
+    unsafe {
+        if let Some(signal) = raw::RedisModule_SignalModifiedKey {
+            signal(ctx.get_raw(), key.inner);
+        }
+    }
+}

@@ -1,0 +1,142 @@
+//! Every error reply the module can send.
+//!
+//! Each message begins with a code (`ERR`, `WRONGTYPE`) so clients can match on
+//! it, and names the argument at fault where there is one. The messages are
+//! `&'static CStr` literals: replying with one never allocates.
+
+use std::ffi::CStr;
+
+use crate::rules::{MAX_TOKEN_LEN, MAX_TTL_MS};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LockError {
+    ArityAcquire,
+    ArityExtend,
+    ArityRelease,
+    ArityInfo,
+    AritySetState,
+    /// An option that is unknown to the command.
+    SyntaxUnknownOption,
+    /// `TOKEN` given twice.
+    SyntaxRepeatedToken,
+    /// `TOKEN` as the last argument, with no value after it.
+    SyntaxMissingToken,
+    TtlNotInteger,
+    TtlNotPositive,
+    TtlTooLarge,
+    /// `now + ttl-ms` does not fit a 64-bit millisecond timestamp.
+    TtlOverflow,
+    TokenLength,
+    FenceInvalid,
+    DeadlineInvalid,
+    /// The next fence would pass 2^53 - 1.
+    FenceExhausted,
+    WrongType,
+    /// `LOCK.SETSTATE` sent by a normal client rather than the master or the AOF.
+    SetStateInternal,
+    /// A bug: a panic was caught before it could reach Redis.
+    Internal,
+}
+
+impl LockError {
+    pub fn as_cstr(self) -> &'static CStr {
+        match self {
+            LockError::ArityAcquire => c"ERR wrong number of arguments for 'lock.acquire' command",
+            LockError::ArityExtend => c"ERR wrong number of arguments for 'lock.extend' command",
+            LockError::ArityRelease => c"ERR wrong number of arguments for 'lock.release' command",
+            LockError::ArityInfo => c"ERR wrong number of arguments for 'lock.info' command",
+            LockError::AritySetState => {
+                c"ERR wrong number of arguments for 'lock.setstate' command"
+            }
+            LockError::SyntaxUnknownOption => c"ERR syntax error: unknown option",
+            LockError::SyntaxRepeatedToken => c"ERR syntax error: TOKEN is given more than once",
+            LockError::SyntaxMissingToken => c"ERR syntax error: TOKEN needs a value",
+            LockError::TtlNotInteger => c"ERR ttl-ms is not an integer or out of range",
+            LockError::TtlNotPositive => c"ERR ttl-ms must be greater than 0",
+            LockError::TtlTooLarge => c"ERR ttl-ms exceeds the maximum of 86400000 (24 hours)",
+            LockError::TtlOverflow => c"ERR ttl-ms overflows when added to the current time",
+            LockError::TokenLength => c"ERR token must be 1 to 256 bytes long",
+            LockError::FenceInvalid => c"ERR fence must be an integer from 1 to 9007199254740991",
+            LockError::DeadlineInvalid => {
+                c"ERR deadline-ms must be -1 or a unix time in milliseconds"
+            }
+            LockError::FenceExhausted => {
+                c"ERR fence space exhausted: the next fence would exceed 2^53-1"
+            }
+            LockError::WrongType => {
+                c"WRONGTYPE Operation against a key holding the wrong kind of value"
+            }
+            LockError::SetStateInternal => {
+                c"ERR LOCK.SETSTATE is internal: only the replication link and AOF loading may call it"
+            }
+            LockError::Internal => c"ERR internal error in redis-lock (see the server log)",
+        }
+    }
+
+    /// The message as text, for logs and tests.
+    pub fn as_str(self) -> &'static str {
+        // Every literal above is ASCII.
+        self.as_cstr().to_str().unwrap_or("ERR")
+    }
+}
+
+impl std::fmt::Display for LockError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::error::Error for LockError {}
+
+// The limits are spelled out in the messages; keep the two in step.
+const _: () = assert!(MAX_TTL_MS == 86_400_000);
+const _: () = assert!(MAX_TOKEN_LEN == 256);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ALL: [LockError; 20] = [
+        LockError::ArityAcquire,
+        LockError::ArityExtend,
+        LockError::ArityRelease,
+        LockError::ArityInfo,
+        LockError::AritySetState,
+        LockError::SyntaxUnknownOption,
+        LockError::SyntaxRepeatedToken,
+        LockError::SyntaxMissingToken,
+        LockError::TtlNotInteger,
+        LockError::TtlNotPositive,
+        LockError::TtlTooLarge,
+        LockError::TtlOverflow,
+        LockError::TokenLength,
+        LockError::FenceInvalid,
+        LockError::DeadlineInvalid,
+        LockError::FenceExhausted,
+        LockError::WrongType,
+        LockError::SetStateInternal,
+        LockError::Internal,
+        LockError::ArityInfo,
+    ];
+
+    #[test]
+    fn every_error_begins_with_a_code() {
+        for e in ALL {
+            let s = e.as_str();
+            assert!(
+                s.starts_with("ERR ") || s.starts_with("WRONGTYPE "),
+                "{s}"
+            );
+            assert!(!s.contains('\n') && !s.contains('\r'), "{s}");
+        }
+    }
+
+    #[test]
+    fn limits_in_messages_match_the_constants() {
+        assert!(LockError::TtlTooLarge.as_str().contains(&MAX_TTL_MS.to_string()));
+        assert!(LockError::TokenLength.as_str().contains(&MAX_TOKEN_LEN.to_string()));
+        assert!(LockError::FenceInvalid
+            .as_str()
+            .contains(&crate::rules::MAX_FENCE.to_string()));
+    }
+}

@@ -1,0 +1,72 @@
+//! redis-lock: native, fenced lock commands for Redis 7 and Valkey 8.
+//!
+//! This file is the table of contents: the module's commands and data type,
+//! each a one-line wrapper over its own file in [`commands`].
+
+pub mod args;
+pub mod commands;
+pub mod effects;
+pub mod errors;
+pub mod fence;
+pub mod lock_type;
+pub mod model;
+pub mod reply;
+pub mod rules;
+pub mod startup;
+pub mod store;
+
+use redis_module::{redis_module, Context, RedisResult, RedisString};
+
+use commands::{acquire, extend, info, release, run, setstate};
+use startup::init;
+use lock_type::LOCK_TYPE;
+
+fn lock_acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    run(ctx, args, acquire::run)
+}
+
+fn lock_extend(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    run(ctx, args, extend::run)
+}
+
+fn lock_release(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    run(ctx, args, release::run)
+}
+
+fn lock_info(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    run(ctx, args, info::run)
+}
+
+fn lock_setstate(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    run(ctx, args, setstate::run)
+}
+
+// Redis' allocator inside the server; the system one where no server runs
+// (unit tests), because Redis' aborts there.
+#[cfg(not(test))]
+type Allocator = redis_module::alloc::RedisAlloc;
+#[cfg(not(test))]
+const ALLOCATOR: Allocator = redis_module::alloc::RedisAlloc;
+#[cfg(test)]
+type Allocator = std::alloc::System;
+#[cfg(test)]
+const ALLOCATOR: Allocator = std::alloc::System;
+
+// Each command declares its key as first 1, last 1, step 1 (cluster routing,
+// ACL key patterns). RELEASE has no deny-oom, so a lock can always be given
+// back under maxmemory. The 7th field (mandatory ACL categories) must stay ""
+// on Redis 7.0.
+redis_module! {
+    name: "lock",
+    version: 1,
+    allocator: (Allocator, ALLOCATOR),
+    data_types: [LOCK_TYPE],
+    init: init,
+    commands: [
+        ["lock.acquire", lock_acquire, "write deny-oom fast", 1, 1, 1, ""],
+        ["lock.extend", lock_extend, "write deny-oom fast", 1, 1, 1, ""],
+        ["lock.release", lock_release, "write fast", 1, 1, 1, ""],
+        ["lock.info", lock_info, "readonly fast", 1, 1, 1, ""],
+        ["lock.setstate", lock_setstate, "write fast", 1, 1, 1, ""],
+    ],
+}

@@ -1,0 +1,153 @@
+//! The lock as a Redis data type (`redislock`), with every callback Redis
+//! calls on it: RDB save and load, AOF rewrite, digest, memory usage, free,
+//! and the aux field that carries the fence high-water mark in an RDB.
+
+use std::ffi::c_void;
+use std::os::raw::{c_char, c_int, c_longlong};
+use std::ptr;
+
+use redis_module::native_types::RedisType;
+use redis_module::raw;
+
+use crate::fence;
+use crate::rules;
+
+/// The value of a lock key. The lease deadline is the key's own Redis TTL
+/// (one source of truth, which `PTTL` shows), so it is not stored here.
+#[derive(Debug)]
+pub struct Lock {
+    pub fence: u64,
+    pub holder_token: Box<[u8]>,
+}
+
+/// Version of the RDB encoding: a lock is `[token: string buffer][fence:
+/// unsigned]`, and the aux field (which Redis tags with the same version) is
+/// `[fence high-water mark: unsigned]`.
+const ENCODING_VERSION: i32 = 1;
+
+pub static LOCK_TYPE: RedisType = RedisType::new(
+    "redislock",
+    ENCODING_VERSION,
+    raw::RedisModuleTypeMethods {
+        version: raw::REDISMODULE_TYPE_METHOD_VERSION as u64,
+        rdb_load: Some(rdb_load),
+        rdb_save: Some(rdb_save),
+        aof_rewrite: Some(aof_rewrite),
+        mem_usage: Some(mem_usage),
+        digest: Some(digest),
+        free: Some(free),
+        aux_load: Some(aux_load),
+        aux_save: Some(aux_save),
+        aux_save2: None,
+        aux_save_triggers: raw::REDISMODULE_AUX_BEFORE_RDB as c_int,
+        free_effort: None,
+        unlink: None,
+        // COPY of a lock would put one fence under two keys; Redis refuses COPY
+        // for a module type without this callback, which is what we want.
+        copy: None,
+        defrag: None,
+        copy2: None,
+        free_effort2: None,
+        mem_usage2: None,
+        unlink2: None,
+    },
+);
+
+/// Load one lock; any short, corrupt or unknown payload gives null, which
+/// Redis turns into an error (`RESTORE`) instead of a crash.
+unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
+    if encver != ENCODING_VERSION {
+        return ptr::null_mut();
+    }
+    let Ok(token) = raw::load_string_buffer(rdb) else {
+        return ptr::null_mut();
+    };
+    let Ok(token) = rules::check_token(token.as_ref()) else {
+        return ptr::null_mut();
+    };
+    let holder_token: Box<[u8]> = token.into();
+    let Ok(fence) = raw::load_unsigned(rdb).map_err(|_| ()).and_then(|f| {
+        rules::check_fence(f).map_err(|_| ())
+    }) else {
+        return ptr::null_mut();
+    };
+    // A lock that arrives by RDB, replica sync, RESTORE or MIGRATE keeps the
+    // fences this server issues later above its own.
+    fence::observe(fence);
+    Box::into_raw(Box::new(Lock {
+        fence,
+        holder_token,
+    }))
+    .cast()
+}
+
+unsafe extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
+    let lock = &*value.cast::<Lock>();
+    raw::save_slice(rdb, &lock.holder_token);
+    raw::save_unsigned(rdb, lock.fence);
+}
+
+/// Rewritten as `LOCK.SETSTATE key token fence -1`; Redis itself appends
+/// `PEXPIREAT key <absolute deadline>` after it.
+unsafe extern "C" fn aof_rewrite(
+    aof: *mut raw::RedisModuleIO,
+    key: *mut raw::RedisModuleString,
+    value: *mut c_void,
+) {
+    let lock = &*value.cast::<Lock>();
+    if let Some(emit) = raw::RedisModule_EmitAOF {
+        emit(
+            aof,
+            c"LOCK.SETSTATE".as_ptr(),
+            c"sbll".as_ptr(),
+            key,
+            lock.holder_token.as_ptr().cast::<c_char>(),
+            lock.holder_token.len(),
+            lock.fence as c_longlong,
+            -1 as c_longlong,
+        );
+    }
+}
+
+unsafe extern "C" fn mem_usage(value: *const c_void) -> usize {
+    let lock = &*value.cast::<Lock>();
+    std::mem::size_of::<Lock>() + lock.holder_token.len()
+}
+
+unsafe extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
+    let lock = &*value.cast::<Lock>();
+    if let (Some(add_buffer), Some(add_ll), Some(end)) = (
+        raw::RedisModule_DigestAddStringBuffer,
+        raw::RedisModule_DigestAddLongLong,
+        raw::RedisModule_DigestEndSequence,
+    ) {
+        add_buffer(
+            md,
+            lock.holder_token.as_ptr().cast::<c_char>(),
+            lock.holder_token.len(),
+        );
+        add_ll(md, lock.fence as c_longlong);
+        end(md);
+    }
+}
+
+unsafe extern "C" fn free(value: *mut c_void) {
+    drop(Box::from_raw(value.cast::<Lock>()));
+}
+
+unsafe extern "C" fn aux_save(rdb: *mut raw::RedisModuleIO, _when: c_int) {
+    raw::save_unsigned(rdb, fence::high_water());
+}
+
+unsafe extern "C" fn aux_load(rdb: *mut raw::RedisModuleIO, encver: c_int, _when: c_int) -> c_int {
+    if encver > ENCODING_VERSION {
+        return raw::Status::Err as c_int;
+    }
+    match raw::load_unsigned(rdb) {
+        Ok(high_water) => {
+            fence::observe(high_water);
+            raw::Status::Ok as c_int
+        }
+        Err(_) => raw::Status::Err as c_int,
+    }
+}

@@ -1,0 +1,235 @@
+//! A lock table in plain memory that applies [`crate::rules`] exactly as the
+//! module does, with the clock passed in. It is the reference the property
+//! tests check the rules against, and the oracle a differential test can run
+//! the real server against.
+
+use std::collections::HashMap;
+
+use crate::errors::LockError;
+use crate::rules::{self, AcquireDecision};
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldLock {
+    pub holder_token: Vec<u8>,
+    pub fence: u64,
+    pub deadline_ms: i64,
+}
+
+/// Keys to locks, plus the module-wide fence high-water mark, which outlives
+/// every key.
+#[derive(Debug, Default, Clone)]
+pub struct LockTable {
+    locks: HashMap<Vec<u8>, HeldLock>,
+    pub high_water: u64,
+}
+
+impl LockTable {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The live lock on `key` at `now_ms`; an expired one is dropped, as Redis
+    /// drops an expired key when it is looked up.
+    pub fn live(&mut self, key: &[u8], now_ms: i64) -> Option<&HeldLock> {
+        let expired = self
+            .locks
+            .get(key)
+            .is_some_and(|l| !rules::is_live(l.deadline_ms, now_ms));
+        if expired {
+            self.locks.remove(key);
+        }
+        self.locks.get(key)
+    }
+
+    /// `Ok(Some(fence))` when granted or renewed, `Ok(None)` when refused.
+    pub fn acquire(
+        &mut self,
+        key: &[u8],
+        ttl_ms: i64,
+        token: &[u8],
+        now_ms: i64,
+        now_us: u64,
+    ) -> Result<Option<u64>, LockError> {
+        rules::check_ttl(ttl_ms)?;
+        rules::check_token(token)?;
+        let deadline_ms = rules::deadline_ms(now_ms, ttl_ms)?;
+        let holder = self.live(key, now_ms).map(|l| l.holder_token.as_slice());
+        match rules::decide_acquire(holder, Some(token)) {
+            AcquireDecision::Refuse => Ok(None),
+            AcquireDecision::Renew => {
+                let lock = self.locks.get_mut(key).ok_or(LockError::Internal)?;
+                lock.deadline_ms = deadline_ms;
+                Ok(Some(lock.fence))
+            }
+            AcquireDecision::Grant => {
+                let fence =
+                    rules::next_fence(self.high_water, now_us).ok_or(LockError::FenceExhausted)?;
+                self.high_water = fence;
+                self.locks.insert(
+                    key.to_vec(),
+                    HeldLock {
+                        holder_token: token.to_vec(),
+                        fence,
+                        deadline_ms,
+                    },
+                );
+                Ok(Some(fence))
+            }
+        }
+    }
+
+    pub fn extend(
+        &mut self,
+        key: &[u8],
+        token: &[u8],
+        ttl_ms: i64,
+        now_ms: i64,
+    ) -> Result<bool, LockError> {
+        rules::check_token(token)?;
+        rules::check_ttl(ttl_ms)?;
+        let deadline_ms = rules::deadline_ms(now_ms, ttl_ms)?;
+        let holder = self.live(key, now_ms).map(|l| l.holder_token.as_slice());
+        if !rules::is_holder(holder, token) {
+            return Ok(false);
+        }
+        let lock = self.locks.get_mut(key).ok_or(LockError::Internal)?;
+        lock.deadline_ms = deadline_ms;
+        Ok(true)
+    }
+
+    pub fn release(&mut self, key: &[u8], token: &[u8], now_ms: i64) -> Result<bool, LockError> {
+        rules::check_token(token)?;
+        let holder = self.live(key, now_ms).map(|l| l.holder_token.as_slice());
+        if !rules::is_holder(holder, token) {
+            return Ok(false);
+        }
+        self.locks.remove(key);
+        Ok(true)
+    }
+
+    /// `DEL` / `UNLINK` of the key: the lock goes, the fence history stays.
+    pub fn delete(&mut self, key: &[u8]) {
+        self.locks.remove(key);
+    }
+
+    /// `FLUSHALL`: every lock goes, the fence history stays.
+    pub fn flush(&mut self) {
+        self.locks.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Acquire { key: u8, token: u8, ttl: i64 },
+        Extend { key: u8, token: u8, ttl: i64 },
+        Release { key: u8, token: u8 },
+        Delete { key: u8 },
+        Flush,
+        /// Time passes; the wall clock may also step back (`clock_step` < 0).
+        Sleep { ms: i64, clock_step_us: i64 },
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            4 => (0u8..3, 0u8..3, 1i64..50).prop_map(|(key, token, ttl)| Op::Acquire { key, token, ttl }),
+            2 => (0u8..3, 0u8..3, 1i64..50).prop_map(|(key, token, ttl)| Op::Extend { key, token, ttl }),
+            2 => (0u8..3, 0u8..3).prop_map(|(key, token)| Op::Release { key, token }),
+            1 => (0u8..3).prop_map(|key| Op::Delete { key }),
+            1 => Just(Op::Flush),
+            3 => (0i64..40, -2_000i64..2_000).prop_map(|(ms, clock_step_us)| Op::Sleep { ms, clock_step_us }),
+        ]
+    }
+
+    fn key(k: u8) -> [u8; 1] {
+        [b'k' + k]
+    }
+    fn token(t: u8) -> [u8; 2] {
+        [b't', b'0' + t]
+    }
+
+    proptest! {
+        /// Fences only grow, across keys, releases, deletes, flushes and clock
+        /// steps; a renewal returns the holder's own fence; a foreign token
+        /// never releases or extends; a key never has two holders.
+        #[test]
+        fn rules_hold_over_any_history(ops in proptest::collection::vec(op(), 1..200)) {
+            let mut table = LockTable::new();
+            let mut now_ms: i64 = 1_000;
+            let mut now_us: i64 = 1_000_000;
+            let mut last_grant: u64 = 0;
+            for op in ops {
+                match op {
+                    Op::Acquire { key: k, token: t, ttl } => {
+                        let before = table.live(&key(k), now_ms).cloned();
+                        let got = table.acquire(&key(k), ttl, &token(t), now_ms, now_us.max(0) as u64).unwrap();
+                        match (&before, got) {
+                            (None, Some(f)) => {
+                                prop_assert!(f > last_grant, "fence {f} after {last_grant}");
+                                last_grant = f;
+                            }
+                            (Some(b), Some(f)) => {
+                                prop_assert_eq!(&b.holder_token[..], &token(t)[..]);
+                                prop_assert_eq!(f, b.fence);
+                            }
+                            (Some(b), None) => prop_assert_ne!(&b.holder_token[..], &token(t)[..]),
+                            (None, None) => prop_assert!(false, "free key refused"),
+                        }
+                    }
+                    Op::Extend { key: k, token: t, ttl } => {
+                        let before = table.live(&key(k), now_ms).cloned();
+                        let ok = table.extend(&key(k), &token(t), ttl, now_ms).unwrap();
+                        let owner = before.as_ref().is_some_and(|b| b.holder_token == token(t));
+                        prop_assert_eq!(ok, owner);
+                        let after = table.live(&key(k), now_ms).cloned();
+                        if !owner {
+                            prop_assert_eq!(before, after);
+                        } else {
+                            prop_assert_eq!(after.map(|a| a.deadline_ms), Some(now_ms + ttl));
+                        }
+                    }
+                    Op::Release { key: k, token: t } => {
+                        let before = table.live(&key(k), now_ms).cloned();
+                        let ok = table.release(&key(k), &token(t), now_ms).unwrap();
+                        let owner = before.as_ref().is_some_and(|b| b.holder_token == token(t));
+                        prop_assert_eq!(ok, owner);
+                        let after = table.live(&key(k), now_ms).cloned();
+                        if owner { prop_assert!(after.is_none()); } else { prop_assert_eq!(before, after); }
+                    }
+                    Op::Delete { key: k } => table.delete(&key(k)),
+                    Op::Flush => table.flush(),
+                    Op::Sleep { ms, clock_step_us } => {
+                        now_ms += ms;
+                        now_us += ms * 1_000 + clock_step_us;
+                    }
+                }
+                prop_assert!(table.high_water >= last_grant);
+            }
+        }
+
+        #[test]
+        fn a_lease_ends_exactly_after_its_deadline(ttl in 1i64..10_000, start in 0i64..1_000_000) {
+            let mut table = LockTable::new();
+            table.acquire(b"k", ttl, b"a", start, 1).unwrap();
+            prop_assert!(table.acquire(b"k", ttl, b"b", start + ttl, 2).unwrap().is_none());
+            prop_assert!(table.acquire(b"k", ttl, b"b", start + ttl + 1, 3).unwrap().is_some());
+        }
+    }
+
+    #[test]
+    fn bad_input_changes_nothing() {
+        let mut table = LockTable::new();
+        table.acquire(b"k", 100, b"a", 0, 10).unwrap();
+        let before = table.clone();
+        assert_eq!(table.acquire(b"k", 0, b"a", 0, 11), Err(LockError::TtlNotPositive));
+        assert_eq!(table.acquire(b"j", 100, b"", 0, 11), Err(LockError::TokenLength));
+        assert_eq!(table.extend(b"k", b"a", -1, 0), Err(LockError::TtlNotPositive));
+        assert_eq!(table.release(b"k", b"", 0), Err(LockError::TokenLength));
+        assert_eq!(table.locks, before.locks);
+        assert_eq!(table.high_water, before.high_water);
+    }
+}

@@ -1,0 +1,72 @@
+//! Replies, written straight to the client without building a `RedisValue`.
+
+use std::os::raw::{c_char, c_long, c_longlong};
+
+use redis_module::{raw, Context};
+
+use crate::errors::LockError;
+
+/// `[token, fence]`
+pub fn grant(ctx: &Context, token: &[u8], fence: u64) {
+    unsafe {
+        if let (Some(array), Some(buffer), Some(integer)) = (
+            raw::RedisModule_ReplyWithArray,
+            raw::RedisModule_ReplyWithStringBuffer,
+            raw::RedisModule_ReplyWithLongLong,
+        ) {
+            array(ctx.get_raw(), 2);
+            buffer(ctx.get_raw(), token.as_ptr().cast::<c_char>(), token.len());
+            integer(ctx.get_raw(), fence as c_longlong);
+        }
+    }
+}
+
+pub fn null(ctx: &Context) {
+    unsafe {
+        if let Some(null) = raw::RedisModule_ReplyWithNull {
+            null(ctx.get_raw());
+        }
+    }
+}
+
+pub fn integer(ctx: &Context, value: i64) {
+    unsafe {
+        if let Some(integer) = raw::RedisModule_ReplyWithLongLong {
+            integer(ctx.get_raw(), value);
+        }
+    }
+}
+
+pub fn ok(ctx: &Context) {
+    unsafe {
+        if let Some(simple) = raw::RedisModule_ReplyWithSimpleString {
+            simple(ctx.get_raw(), c"OK".as_ptr());
+        }
+    }
+}
+
+pub fn error(ctx: &Context, error: LockError) {
+    unsafe {
+        if let Some(reply) = raw::RedisModule_ReplyWithError {
+            reply(ctx.get_raw(), error.as_cstr().as_ptr());
+        }
+    }
+}
+
+/// A map of names to integers: a RESP3 map, or a flat name/value array on
+/// RESP2 (Redis' `ReplyWithMap` picks by the client's protocol).
+pub fn integer_map(ctx: &Context, fields: &[(&std::ffi::CStr, i64)]) {
+    unsafe {
+        if let (Some(map), Some(name), Some(integer)) = (
+            raw::RedisModule_ReplyWithMap,
+            raw::RedisModule_ReplyWithCString,
+            raw::RedisModule_ReplyWithLongLong,
+        ) {
+            map(ctx.get_raw(), fields.len() as c_long);
+            for (field, value) in fields {
+                name(ctx.get_raw(), field.as_ptr());
+                integer(ctx.get_raw(), *value);
+            }
+        }
+    }
+}
