@@ -192,11 +192,20 @@ mod tests {
     #[test]
     fn acquire_with_and_without_token() {
         let a = parse_acquire(&["LOCK.ACQUIRE", "k", "30000"]).unwrap();
-        assert_eq!(a, AcquireArgs { ttl_ms: 30000, token: None });
+        assert_eq!(
+            a,
+            AcquireArgs {
+                ttl_ms: 30000,
+                token: None
+            }
+        );
         let a = parse_acquire(&["LOCK.ACQUIRE", "k", "5", "token", "me"]).unwrap();
         assert_eq!(a.token, Some(&b"me"[..]));
         let binary: [&[u8]; 5] = [b"LOCK.ACQUIRE", b"k", b"5", b"TOKEN", b"\x00\xff\r\n"];
-        assert_eq!(parse_acquire(&binary).unwrap().token, Some(&b"\x00\xff\r\n"[..]));
+        assert_eq!(
+            parse_acquire(&binary).unwrap().token,
+            Some(&b"\x00\xff\r\n"[..])
+        );
     }
 
     #[test]
@@ -208,17 +217,44 @@ mod tests {
             (vec!["LOCK.ACQUIRE", "k", "abc"], LockError::TtlNotInteger),
             (vec!["LOCK.ACQUIRE", "k", "1.5"], LockError::TtlNotInteger),
             (vec!["LOCK.ACQUIRE", "k", ""], LockError::TtlNotInteger),
-            (vec!["LOCK.ACQUIRE", "k", "99999999999999999999"], LockError::TtlNotInteger),
+            (
+                vec!["LOCK.ACQUIRE", "k", "99999999999999999999"],
+                LockError::TtlNotInteger,
+            ),
             (vec!["LOCK.ACQUIRE", "k", "0"], LockError::TtlNotPositive),
             (vec!["LOCK.ACQUIRE", "k", "-1"], LockError::TtlNotPositive),
-            (vec!["LOCK.ACQUIRE", "k", "86400001"], LockError::TtlTooLarge),
-            (vec!["LOCK.ACQUIRE", "k", "9223372036854775807"], LockError::TtlTooLarge),
-            (vec!["LOCK.ACQUIRE", "k", "10", "TOKEN"], LockError::SyntaxMissingToken),
-            (vec!["LOCK.ACQUIRE", "k", "10", "TOKEN", ""], LockError::TokenLength),
-            (vec!["LOCK.ACQUIRE", "k", "10", "TOKEN", &long], LockError::TokenLength),
-            (vec!["LOCK.ACQUIRE", "k", "10", "TOKEN", "a", "TOKEN", "a"], LockError::SyntaxRepeatedToken),
-            (vec!["LOCK.ACQUIRE", "k", "10", "NX"], LockError::SyntaxUnknownOption),
-            (vec!["LOCK.ACQUIRE", "k", "10", "TOKEN", "a", "extra"], LockError::SyntaxUnknownOption),
+            (
+                vec!["LOCK.ACQUIRE", "k", "86400001"],
+                LockError::TtlTooLarge,
+            ),
+            (
+                vec!["LOCK.ACQUIRE", "k", "9223372036854775807"],
+                LockError::TtlTooLarge,
+            ),
+            (
+                vec!["LOCK.ACQUIRE", "k", "10", "TOKEN"],
+                LockError::SyntaxMissingToken,
+            ),
+            (
+                vec!["LOCK.ACQUIRE", "k", "10", "TOKEN", ""],
+                LockError::TokenLength,
+            ),
+            (
+                vec!["LOCK.ACQUIRE", "k", "10", "TOKEN", &long],
+                LockError::TokenLength,
+            ),
+            (
+                vec!["LOCK.ACQUIRE", "k", "10", "TOKEN", "a", "TOKEN", "a"],
+                LockError::SyntaxRepeatedToken,
+            ),
+            (
+                vec!["LOCK.ACQUIRE", "k", "10", "NX"],
+                LockError::SyntaxUnknownOption,
+            ),
+            (
+                vec!["LOCK.ACQUIRE", "k", "10", "TOKEN", "a", "extra"],
+                LockError::SyntaxUnknownOption,
+            ),
         ];
         for (args, want) in cases {
             assert_eq!(parse_acquire(&args), Err(want), "{args:?}");
@@ -229,30 +265,73 @@ mod tests {
     fn extend_release_info_arity_and_values() {
         assert_eq!(
             parse_extend(&["LOCK.EXTEND", "k", "t", "100"]),
-            Ok(ExtendArgs { token: b"t", ttl_ms: 100 })
+            Ok(ExtendArgs {
+                token: b"t",
+                ttl_ms: 100
+            })
         );
-        assert_eq!(parse_extend(&["LOCK.EXTEND", "k", "t"]), Err(LockError::ArityExtend));
-        assert_eq!(parse_extend(&["LOCK.EXTEND", "k", "t", "1", "x"]), Err(LockError::ArityExtend));
-        assert_eq!(parse_extend(&["LOCK.EXTEND", "k", "", "1"]), Err(LockError::TokenLength));
-        assert_eq!(parse_extend(&["LOCK.EXTEND", "k", "t", "x"]), Err(LockError::TtlNotInteger));
-        assert_eq!(parse_extend(&["LOCK.EXTEND", "k", "t", "0"]), Err(LockError::TtlNotPositive));
+        assert_eq!(
+            parse_extend(&["LOCK.EXTEND", "k", "t"]),
+            Err(LockError::ArityExtend)
+        );
+        assert_eq!(
+            parse_extend(&["LOCK.EXTEND", "k", "t", "1", "x"]),
+            Err(LockError::ArityExtend)
+        );
+        assert_eq!(
+            parse_extend(&["LOCK.EXTEND", "k", "", "1"]),
+            Err(LockError::TokenLength)
+        );
+        assert_eq!(
+            parse_extend(&["LOCK.EXTEND", "k", "t", "x"]),
+            Err(LockError::TtlNotInteger)
+        );
+        assert_eq!(
+            parse_extend(&["LOCK.EXTEND", "k", "t", "0"]),
+            Err(LockError::TtlNotPositive)
+        );
         let too_long = (MAX_TTL_MS + 1).to_string();
-        assert_eq!(parse_extend(&["LOCK.EXTEND", "k", "t", too_long.as_str()]), Err(LockError::TtlTooLarge));
+        assert_eq!(
+            parse_extend(&["LOCK.EXTEND", "k", "t", too_long.as_str()]),
+            Err(LockError::TtlTooLarge)
+        );
 
-        assert_eq!(parse_release(&["LOCK.RELEASE", "k", "t"]), Ok(ReleaseArgs { token: b"t" }));
-        assert_eq!(parse_release(&["LOCK.RELEASE", "k"]), Err(LockError::ArityRelease));
-        assert_eq!(parse_release(&["LOCK.RELEASE", "k", "t", "u"]), Err(LockError::ArityRelease));
-        assert_eq!(parse_release(&["LOCK.RELEASE", "k", ""]), Err(LockError::TokenLength));
+        assert_eq!(
+            parse_release(&["LOCK.RELEASE", "k", "t"]),
+            Ok(ReleaseArgs { token: b"t" })
+        );
+        assert_eq!(
+            parse_release(&["LOCK.RELEASE", "k"]),
+            Err(LockError::ArityRelease)
+        );
+        assert_eq!(
+            parse_release(&["LOCK.RELEASE", "k", "t", "u"]),
+            Err(LockError::ArityRelease)
+        );
+        assert_eq!(
+            parse_release(&["LOCK.RELEASE", "k", ""]),
+            Err(LockError::TokenLength)
+        );
 
         assert_eq!(parse_info(&["LOCK.INFO", "k"]), Ok(()));
         assert_eq!(parse_info(&["LOCK.INFO"]), Err(LockError::ArityInfo));
-        assert_eq!(parse_info(&["LOCK.INFO", "k", "j"]), Err(LockError::ArityInfo));
+        assert_eq!(
+            parse_info(&["LOCK.INFO", "k", "j"]),
+            Err(LockError::ArityInfo)
+        );
     }
 
     #[test]
     fn setstate_values() {
         let s = parse_setstate(&["LOCK.SETSTATE", "k", "t", "7", "1700000000000"]).unwrap();
-        assert_eq!(s, SetStateArgs { token: b"t", fence: 7, deadline_ms: Some(1_700_000_000_000) });
+        assert_eq!(
+            s,
+            SetStateArgs {
+                token: b"t",
+                fence: 7,
+                deadline_ms: Some(1_700_000_000_000)
+            }
+        );
         let s = parse_setstate(&["LOCK.SETSTATE", "k", "t", "7", "-1"]).unwrap();
         assert_eq!(s.deadline_ms, None);
         let max = MAX_FENCE.to_string();
@@ -266,8 +345,14 @@ mod tests {
             ("1", "-2", LockError::DeadlineInvalid),
             ("1", "soon", LockError::DeadlineInvalid),
         ] {
-            assert_eq!(parse_setstate(&["LOCK.SETSTATE", "k", "t", fence, deadline]), Err(want));
+            assert_eq!(
+                parse_setstate(&["LOCK.SETSTATE", "k", "t", fence, deadline]),
+                Err(want)
+            );
         }
-        assert_eq!(parse_setstate(&["LOCK.SETSTATE", "k", "t", "1"]), Err(LockError::AritySetState));
+        assert_eq!(
+            parse_setstate(&["LOCK.SETSTATE", "k", "t", "1"]),
+            Err(LockError::AritySetState)
+        );
     }
 }

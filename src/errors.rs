@@ -123,18 +123,19 @@ mod tests {
     fn every_error_begins_with_a_code() {
         for e in ALL {
             let s = e.as_str();
-            assert!(
-                s.starts_with("ERR ") || s.starts_with("WRONGTYPE "),
-                "{s}"
-            );
+            assert!(s.starts_with("ERR ") || s.starts_with("WRONGTYPE "), "{s}");
             assert!(!s.contains('\n') && !s.contains('\r'), "{s}");
         }
     }
 
     #[test]
     fn limits_in_messages_match_the_constants() {
-        assert!(LockError::TtlTooLarge.as_str().contains(&MAX_TTL_MS.to_string()));
-        assert!(LockError::TokenLength.as_str().contains(&MAX_TOKEN_LEN.to_string()));
+        assert!(LockError::TtlTooLarge
+            .as_str()
+            .contains(&MAX_TTL_MS.to_string()));
+        assert!(LockError::TokenLength
+            .as_str()
+            .contains(&MAX_TOKEN_LEN.to_string()));
         assert!(LockError::FenceInvalid
             .as_str()
             .contains(&crate::rules::MAX_FENCE.to_string()));

@@ -18,8 +18,8 @@ pub mod store;
 use redis_module::{redis_module, Context, RedisResult, RedisString};
 
 use commands::{acquire, extend, info, release, run, setstate};
-use startup::init;
 use lock_type::LOCK_TYPE;
+use startup::init;
 
 fn lock_acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     run(ctx, args, acquire::run)

@@ -66,9 +66,10 @@ unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *m
         return ptr::null_mut();
     };
     let holder_token: Box<[u8]> = token.into();
-    let Ok(fence) = raw::load_unsigned(rdb).map_err(|_| ()).and_then(|f| {
-        rules::check_fence(f).map_err(|_| ())
-    }) else {
+    let Ok(fence) = raw::load_unsigned(rdb)
+        .map_err(|_| ())
+        .and_then(|f| rules::check_fence(f).map_err(|_| ()))
+    else {
         return ptr::null_mut();
     };
     // A lock that arrives by RDB, replica sync, RESTORE or MIGRATE keeps the

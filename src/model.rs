@@ -125,13 +125,29 @@ mod tests {
 
     #[derive(Debug, Clone)]
     enum Op {
-        Acquire { key: u8, token: u8, ttl: i64 },
-        Extend { key: u8, token: u8, ttl: i64 },
-        Release { key: u8, token: u8 },
-        Delete { key: u8 },
+        Acquire {
+            key: u8,
+            token: u8,
+            ttl: i64,
+        },
+        Extend {
+            key: u8,
+            token: u8,
+            ttl: i64,
+        },
+        Release {
+            key: u8,
+            token: u8,
+        },
+        Delete {
+            key: u8,
+        },
         Flush,
         /// Time passes; the wall clock may also step back (`clock_step` < 0).
-        Sleep { ms: i64, clock_step_us: i64 },
+        Sleep {
+            ms: i64,
+            clock_step_us: i64,
+        },
     }
 
     fn op() -> impl Strategy<Value = Op> {
@@ -225,9 +241,18 @@ mod tests {
         let mut table = LockTable::new();
         table.acquire(b"k", 100, b"a", 0, 10).unwrap();
         let before = table.clone();
-        assert_eq!(table.acquire(b"k", 0, b"a", 0, 11), Err(LockError::TtlNotPositive));
-        assert_eq!(table.acquire(b"j", 100, b"", 0, 11), Err(LockError::TokenLength));
-        assert_eq!(table.extend(b"k", b"a", -1, 0), Err(LockError::TtlNotPositive));
+        assert_eq!(
+            table.acquire(b"k", 0, b"a", 0, 11),
+            Err(LockError::TtlNotPositive)
+        );
+        assert_eq!(
+            table.acquire(b"j", 100, b"", 0, 11),
+            Err(LockError::TokenLength)
+        );
+        assert_eq!(
+            table.extend(b"k", b"a", -1, 0),
+            Err(LockError::TtlNotPositive)
+        );
         assert_eq!(table.release(b"k", b"", 0), Err(LockError::TokenLength));
         assert_eq!(table.locks, before.locks);
         assert_eq!(table.high_water, before.high_water);

@@ -100,9 +100,18 @@ mod tests {
     fn free_key_is_granted_own_token_renews_foreign_token_is_refused() {
         assert_eq!(decide_acquire(None, Some(b"a")), AcquireDecision::Grant);
         assert_eq!(decide_acquire(None, None), AcquireDecision::Grant);
-        assert_eq!(decide_acquire(Some(b"a"), Some(b"a")), AcquireDecision::Renew);
-        assert_eq!(decide_acquire(Some(b"a"), Some(b"b")), AcquireDecision::Refuse);
-        assert_eq!(decide_acquire(Some(b"a"), Some(b"a ")), AcquireDecision::Refuse);
+        assert_eq!(
+            decide_acquire(Some(b"a"), Some(b"a")),
+            AcquireDecision::Renew
+        );
+        assert_eq!(
+            decide_acquire(Some(b"a"), Some(b"b")),
+            AcquireDecision::Refuse
+        );
+        assert_eq!(
+            decide_acquire(Some(b"a"), Some(b"a ")),
+            AcquireDecision::Refuse
+        );
         assert_eq!(decide_acquire(Some(b"a"), None), AcquireDecision::Refuse);
     }
 
