@@ -8,7 +8,7 @@ const MIN_SERVER: (i32, i32, i32) = (7, 0, 0);
 
 pub fn init(ctx: &Context, _args: &[RedisString]) -> Status {
     match ctx.get_redis_version() {
-        Ok(v) if (v.major, v.minor, v.patch) >= MIN_SERVER => {}
+        Ok(v) if is_supported((v.major, v.minor, v.patch)) => {}
         Ok(v) => {
             ctx.log_warning(&format!(
                 "redis-lock needs Redis {}.{}.{} or newer; this server is {}.{}.{}: not loading",
@@ -36,4 +36,25 @@ pub fn init(ctx: &Context, _args: &[RedisString]) -> Status {
         logging::log_warning(format!("redis-lock: panic: {panic}"));
     }));
     Status::Ok
+}
+
+/// Whether a server version (major, minor, patch) can run the module.
+fn is_supported(version: (i32, i32, i32)) -> bool {
+    version >= MIN_SERVER
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_supported;
+
+    #[test]
+    fn refuses_servers_older_than_7_0() {
+        assert!(!is_supported((6, 2, 14)));
+        assert!(!is_supported((6, 99, 99)));
+        assert!(is_supported((7, 0, 0)));
+        assert!(is_supported((7, 0, 15)));
+        // Valkey 8 reports the Redis-compatible version 7.2.4.
+        assert!(is_supported((7, 2, 4)));
+        assert!(is_supported((8, 4, 0)));
+    }
 }

