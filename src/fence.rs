@@ -4,9 +4,9 @@
 //! key, so a released, expired, deleted or flushed lock does not take the fence
 //! history with it. Who may touch it:
 //! - a grant on the master raises it to the fence it issues ([`issue`]);
-//! - a replicated or AOF-replayed grant (`LOCK.SETSTATE`), a lock loaded from an
-//!   RDB or a `RESTORE` payload, and the RDB aux field all raise it to what they
-//!   carry ([`observe`]); nothing ever lowers it;
+//! - a replicated or AOF-replayed grant (`LOCK.SETSTATE`), a `RESTORE`d lock
+//!   (also `MIGRATE`), and the RDB aux field (full loads, replica sync) all raise
+//!   it to what they carry ([`observe`]); nothing ever lowers it;
 //! - the RDB aux field saves it ([`high_water`]).
 //!
 //! Commands, RDB callbacks and aux callbacks all run on Redis' main thread,

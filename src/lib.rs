@@ -7,6 +7,7 @@ pub mod args;
 pub mod commands;
 pub mod effects;
 pub mod errors;
+pub mod events;
 pub mod fence;
 pub mod lock_type;
 pub mod model;
@@ -18,6 +19,7 @@ pub mod store;
 use redis_module::{redis_module, Context, RedisResult, RedisString};
 
 use commands::{acquire, extend, info, release, run, setstate};
+use events::on_generic_event;
 use lock_type::LOCK_TYPE;
 use startup::init;
 
@@ -68,5 +70,8 @@ redis_module! {
         ["lock.release", lock_release, "write fast", 1, 1, 1, ""],
         ["lock.info", lock_info, "readonly fast", 1, 1, 1, ""],
         ["lock.setstate", lock_setstate, "write fast", 1, 1, 1, ""],
+    ],
+    event_handlers: [
+        [@GENERIC: on_generic_event],
     ],
 }

@@ -72,9 +72,9 @@ unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *m
     else {
         return ptr::null_mut();
     };
-    // A lock that arrives by RDB, replica sync, RESTORE or MIGRATE keeps the
-    // fences this server issues later above its own.
-    fence::observe(fence);
+    // The fence high-water mark is not raised here: Redis may still refuse
+    // this value. A full RDB load restores it from the aux field, and a
+    // RESTORE raises it once the key is stored (`events::on_generic_event`).
     Box::into_raw(Box::new(Lock {
         fence,
         holder_token,

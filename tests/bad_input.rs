@@ -1,0 +1,370 @@
+//! Malformed calls: each gets an error reply that begins with a code and names
+//! the bad argument, and changes nothing — on a free key and on a held one.
+
+mod common;
+use common::*;
+
+// The exact texts of src/errors.rs: clients match on them.
+const ARITY_ACQUIRE: &str = "ERR wrong number of arguments for 'lock.acquire' command";
+const ARITY_EXTEND: &str = "ERR wrong number of arguments for 'lock.extend' command";
+const ARITY_RELEASE: &str = "ERR wrong number of arguments for 'lock.release' command";
+const ARITY_INFO: &str = "ERR wrong number of arguments for 'lock.info' command";
+const UNKNOWN_OPTION: &str = "ERR syntax error: unknown option";
+const REPEATED_TOKEN: &str = "ERR syntax error: TOKEN is given more than once";
+const MISSING_TOKEN: &str = "ERR syntax error: TOKEN needs a value";
+const TTL_NOT_INTEGER: &str = "ERR ttl-ms is not an integer or out of range";
+const TTL_NOT_POSITIVE: &str = "ERR ttl-ms must be greater than 0";
+const TTL_TOO_LARGE: &str = "ERR ttl-ms exceeds the maximum of 86400000 (24 hours)";
+const TOKEN_LENGTH: &str = "ERR token must be 1 to 256 bytes long";
+const SETSTATE_INTERNAL: &str =
+    "ERR LOCK.SETSTATE is internal: only the replication link and AOF loading may call it";
+
+const HELD: &str = "held";
+const HOLDER: &str = "holder-token";
+const FREE: &str = "free";
+
+/// (case name, command and arguments, expected error)
+type Case = (String, Vec<String>, &'static str);
+
+fn case(name: impl Into<String>, args: &[&str], want: &'static str) -> Case {
+    (
+        name.into(),
+        args.iter().map(|s| s.to_string()).collect(),
+        want,
+    )
+}
+
+/// A server with a lock on `held` (token `holder-token`) and nothing on `free`.
+struct Fixture {
+    _server: Server,
+    con: Connection,
+    /// (fence, deadline) of the held lock.
+    held: (i64, i64),
+}
+
+impl Fixture {
+    fn new() -> Fixture {
+        let server = Server::start();
+        let mut con = server.conn();
+        acquire(&mut con, HELD, 600_000, Some(HOLDER)).unwrap();
+        let info = info(&mut con, HELD).unwrap();
+        let held = (info["fence"], info["deadline"]);
+        Fixture {
+            _server: server,
+            con,
+            held,
+        }
+    }
+
+    /// The call fails with exactly `want`, and nothing changed.
+    fn assert_refused(&mut self, (name, args, want): &Case) {
+        let con = &mut self.con;
+        let digest_before = digest(con);
+        let size_before: i64 = redis::cmd("DBSIZE").query(con).unwrap();
+
+        let mut cmd = redis::cmd(&args[0]);
+        for arg in &args[1..] {
+            cmd.arg(arg.as_bytes());
+        }
+        let err = error_of(con, &cmd);
+        assert!(
+            err.starts_with("ERR ") || err.starts_with("WRONGTYPE "),
+            "{name}: no error code in {err:?}"
+        );
+        assert_eq!(&err, want, "{name}");
+
+        assert_eq!(digest(con), digest_before, "{name}: keyspace changed");
+        let size: i64 = redis::cmd("DBSIZE").query(con).unwrap();
+        assert_eq!(size, size_before, "{name}: DBSIZE changed");
+        let info = info(con, HELD).unwrap_or_else(|| panic!("{name}: held lock gone"));
+        assert_eq!(
+            (info["fence"], info["deadline"]),
+            self.held,
+            "{name}: held lock's fence or deadline changed"
+        );
+        let free: i64 = redis::cmd("EXISTS").arg(FREE).query(con).unwrap();
+        assert_eq!(free, 0, "{name}: free key was created");
+    }
+
+    fn assert_all_refused(&mut self, cases: &[Case]) {
+        assert!(!cases.is_empty());
+        for c in cases {
+            self.assert_refused(c);
+        }
+        // The holder's token still works: it was never replaced.
+        assert_eq!(
+            extend(&mut self.con, HELD, HOLDER, 600_000),
+            1,
+            "holder cannot extend"
+        );
+        assert_eq!(
+            release(&mut self.con, HELD, HOLDER),
+            1,
+            "holder cannot release"
+        );
+    }
+}
+
+/// Each case for the free key (with some token) and for the held key (with
+/// its holder's token, so the one mistake is all that stands between the call
+/// and a change).
+fn on_both_keys(make: impl Fn(&str, &str) -> Vec<Case>) -> Vec<Case> {
+    let mut cases = make(FREE, "some-token");
+    cases.extend(make(HELD, HOLDER));
+    cases
+}
+
+#[test]
+fn wrong_arity_is_refused_and_changes_nothing() {
+    let cases = on_both_keys(|key, token| {
+        vec![
+            case("ACQUIRE, no arguments", &["LOCK.ACQUIRE"], ARITY_ACQUIRE),
+            case(
+                format!("ACQUIRE {key}, no ttl"),
+                &["LOCK.ACQUIRE", key],
+                ARITY_ACQUIRE,
+            ),
+            case("EXTEND, no arguments", &["LOCK.EXTEND"], ARITY_EXTEND),
+            case(
+                format!("EXTEND {key}, no token"),
+                &["LOCK.EXTEND", key],
+                ARITY_EXTEND,
+            ),
+            case(
+                format!("EXTEND {key}, no ttl"),
+                &["LOCK.EXTEND", key, token],
+                ARITY_EXTEND,
+            ),
+            case(
+                format!("EXTEND {key}, one argument too many"),
+                &["LOCK.EXTEND", key, token, "600000", "extra"],
+                ARITY_EXTEND,
+            ),
+            case("RELEASE, no arguments", &["LOCK.RELEASE"], ARITY_RELEASE),
+            case(
+                format!("RELEASE {key}, no token"),
+                &["LOCK.RELEASE", key],
+                ARITY_RELEASE,
+            ),
+            case(
+                format!("RELEASE {key}, one argument too many"),
+                &["LOCK.RELEASE", key, token, "extra"],
+                ARITY_RELEASE,
+            ),
+            case("INFO, no arguments", &["LOCK.INFO"], ARITY_INFO),
+            case(
+                format!("INFO {key}, one argument too many"),
+                &["LOCK.INFO", key, "extra"],
+                ARITY_INFO,
+            ),
+        ]
+    });
+    Fixture::new().assert_all_refused(&cases);
+}
+
+/// Every malformed ttl-ms, with the error it must get.
+const BAD_TTLS: &[(&str, &str)] = &[
+    ("abc", TTL_NOT_INTEGER),
+    ("", TTL_NOT_INTEGER),
+    ("1.5", TTL_NOT_INTEGER),
+    ("1e3", TTL_NOT_INTEGER),
+    (" 5", TTL_NOT_INTEGER),
+    ("5 ", TTL_NOT_INTEGER),
+    ("+5", TTL_NOT_INTEGER),
+    ("0x10", TTL_NOT_INTEGER),
+    ("05", TTL_NOT_INTEGER),
+    ("-0", TTL_NOT_INTEGER),
+    ("99999999999999999999", TTL_NOT_INTEGER),
+    ("-99999999999999999999", TTL_NOT_INTEGER),
+    ("0", TTL_NOT_POSITIVE),
+    ("-1", TTL_NOT_POSITIVE),
+    ("-600000", TTL_NOT_POSITIVE),
+    ("-9223372036854775808", TTL_NOT_POSITIVE),
+    ("86400001", TTL_TOO_LARGE),
+    ("9223372036854775807", TTL_TOO_LARGE),
+];
+
+#[test]
+fn bad_ttl_for_acquire_is_refused_and_changes_nothing() {
+    let cases = on_both_keys(|key, token| {
+        BAD_TTLS
+            .iter()
+            .flat_map(|&(ttl, want)| {
+                [
+                    case(
+                        format!("ACQUIRE {key} ttl {ttl:?}"),
+                        &["LOCK.ACQUIRE", key, ttl],
+                        want,
+                    ),
+                    case(
+                        format!("ACQUIRE {key} ttl {ttl:?} TOKEN {token}"),
+                        &["LOCK.ACQUIRE", key, ttl, "TOKEN", token],
+                        want,
+                    ),
+                ]
+            })
+            .collect()
+    });
+    Fixture::new().assert_all_refused(&cases);
+}
+
+#[test]
+fn bad_ttl_for_extend_is_refused_and_changes_nothing() {
+    let cases = on_both_keys(|key, token| {
+        BAD_TTLS
+            .iter()
+            .map(|&(ttl, want)| {
+                case(
+                    format!("EXTEND {key} {token} ttl {ttl:?}"),
+                    &["LOCK.EXTEND", key, token, ttl],
+                    want,
+                )
+            })
+            .collect()
+    });
+    Fixture::new().assert_all_refused(&cases);
+}
+
+#[test]
+fn token_of_0_or_257_bytes_is_refused_and_changes_nothing() {
+    let long = "x".repeat(257);
+    // 257 bytes that start with the holder's token.
+    let long_holder = format!("{HOLDER}{}", "x".repeat(257 - HOLDER.len()));
+    let cases = on_both_keys(|key, _| {
+        let mut cases = Vec::new();
+        for (what, token) in [
+            ("empty", ""),
+            ("257-byte", long.as_str()),
+            ("257-byte holder-prefixed", long_holder.as_str()),
+        ] {
+            cases.push(case(
+                format!("ACQUIRE {key} TOKEN {what}"),
+                &["LOCK.ACQUIRE", key, "600000", "TOKEN", token],
+                TOKEN_LENGTH,
+            ));
+            cases.push(case(
+                format!("EXTEND {key} {what} token"),
+                &["LOCK.EXTEND", key, token, "600000"],
+                TOKEN_LENGTH,
+            ));
+            cases.push(case(
+                format!("RELEASE {key} {what} token"),
+                &["LOCK.RELEASE", key, token],
+                TOKEN_LENGTH,
+            ));
+        }
+        cases
+    });
+    Fixture::new().assert_all_refused(&cases);
+}
+
+#[test]
+fn token_of_256_bytes_is_accepted() {
+    let mut fx = Fixture::new();
+    let con = &mut fx.con;
+    let max = "m".repeat(256);
+    let (token, fence) = acquire(con, FREE, 600_000, Some(&max)).unwrap();
+    assert_eq!(token, max);
+    assert_eq!(
+        acquire(con, FREE, 600_000, Some(&max)),
+        Some((max.clone(), fence))
+    );
+    assert_eq!(extend(con, FREE, &max, 600_000), 1);
+    assert_eq!(release(con, FREE, &max), 1);
+    // On a key someone else holds, it is a foreign token like any other.
+    assert_eq!(acquire(con, HELD, 600_000, Some(&max)), None);
+    assert_eq!(extend(con, HELD, &max, 600_000), 0);
+    assert_eq!(release(con, HELD, &max), 0);
+    assert_eq!(release(con, HELD, HOLDER), 1);
+}
+
+#[test]
+fn ttl_of_1_and_of_the_maximum_are_accepted() {
+    let mut fx = Fixture::new();
+    let con = &mut fx.con;
+    acquire(con, FREE, 86_400_000, Some("t")).unwrap();
+    let ttl = pttl(con, FREE);
+    assert!(ttl > 86_390_000 && ttl <= 86_400_000, "PTTL {ttl}");
+    assert_eq!(extend(con, HELD, HOLDER, 86_400_000), 1);
+    assert_eq!(extend(con, HELD, HOLDER, 1), 1);
+    assert!(pttl(con, HELD) <= 1);
+}
+
+#[test]
+fn acquire_option_errors_are_refused_and_change_nothing() {
+    let cases = on_both_keys(|key, token| {
+        let with = |name: &str, opts: &[&str], want| {
+            let mut args = vec!["LOCK.ACQUIRE", key, "600000"];
+            args.extend(opts);
+            case(format!("ACQUIRE {key} 600000 {name}"), &args, want)
+        };
+        vec![
+            with("NX", &["NX"], UNKNOWN_OPTION),
+            with("PX 5", &["PX", "5"], UNKNOWN_OPTION),
+            with("empty option", &[""], UNKNOWN_OPTION),
+            with("TOKENS t", &["TOKENS", token], UNKNOWN_OPTION),
+            with("TOKEN t extra", &["TOKEN", token, "extra"], UNKNOWN_OPTION),
+            with("extra TOKEN t", &["extra", "TOKEN", token], UNKNOWN_OPTION),
+            with("TOKEN", &["TOKEN"], MISSING_TOKEN),
+            with("token (lowercase)", &["token"], MISSING_TOKEN),
+            with(
+                "TOKEN t TOKEN t",
+                &["TOKEN", token, "TOKEN", token],
+                REPEATED_TOKEN,
+            ),
+            with(
+                "TOKEN t token other",
+                &["TOKEN", token, "token", "other"],
+                REPEATED_TOKEN,
+            ),
+            // The second TOKEN has no value: that is what is reported.
+            with("TOKEN t TOKEN", &["TOKEN", token, "TOKEN"], MISSING_TOKEN),
+        ]
+    });
+    Fixture::new().assert_all_refused(&cases);
+}
+
+#[test]
+fn setstate_from_a_client_is_refused_and_changes_nothing() {
+    let mut fx = Fixture::new();
+    let fence = fx.held.0.to_string();
+    let later = (fx.held.1 + 1_000_000).to_string();
+    let next = (fx.held.0 + 1).to_string();
+    let cases = on_both_keys(|key, token| {
+        let set = |name: &str, args: &[&str]| {
+            let mut all = vec!["LOCK.SETSTATE"];
+            all.extend(args);
+            case(format!("SETSTATE {name}"), &all, SETSTATE_INTERNAL)
+        };
+        vec![
+            // Well-formed: a grant as the master would replicate it.
+            set(
+                &format!("{key} {token} (good, deadline)"),
+                &[key, token, &next, &later],
+            ),
+            set(
+                &format!("{key} {token} (good, no expiry)"),
+                &[key, token, &fence, "-1"],
+            ),
+            set(
+                &format!("{key} forged (good, takes the lock)"),
+                &[key, "forged", &next, &later],
+            ),
+            // Garbage.
+            set("no arguments", &[]),
+            set(&format!("{key} only"), &[key]),
+            set(&format!("{key} {token} no fence"), &[key, token]),
+            set(&format!("{key} empty token"), &[key, "", "0", "soon"]),
+            set(&format!("{key} fence 0"), &[key, token, "0", "-5"]),
+            set(
+                &format!("{key} fence 2^53"),
+                &[key, token, "9007199254740992", "-1"],
+            ),
+            set(
+                &format!("{key} too many"),
+                &[key, token, &next, &later, "extra"],
+            ),
+        ]
+    });
+    fx.assert_all_refused(&cases);
+}
