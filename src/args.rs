@@ -25,12 +25,14 @@ impl ArgBytes for &str {
     }
 }
 
-/// `LOCK.ACQUIRE key ttl-ms [TOKEN token]`
+/// `LOCK.ACQUIRE key ttl-ms [TOKEN token] [WAIT timeout-ms]`
 #[derive(Debug, PartialEq, Eq)]
 pub struct AcquireArgs<'a> {
     pub ttl_ms: i64,
     /// `None`: the server draws a UUIDv4.
     pub token: Option<&'a [u8]>,
+    /// `None`: do not wait. `Some(0)`: wait without a time limit.
+    pub wait_ms: Option<i64>,
 }
 
 /// `LOCK.EXTEND key token ttl-ms`
@@ -63,6 +65,7 @@ pub fn parse_acquire<A: ArgBytes>(args: &[A]) -> Result<AcquireArgs<'_>, LockErr
     }
     let ttl_ms = parse_ttl(args[2].bytes())?;
     let mut token = None;
+    let mut wait_ms = None;
     let mut rest = args[3..].iter();
     while let Some(option) = rest.next() {
         if option.bytes().eq_ignore_ascii_case(b"TOKEN") {
@@ -71,11 +74,22 @@ pub fn parse_acquire<A: ArgBytes>(args: &[A]) -> Result<AcquireArgs<'_>, LockErr
                 return Err(LockError::SyntaxRepeatedToken);
             }
             token = Some(rules::check_token(value.bytes())?);
+        } else if option.bytes().eq_ignore_ascii_case(b"WAIT") {
+            let value = rest.next().ok_or(LockError::SyntaxMissingWait)?;
+            if wait_ms.is_some() {
+                return Err(LockError::SyntaxRepeatedWait);
+            }
+            let value = parse_i64(value.bytes()).ok_or(LockError::WaitNotInteger)?;
+            wait_ms = Some(rules::check_wait(value)?);
         } else {
             return Err(LockError::SyntaxUnknownOption);
         }
     }
-    Ok(AcquireArgs { ttl_ms, token })
+    Ok(AcquireArgs {
+        ttl_ms,
+        token,
+        wait_ms,
+    })
 }
 
 pub fn parse_extend<A: ArgBytes>(args: &[A]) -> Result<ExtendArgs<'_>, LockError> {
@@ -196,9 +210,14 @@ mod tests {
             a,
             AcquireArgs {
                 ttl_ms: 30000,
-                token: None
+                token: None,
+                wait_ms: None
             }
         );
+        let a = parse_acquire(&["LOCK.ACQUIRE", "k", "5", "wait", "0", "TOKEN", "me"]).unwrap();
+        assert_eq!((a.token, a.wait_ms), (Some(&b"me"[..]), Some(0)));
+        let a = parse_acquire(&["LOCK.ACQUIRE", "k", "5", "WAIT", "2500"]).unwrap();
+        assert_eq!(a.wait_ms, Some(2500));
         let a = parse_acquire(&["LOCK.ACQUIRE", "k", "5", "token", "me"]).unwrap();
         assert_eq!(a.token, Some(&b"me"[..]));
         let binary: [&[u8]; 5] = [b"LOCK.ACQUIRE", b"k", b"5", b"TOKEN", b"\x00\xff\r\n"];
@@ -254,6 +273,42 @@ mod tests {
             (
                 vec!["LOCK.ACQUIRE", "k", "10", "TOKEN", "a", "extra"],
                 LockError::SyntaxUnknownOption,
+            ),
+            (
+                vec!["LOCK.ACQUIRE", "k", "10", "WAIT"],
+                LockError::SyntaxMissingWait,
+            ),
+            (
+                vec!["LOCK.ACQUIRE", "k", "10", "WAIT", "1", "WAIT", "1"],
+                LockError::SyntaxRepeatedWait,
+            ),
+            (
+                vec!["LOCK.ACQUIRE", "k", "10", "WAIT", "-1"],
+                LockError::WaitNegative,
+            ),
+            (
+                vec!["LOCK.ACQUIRE", "k", "10", "WAIT", "1.5"],
+                LockError::WaitNotInteger,
+            ),
+            (
+                vec!["LOCK.ACQUIRE", "k", "10", "WAIT", "soon"],
+                LockError::WaitNotInteger,
+            ),
+            (
+                vec!["LOCK.ACQUIRE", "k", "10", "WAIT", ""],
+                LockError::WaitNotInteger,
+            ),
+            (
+                vec!["LOCK.ACQUIRE", "k", "10", "WAIT", "99999999999999999999"],
+                LockError::WaitNotInteger,
+            ),
+            (
+                vec!["LOCK.ACQUIRE", "k", "10", "WAIT", "9223372036854775807"],
+                LockError::WaitTooLarge,
+            ),
+            (
+                vec!["LOCK.ACQUIRE", "k", "10", "WAIT", "31536000001"],
+                LockError::WaitTooLarge,
             ),
         ];
         for (args, want) in cases {

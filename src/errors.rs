@@ -6,7 +6,7 @@
 
 use std::ffi::CStr;
 
-use crate::rules::{MAX_TOKEN_LEN, MAX_TTL_MS};
+use crate::rules::{MAX_TOKEN_LEN, MAX_TTL_MS, MAX_WAIT_MS};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LockError {
@@ -21,6 +21,17 @@ pub enum LockError {
     SyntaxRepeatedToken,
     /// `TOKEN` as the last argument, with no value after it.
     SyntaxMissingToken,
+    /// `WAIT` as the last argument, with no value after it.
+    SyntaxMissingWait,
+    /// `WAIT` given twice.
+    SyntaxRepeatedWait,
+    WaitNotInteger,
+    WaitNegative,
+    WaitTooLarge,
+    /// The master became a replica while the client waited.
+    WaitDemoted,
+    /// The key was overwritten with another type while the client waited.
+    WaitWrongType,
     TtlNotInteger,
     TtlNotPositive,
     TtlTooLarge,
@@ -51,6 +62,19 @@ impl LockError {
             LockError::SyntaxUnknownOption => c"ERR syntax error: unknown option",
             LockError::SyntaxRepeatedToken => c"ERR syntax error: TOKEN is given more than once",
             LockError::SyntaxMissingToken => c"ERR syntax error: TOKEN needs a value",
+            LockError::SyntaxMissingWait => c"ERR syntax error: WAIT needs a value",
+            LockError::SyntaxRepeatedWait => c"ERR syntax error: WAIT is given more than once",
+            LockError::WaitNotInteger => c"ERR timeout-ms is not an integer or out of range",
+            LockError::WaitNegative => c"ERR timeout-ms must be 0 (no limit) or greater",
+            LockError::WaitTooLarge => {
+                c"ERR timeout-ms exceeds the maximum of 31536000000 (365 days)"
+            }
+            LockError::WaitDemoted => {
+                c"READONLY this server became a replica while the client waited for the lock"
+            }
+            LockError::WaitWrongType => {
+                c"WRONGTYPE the key was overwritten with another type while the client waited"
+            }
             LockError::TtlNotInteger => c"ERR ttl-ms is not an integer or out of range",
             LockError::TtlNotPositive => c"ERR ttl-ms must be greater than 0",
             LockError::TtlTooLarge => c"ERR ttl-ms exceeds the maximum of 86400000 (24 hours)",
@@ -91,12 +115,20 @@ impl std::error::Error for LockError {}
 // The limits are spelled out in the messages; keep the two in step.
 const _: () = assert!(MAX_TTL_MS == 86_400_000);
 const _: () = assert!(MAX_TOKEN_LEN == 256);
+const _: () = assert!(MAX_WAIT_MS == 31_536_000_000);
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    const ALL: [LockError; 20] = [
+    const ALL: [LockError; 27] = [
+        LockError::SyntaxMissingWait,
+        LockError::SyntaxRepeatedWait,
+        LockError::WaitNotInteger,
+        LockError::WaitNegative,
+        LockError::WaitTooLarge,
+        LockError::WaitDemoted,
+        LockError::WaitWrongType,
         LockError::ArityAcquire,
         LockError::ArityExtend,
         LockError::ArityRelease,
@@ -123,7 +155,8 @@ mod tests {
     fn every_error_begins_with_a_code() {
         for e in ALL {
             let s = e.as_str();
-            assert!(s.starts_with("ERR ") || s.starts_with("WRONGTYPE "), "{s}");
+            let coded = ["ERR ", "WRONGTYPE ", "READONLY "];
+            assert!(coded.iter().any(|c| s.starts_with(c)), "{s}");
             assert!(!s.contains('\n') && !s.contains('\r'), "{s}");
         }
     }

@@ -9,17 +9,20 @@ pub mod effects;
 pub mod errors;
 pub mod events;
 pub mod fence;
+pub mod grant;
 pub mod lock_type;
 pub mod model;
 pub mod reply;
 pub mod rules;
 pub mod startup;
 pub mod store;
+pub mod waiting;
+pub mod waitqueue;
 
 use redis_module::{redis_module, Context, RedisResult, RedisString};
 
 use commands::{acquire, extend, info, release, run, setstate};
-use events::on_generic_event;
+use events::on_key_event;
 use lock_type::LOCK_TYPE;
 use startup::init;
 
@@ -72,6 +75,6 @@ redis_module! {
         ["lock.setstate", lock_setstate, "write fast", 1, 1, 1, ""],
     ],
     event_handlers: [
-        [@GENERIC: on_generic_event],
+        [@GENERIC @STRING @EXPIRED @EVICTED: on_key_event],
     ],
 }

@@ -54,7 +54,7 @@ impl LockTable {
         rules::check_token(token)?;
         let deadline_ms = rules::deadline_ms(now_ms, ttl_ms)?;
         let holder = self.live(key, now_ms).map(|l| l.holder_token.as_slice());
-        match rules::decide_acquire(holder, Some(token)) {
+        match rules::decide_acquire(holder, Some(token), false) {
             AcquireDecision::Refuse => Ok(None),
             AcquireDecision::Renew => {
                 let lock = self.locks.get_mut(key).ok_or(LockError::Internal)?;

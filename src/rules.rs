@@ -14,6 +14,9 @@ pub const MAX_FENCE: u64 = (1 << 53) - 1;
 /// (seconds or microseconds sent as milliseconds) than a real need.
 pub const MAX_TTL_MS: i64 = 86_400_000;
 
+/// Largest `WAIT timeout-ms`: 365 days. `0` waits without a limit.
+pub const MAX_WAIT_MS: i64 = 31_536_000_000;
+
 /// Tokens are 1 to 256 bytes, binary-safe.
 pub const MAX_TOKEN_LEN: usize = 256;
 
@@ -30,9 +33,16 @@ pub enum AcquireDecision {
 
 /// `holder` is the token of the live lock on the key, if any. `token` is the
 /// caller's, or `None` when the server is to draw a fresh one, which cannot
-/// match any holder.
-pub fn decide_acquire(holder: Option<&[u8]>, token: Option<&[u8]>) -> AcquireDecision {
+/// match any holder. `others_waiting` is true when clients are queued for the
+/// key: a free key then goes to the head of the queue, never to a newcomer (no
+/// barging), while the holder may still renew.
+pub fn decide_acquire(
+    holder: Option<&[u8]>,
+    token: Option<&[u8]>,
+    others_waiting: bool,
+) -> AcquireDecision {
     match holder {
+        None if others_waiting => AcquireDecision::Refuse,
         None => AcquireDecision::Grant,
         Some(h) if Some(h) == token => AcquireDecision::Renew,
         Some(_) => AcquireDecision::Refuse,
@@ -76,6 +86,17 @@ pub fn check_ttl(ttl_ms: i64) -> Result<i64, LockError> {
     }
 }
 
+/// A WAIT timeout must be in `0..=MAX_WAIT_MS`; 0 means no limit.
+pub fn check_wait(wait_ms: i64) -> Result<i64, LockError> {
+    if wait_ms < 0 {
+        Err(LockError::WaitNegative)
+    } else if wait_ms > MAX_WAIT_MS {
+        Err(LockError::WaitTooLarge)
+    } else {
+        Ok(wait_ms)
+    }
+}
+
 pub fn check_token(token: &[u8]) -> Result<&[u8], LockError> {
     if token.is_empty() || token.len() > MAX_TOKEN_LEN {
         Err(LockError::TokenLength)
@@ -98,21 +119,29 @@ mod tests {
 
     #[test]
     fn free_key_is_granted_own_token_renews_foreign_token_is_refused() {
-        assert_eq!(decide_acquire(None, Some(b"a")), AcquireDecision::Grant);
-        assert_eq!(decide_acquire(None, None), AcquireDecision::Grant);
+        assert_eq!(decide_acquire(None, Some(b"a"), false), AcquireDecision::Grant);
+        assert_eq!(decide_acquire(None, None, false), AcquireDecision::Grant);
         assert_eq!(
-            decide_acquire(Some(b"a"), Some(b"a")),
+            decide_acquire(Some(b"a"), Some(b"a"), false),
             AcquireDecision::Renew
         );
         assert_eq!(
-            decide_acquire(Some(b"a"), Some(b"b")),
+            decide_acquire(Some(b"a"), Some(b"b"), false),
             AcquireDecision::Refuse
         );
         assert_eq!(
-            decide_acquire(Some(b"a"), Some(b"a ")),
+            decide_acquire(Some(b"a"), Some(b"a "), false),
             AcquireDecision::Refuse
         );
-        assert_eq!(decide_acquire(Some(b"a"), None), AcquireDecision::Refuse);
+        assert_eq!(decide_acquire(Some(b"a"), None, false), AcquireDecision::Refuse);
+    }
+
+    #[test]
+    fn a_free_key_with_waiters_is_not_granted_to_a_newcomer_but_the_holder_renews() {
+        assert_eq!(decide_acquire(None, Some(b"a"), true), AcquireDecision::Refuse);
+        assert_eq!(decide_acquire(None, None, true), AcquireDecision::Refuse);
+        assert_eq!(decide_acquire(Some(b"a"), Some(b"a"), true), AcquireDecision::Renew);
+        assert_eq!(decide_acquire(Some(b"a"), Some(b"b"), true), AcquireDecision::Refuse);
     }
 
     #[test]

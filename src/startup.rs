@@ -30,6 +30,9 @@ pub fn init(ctx: &Context, _args: &[RedisString]) -> Status {
         ModuleOptions::HANDLE_IO_ERRORS | ModuleOptions::NO_IMPLICIT_SIGNAL_MODIFIED,
     );
 
+    // Flushes free keys that clients wait for; a demotion ends every wait.
+    crate::waiting::subscribe_server_events(ctx);
+
     // A panic is a bug. Commands catch it (see `commands::run`) so it never
     // unwinds into Redis; this hook makes sure it is in the server log.
     std::panic::set_hook(Box::new(|panic| {

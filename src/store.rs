@@ -110,6 +110,20 @@ impl Drop for LockKey {
     }
 }
 
+/// The database the context works in.
+pub fn selected_db(ctx: &Context) -> i32 {
+    unsafe { raw::RedisModule_GetSelectedDb.map_or(0, |f| f(ctx.get_raw())) }
+}
+
+/// Make the context work in `db` (timers and events start in another one).
+pub fn select_db(ctx: &Context, db: i32) {
+    unsafe {
+        if let Some(select) = raw::RedisModule_SelectDb {
+            select(ctx.get_raw(), db);
+        }
+    }
+}
+
 /// The server's clock in unix ms, as Redis reads it for expiry.
 pub fn now_ms() -> i64 {
     unsafe { raw::RedisModule_Milliseconds.map_or(0, |f| f()) }

@@ -1,27 +1,45 @@
-//! `LOCK.ACQUIRE key ttl-ms [TOKEN token]` → `[token, fence]`, or null when
-//! another token holds the key.
+//! `LOCK.ACQUIRE key ttl-ms [TOKEN token] [WAIT timeout-ms]` → `[token, fence]`,
+//! or null when the key is busy (another holder, or others queued before the
+//! caller). With `WAIT`, a busy key queues the caller instead (see
+//! [`crate::waiting`]).
 
-use redis_module::{Context, RedisString};
+use redis_module::{Context, ContextFlags, RedisString};
 
 use crate::args::parse_acquire;
 use crate::errors::LockError;
-use crate::lock_type::Lock;
+use crate::grant::{draw_token, grant, UUID_LEN};
 use crate::rules::{self, AcquireDecision};
 use crate::store::{self, LockKey};
-use crate::{effects, fence, reply};
-
-/// Length of a hyphenated UUID.
-const UUID_LEN: usize = 36;
+use crate::{effects, reply, waiting};
 
 pub fn run(ctx: &Context, args: &[RedisString]) -> Result<(), LockError> {
     let parsed = parse_acquire(args)?;
     let name = &args[1];
-    let deadline_ms = rules::deadline_ms(store::now_ms(), parsed.ttl_ms)?;
+    let now_ms = store::now_ms();
+    let deadline_ms = rules::deadline_ms(now_ms, parsed.ttl_ms)?;
+    let db = store::selected_db(ctx);
 
     let key = LockKey::open_write(ctx, name);
     let held = key.lock()?;
-    match rules::decide_acquire(held.map(|l| &*l.holder_token), parsed.token) {
-        AcquireDecision::Refuse => reply::null(ctx),
+    let others_waiting = waiting::waiters(db, name.as_slice()) > 0;
+    match rules::decide_acquire(
+        held.map(|l| &*l.holder_token),
+        parsed.token,
+        others_waiting,
+    ) {
+        AcquireDecision::Refuse => match parsed.wait_ms {
+            Some(wait_ms) if can_block(ctx) => {
+                let lease_end = if held.is_some() { key.deadline() } else { Some(now_ms) };
+                drop(key);
+                waiting::block(ctx, db, name.as_slice(), parsed.token, parsed.ttl_ms, wait_ms)?;
+                // Make sure someone hands the key over: at the holder's
+                // deadline, or now if it is free and only queued for.
+                if let Some(at) = lease_end {
+                    waiting::wake_at(ctx, db, name.as_slice(), at);
+                }
+            }
+            _ => reply::null(ctx),
+        },
         AcquireDecision::Renew => {
             let fence = held.map_or(0, |l| l.fence);
             key.set_deadline(Some(deadline_ms));
@@ -35,21 +53,16 @@ pub fn run(ctx: &Context, args: &[RedisString]) -> Result<(), LockError> {
                 Some(token) => token,
                 None => draw_token(&mut drawn),
             };
-            let fence = fence::issue().ok_or(LockError::FenceExhausted)?;
-            key.set(Lock {
-                fence,
-                holder_token: token.into(),
-            })?;
-            key.set_deadline(Some(deadline_ms));
-            effects::granted(ctx, name, token, fence, deadline_ms);
+            let fence = grant(ctx, &key, name, token, deadline_ms)?;
             reply::grant(ctx, token, fence);
         }
     }
     Ok(())
 }
 
-/// A random UUIDv4 in lowercase hyphenated form, written into `buffer`.
-fn draw_token(buffer: &mut [u8; UUID_LEN]) -> &[u8] {
-    let uuid = uuid::Builder::from_random_bytes(rand::random()).into_uuid();
-    uuid.hyphenated().encode_lower(buffer).as_bytes()
+/// MULTI/EXEC, Lua and other contexts that must not block: there, WAIT
+/// behaves as if absent.
+fn can_block(ctx: &Context) -> bool {
+    !ctx.get_flags()
+        .intersects(ContextFlags::MULTI | ContextFlags::LUA | ContextFlags::DENY_BLOCKING)
 }

@@ -6,7 +6,7 @@ use redis_module::{Context, RedisString};
 
 use crate::args::parse_info;
 use crate::errors::LockError;
-use crate::reply;
+use crate::{reply, waiting};
 use crate::store::{self, LockKey};
 
 pub fn run(ctx: &Context, args: &[RedisString]) -> Result<(), LockError> {
@@ -24,8 +24,10 @@ pub fn run(ctx: &Context, args: &[RedisString]) -> Result<(), LockError> {
             (c"fence", lock.fence as i64),
             (c"ttl", ttl),
             (c"deadline", deadline.unwrap_or(-1)),
-            // The wait queue does not exist yet: nobody ever waits.
-            (c"waiters", 0),
+            (
+                c"waiters",
+                waiting::waiters(store::selected_db(ctx), args[1].as_slice()) as i64,
+            ),
         ],
     );
     Ok(())

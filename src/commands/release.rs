@@ -1,13 +1,13 @@
 //! `LOCK.RELEASE key token` → 1 when `token` held the key and the lock is now
-//! gone; 0 otherwise, with nothing changed.
+//! gone (or handed to the first waiter); 0 otherwise, with nothing changed.
 
 use redis_module::{Context, RedisString};
 
 use crate::args::parse_release;
 use crate::errors::LockError;
 use crate::rules;
-use crate::store::LockKey;
-use crate::{effects, reply};
+use crate::store::{self, LockKey};
+use crate::{effects, reply, waiting};
 
 pub fn run(ctx: &Context, args: &[RedisString]) -> Result<(), LockError> {
     let parsed = parse_release(args)?;
@@ -15,12 +15,19 @@ pub fn run(ctx: &Context, args: &[RedisString]) -> Result<(), LockError> {
 
     let key = LockKey::open_write(ctx, name);
     let held = key.lock()?;
-    if rules::is_holder(held.map(|l| &*l.holder_token), parsed.token) {
-        key.delete();
-        effects::released(ctx, name);
-        reply::integer(ctx, 1);
-    } else {
+    if !rules::is_holder(held.map(|l| &*l.holder_token), parsed.token) {
         reply::integer(ctx, 0);
+        return Ok(());
     }
+    key.delete();
+    drop(key);
+    effects::released(ctx, name);
+    // Within this command: the next holder's grant replicates right after
+    // the release, and the key is never free while someone waits.
+    let db = store::selected_db(ctx);
+    if waiting::waiters(db, name.as_slice()) > 0 {
+        waiting::hand_off(ctx, db, name.as_slice());
+    }
+    reply::integer(ctx, 1);
     Ok(())
 }

@@ -1,0 +1,471 @@
+//! Blocking acquire: `LOCK.ACQUIRE … WAIT timeout-ms` queues a client per key,
+//! in arrival order, and the server hands the lock to the head of the queue as
+//! soon as the key is free.
+//!
+//! Module-wide state: the queues ([`WaitQueues`]) and, per key with waiters,
+//! at most one timer. Everything here runs on Redis' main thread (commands,
+//! timers, keyspace and server events, blocked-client callbacks), so the
+//! state is a thread-local, and no borrow of it is ever held across a call
+//! into Redis that could call back into the module.
+//!
+//! Who hands the key over, and when:
+//! - `LOCK.RELEASE` of a key with waiters, inside the command ([`hand_off`]);
+//! - expiry: a timer armed at the holder's deadline (re-armed when the lease
+//!   was extended meanwhile);
+//! - `DEL`, `UNLINK`, `RENAME`, eviction, lazy expiry or an overwrite of a key
+//!   with waiters, and `FLUSHALL`/`FLUSHDB`: a keyspace or server event arms a
+//!   timer due now, because a key may not be written from inside an event;
+//! - a waiter that disconnects after being granted, before its reply: a timer
+//!   due now gives the lock back and hands it on ([`reclaim`]).
+//!
+//! Every blocked client is unblocked exactly once: with a grant or an error
+//! (`RedisModule_UnblockClient` with an [`Outcome`]), or with nothing after a
+//! timeout or a disconnect, once it has left the queue.
+
+use std::cell::RefCell;
+use std::ffi::c_void;
+use std::os::raw::{c_int, c_longlong};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use redis_module::{raw, Context, ContextFlags};
+
+use crate::errors::LockError;
+use crate::grant::{draw_token, grant, UUID_LEN};
+use crate::rules;
+use crate::store::{self, LockKey};
+use crate::waitqueue::{WaitQueues, WaiterId};
+use crate::{effects, reply};
+
+struct Waiter {
+    blocked: *mut raw::RedisModuleBlockedClient,
+    /// `None`: draw a UUIDv4 at grant time.
+    token: Option<Box<[u8]>>,
+    /// The lease starts at the grant, not at the request.
+    ttl_ms: i64,
+}
+
+/// What a blocked client is unblocked with (its private data).
+enum Outcome {
+    Granted {
+        db: i32,
+        key: Box<[u8]>,
+        token: Box<[u8]>,
+        fence: u64,
+    },
+    Failed(LockError),
+}
+
+/// What a timer is for.
+enum Wake {
+    /// See whether `key` can be handed to its first waiter.
+    HandOff { db: i32, key: Box<[u8]> },
+    /// Take the lock back from a waiter that disconnected after its grant.
+    Reclaim {
+        db: i32,
+        key: Box<[u8]>,
+        token: Box<[u8]>,
+        fence: u64,
+    },
+}
+
+thread_local! {
+    static QUEUES: RefCell<WaitQueues<Waiter>> = RefCell::new(WaitQueues::new());
+}
+
+fn with_queues<T>(f: impl FnOnce(&mut WaitQueues<Waiter>) -> T) -> T {
+    QUEUES.with(|q| f(&mut q.borrow_mut()))
+}
+
+/// Clients waiting for `key` in `db`. Cheap when nobody waits anywhere.
+pub fn waiters(db: i32, key: &[u8]) -> usize {
+    with_queues(|q| q.len(db, key))
+}
+
+/// Block the calling client at the tail of `key`'s queue for at most
+/// `wait_ms` (0: no limit).
+pub fn block(
+    ctx: &Context,
+    db: i32,
+    key: &[u8],
+    token: Option<&[u8]>,
+    ttl_ms: i64,
+    wait_ms: i64,
+) -> Result<(), LockError> {
+    let blocked = unsafe {
+        match raw::RedisModule_BlockClient {
+            Some(block) => block(
+                ctx.get_raw(),
+                Some(on_unblocked),
+                Some(on_timeout),
+                Some(free_outcome),
+                wait_ms as c_longlong,
+            ),
+            None => std::ptr::null_mut(),
+        }
+    };
+    if blocked.is_null() {
+        return Err(LockError::Internal);
+    }
+    unsafe {
+        if let Some(set) = raw::RedisModule_SetDisconnectCallback {
+            set(blocked, Some(on_disconnect));
+        }
+    }
+    let waiter = Waiter {
+        blocked,
+        token: token.map(Into::into),
+        ttl_ms,
+    };
+    with_queues(|q| q.push(db, key, blocked as WaiterId, waiter));
+    Ok(())
+}
+
+/// Hand `key` to the head of its queue if the key is free; when a live lock
+/// holds it, make sure a timer looks again at its deadline. Only a master
+/// hands over; a replica receives the result.
+pub fn hand_off(ctx: &Context, db: i32, key: &[u8]) {
+    if waiters(db, key) == 0 || !ctx.get_flags().contains(ContextFlags::MASTER) {
+        return;
+    }
+    let name = ctx.create_string(key);
+    let lock_key = LockKey::open_write(ctx, &name);
+    let held = match lock_key.lock() {
+        Ok(held) => held.is_some(),
+        Err(_) => {
+            // Overwritten with another type: nobody can get it.
+            drop(lock_key);
+            fail_waiters_of(db, key, LockError::WaitWrongType);
+            return;
+        }
+    };
+    if held {
+        if let Some(deadline) = lock_key.deadline() {
+            drop(lock_key);
+            wake_at(ctx, db, key, deadline);
+        }
+        return;
+    }
+    loop {
+        let Some((_, waiter)) = with_queues(|q| q.pop_front(db, key)) else {
+            return;
+        };
+        let granted_at = store::now_ms();
+        let mut drawn = [0u8; UUID_LEN];
+        let token: &[u8] = match &waiter.token {
+            Some(token) => token,
+            None => draw_token(&mut drawn),
+        };
+        let outcome = rules::deadline_ms(granted_at, waiter.ttl_ms).and_then(|deadline| {
+            grant(ctx, &lock_key, &name, token, deadline).map(|fence| (fence, deadline))
+        });
+        match outcome {
+            Ok((fence, deadline)) => {
+                unblock(
+                    waiter.blocked,
+                    Outcome::Granted {
+                        db,
+                        key: key.into(),
+                        token: token.into(),
+                        fence,
+                    },
+                );
+                if waiters(db, key) > 0 {
+                    drop(lock_key);
+                    wake_at(ctx, db, key, deadline);
+                }
+                return;
+            }
+            // This waiter cannot be granted (fences exhausted): tell it, and
+            // try the next one.
+            Err(error) => unblock(waiter.blocked, Outcome::Failed(error)),
+        }
+    }
+}
+
+/// Arm `key`'s timer to hand it over at `at_ms` (unix ms) at the latest.
+/// A lease ends once the clock passes its deadline, so a deadline is
+/// looked at 1 ms after it.
+pub fn wake_at(ctx: &Context, db: i32, key: &[u8], deadline_ms: i64) {
+    if waiters(db, key) == 0 {
+        return;
+    }
+    let due = deadline_ms.saturating_add(1);
+    let armed = with_queues(|q| q.timer(db, key));
+    if armed.is_some_and(|(_, at)| at <= due) {
+        return;
+    }
+    if let Some((timer, _)) = armed {
+        stop_timer(ctx, timer);
+    }
+    let timer = start_timer(
+        ctx,
+        due - store::now_ms(),
+        Wake::HandOff {
+            db,
+            key: key.into(),
+        },
+    );
+    with_queues(|q| q.set_timer(db, key, Some((timer, due))));
+}
+
+/// A keyspace event (generic, string, expired, evicted) on a key: if clients
+/// wait for it, it may just have become free, so look at it now. Runs inside
+/// the event, so it only arms a timer.
+pub fn on_key_event(ctx: &Context, key: &[u8]) {
+    if with_queues(|q| q.total()) == 0 {
+        return;
+    }
+    let db = store::selected_db(ctx);
+    wake_at(ctx, db, key, store::now_ms() - 1);
+}
+
+/// Server events: a flush frees every key; a demotion ends every wait.
+pub fn subscribe_server_events(ctx: &Context) {
+    for (id, callback) in [
+        (
+            raw::REDISMODULE_EVENT_FLUSHDB,
+            on_flush as unsafe extern "C" fn(_, _, _, _),
+        ),
+        (raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED, on_role_changed),
+    ] {
+        unsafe {
+            if let Some(subscribe) = raw::RedisModule_SubscribeToServerEvent {
+                subscribe(
+                    ctx.get_raw(),
+                    raw::RedisModuleEvent { id, dataver: 1 },
+                    Some(callback),
+                );
+            }
+        }
+    }
+}
+
+unsafe extern "C" fn on_flush(
+    ctx: *mut raw::RedisModuleCtx,
+    _event: raw::RedisModuleEvent,
+    subevent: u64,
+    data: *mut c_void,
+) {
+    guarded(|| {
+        if subevent != raw::REDISMODULE_SUBEVENT_FLUSHDB_END || data.is_null() {
+            return;
+        }
+        let flushed = unsafe { &*data.cast::<raw::RedisModuleFlushInfo>() };
+        let db = (flushed.dbnum >= 0).then_some(flushed.dbnum);
+        let ctx = Context::new(ctx);
+        for (db, key) in with_queues(|q| q.keys_with_waiters(db)) {
+            store::select_db(&ctx, db);
+            wake_at(&ctx, db, &key, store::now_ms() - 1);
+        }
+    });
+}
+
+unsafe extern "C" fn on_role_changed(
+    ctx: *mut raw::RedisModuleCtx,
+    _event: raw::RedisModuleEvent,
+    subevent: u64,
+    _data: *mut c_void,
+) {
+    guarded(|| {
+        if subevent != raw::REDISMODULE_EVENT_REPLROLECHANGED_NOW_REPLICA {
+            return;
+        }
+        let ctx = Context::new(ctx);
+        let (waiters, timers) = with_queues(|q| q.drain());
+        for timer in timers {
+            stop_timer(&ctx, timer);
+        }
+        for waiter in waiters {
+            unblock(waiter.blocked, Outcome::Failed(LockError::WaitDemoted));
+        }
+    });
+}
+
+fn fail_waiters_of(db: i32, key: &[u8], error: LockError) {
+    while let Some((_, waiter)) = with_queues(|q| q.pop_front(db, key)) {
+        unblock(waiter.blocked, Outcome::Failed(error));
+    }
+}
+
+/// A waiter that disconnected between its grant and its reply would strand
+/// the lock: give it back if it still holds it, and hand it on.
+fn reclaim(ctx: &Context, db: i32, key: &[u8], token: &[u8], fence: u64) {
+    if !ctx.get_flags().contains(ContextFlags::MASTER) {
+        return;
+    }
+    store::select_db(ctx, db);
+    let name = ctx.create_string(key);
+    let lock_key = LockKey::open_write(ctx, &name);
+    let still_held = matches!(
+        lock_key.lock(),
+        Ok(Some(lock)) if lock.fence == fence && &*lock.holder_token == token
+    );
+    if still_held {
+        lock_key.delete();
+        drop(lock_key);
+        effects::released(ctx, &name);
+        hand_off(ctx, db, key);
+    }
+}
+
+fn unblock(blocked: *mut raw::RedisModuleBlockedClient, outcome: Outcome) {
+    let data = Box::into_raw(Box::new(outcome)).cast::<c_void>();
+    unsafe {
+        if let Some(unblock) = raw::RedisModule_UnblockClient {
+            unblock(blocked, data);
+        }
+    }
+}
+
+/// The blocked client's reply, once [`unblock`] gave it an outcome.
+unsafe extern "C" fn on_unblocked(
+    ctx: *mut raw::RedisModuleCtx,
+    _argv: *mut *mut raw::RedisModuleString,
+    _argc: c_int,
+) -> c_int {
+    guarded(|| reply_outcome(&Context::new(ctx)));
+    raw::Status::Ok as c_int
+}
+
+/// Reply with the outcome the client was unblocked with; false if it has none.
+fn reply_outcome(ctx: &Context) -> bool {
+    let data = unsafe {
+        raw::RedisModule_GetBlockedClientPrivateData.map_or(std::ptr::null_mut(), |f| {
+            f(ctx.get_raw())
+        })
+    };
+    match unsafe { data.cast::<Outcome>().as_ref() } {
+        Some(Outcome::Granted { token, fence, .. }) => reply::grant(ctx, token, *fence),
+        Some(Outcome::Failed(error)) => reply::error(ctx, *error),
+        None => return false,
+    }
+    true
+}
+
+/// The wait ran out: leave the queue and reply null. (If the grant came in
+/// the same instant, reply with it instead.)
+unsafe extern "C" fn on_timeout(
+    ctx: *mut raw::RedisModuleCtx,
+    _argv: *mut *mut raw::RedisModuleString,
+    _argc: c_int,
+) -> c_int {
+    guarded(|| {
+        let ctx = Context::new(ctx);
+        if reply_outcome(&ctx) {
+            return;
+        }
+        let blocked = unsafe {
+            raw::RedisModule_GetBlockedClientHandle
+                .map_or(std::ptr::null_mut(), |f| f(ctx.get_raw()))
+        };
+        reply::null(&ctx);
+        if with_queues(|q| q.remove(blocked as WaiterId)).is_some() {
+            unsafe {
+                if let Some(unblock) = raw::RedisModule_UnblockClient {
+                    unblock(blocked, std::ptr::null_mut());
+                }
+            }
+        }
+    });
+    raw::Status::Ok as c_int
+}
+
+/// The waiting connection closed: leave the queue; if it was granted in the
+/// meantime, take the lock back.
+unsafe extern "C" fn on_disconnect(
+    ctx: *mut raw::RedisModuleCtx,
+    blocked: *mut raw::RedisModuleBlockedClient,
+) {
+    guarded(|| {
+        let ctx = Context::new(ctx);
+        let data = unsafe {
+            raw::RedisModule_GetBlockedClientPrivateData.map_or(std::ptr::null_mut(), |f| {
+                f(ctx.get_raw())
+            })
+        };
+        if let Some(Outcome::Granted {
+            db,
+            key,
+            token,
+            fence,
+        }) = unsafe { data.cast::<Outcome>().as_ref() }
+        {
+            start_timer(
+                &ctx,
+                0,
+                Wake::Reclaim {
+                    db: *db,
+                    key: key.clone(),
+                    token: token.clone(),
+                    fence: *fence,
+                },
+            );
+            return;
+        }
+        if with_queues(|q| q.remove(blocked as WaiterId)).is_some() {
+            unsafe {
+                if let Some(unblock) = raw::RedisModule_UnblockClient {
+                    unblock(blocked, std::ptr::null_mut());
+                }
+            }
+        }
+    });
+}
+
+unsafe extern "C" fn free_outcome(_ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
+    if !data.is_null() {
+        drop(Box::from_raw(data.cast::<Outcome>()));
+    }
+}
+
+fn start_timer(ctx: &Context, delay_ms: i64, wake: Wake) -> u64 {
+    let data = Box::into_raw(Box::new(wake)).cast::<c_void>();
+    unsafe {
+        match raw::RedisModule_CreateTimer {
+            Some(create) => create(ctx.get_raw(), delay_ms.max(0), Some(on_timer), data),
+            None => {
+                drop(Box::from_raw(data.cast::<Wake>()));
+                0
+            }
+        }
+    }
+}
+
+fn stop_timer(ctx: &Context, timer: u64) {
+    let mut data: *mut c_void = std::ptr::null_mut();
+    unsafe {
+        if let Some(stop) = raw::RedisModule_StopTimer {
+            if stop(ctx.get_raw(), timer, &mut data) == raw::Status::Ok as c_int && !data.is_null()
+            {
+                drop(Box::from_raw(data.cast::<Wake>()));
+            }
+        }
+    }
+}
+
+unsafe extern "C" fn on_timer(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
+    let wake = Box::from_raw(data.cast::<Wake>());
+    guarded(|| {
+        let ctx = Context::new(ctx);
+        match *wake {
+            Wake::HandOff { db, key } => {
+                with_queues(|q| q.set_timer(db, &key, None));
+                store::select_db(&ctx, db);
+                hand_off(&ctx, db, &key);
+                with_queues(|q| q.forget_if_idle(db, &key));
+            }
+            Wake::Reclaim {
+                db,
+                key,
+                token,
+                fence,
+            } => reclaim(&ctx, db, &key, &token, fence),
+        }
+    });
+}
+
+/// Run a callback so that a panic (a bug) is logged by the hook and stops
+/// here, never unwinding into Redis.
+fn guarded<T>(f: impl FnOnce() -> T) -> Option<T> {
+    catch_unwind(AssertUnwindSafe(f)).ok()
+}

@@ -1,0 +1,212 @@
+//! Per-key FIFO queues of clients waiting for a lock (`LOCK.ACQUIRE … WAIT`),
+//! with no Redis types: the module stores its blocked-client handles in it,
+//! the unit tests plain values.
+//!
+//! A key is `(db, name)`. Looking a key up never allocates, so the hot path
+//! (an ACQUIRE asking whether anyone waits) stays cheap; only a key that gets
+//! its first waiter copies its name.
+
+use std::collections::{HashMap, VecDeque};
+
+/// Caller-chosen, unique among live waiters (the module uses the blocked
+/// client's address).
+pub type WaiterId = u64;
+
+#[derive(Debug)]
+struct KeyQueue<W> {
+    waiters: VecDeque<(WaiterId, W)>,
+    /// The timer armed for this key, with the unix ms it is due at.
+    timer: Option<(u64, i64)>,
+}
+
+#[derive(Debug)]
+pub struct WaitQueues<W> {
+    by_db: HashMap<i32, HashMap<Box<[u8]>, KeyQueue<W>>>,
+    /// Where each waiter is queued, to remove it on timeout or disconnect.
+    index: HashMap<WaiterId, (i32, Box<[u8]>)>,
+}
+
+impl<W> Default for WaitQueues<W> {
+    fn default() -> Self {
+        Self {
+            by_db: HashMap::new(),
+            index: HashMap::new(),
+        }
+    }
+}
+
+impl<W> WaitQueues<W> {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Waiters on all keys.
+    pub fn total(&self) -> usize {
+        self.index.len()
+    }
+
+    /// Waiters on one key.
+    pub fn len(&self, db: i32, key: &[u8]) -> usize {
+        if self.index.is_empty() {
+            return 0;
+        }
+        self.queue(db, key).map_or(0, |q| q.waiters.len())
+    }
+
+    pub fn is_queued(&self, id: WaiterId) -> bool {
+        self.index.contains_key(&id)
+    }
+
+    /// Add a waiter at the tail of `key`'s queue.
+    pub fn push(&mut self, db: i32, key: &[u8], id: WaiterId, waiter: W) {
+        let queue = self
+            .by_db
+            .entry(db)
+            .or_default()
+            .entry(key.into())
+            .or_insert_with(|| KeyQueue {
+                waiters: VecDeque::new(),
+                timer: None,
+            });
+        queue.waiters.push_back((id, waiter));
+        self.index.insert(id, (db, key.into()));
+    }
+
+    /// Take the head of `key`'s queue.
+    pub fn pop_front(&mut self, db: i32, key: &[u8]) -> Option<(WaiterId, W)> {
+        let queue = self.by_db.get_mut(&db)?.get_mut(key)?;
+        let (id, waiter) = queue.waiters.pop_front()?;
+        self.index.remove(&id);
+        Some((id, waiter))
+    }
+
+    /// Take a waiter out of its queue, wherever it is.
+    pub fn remove(&mut self, id: WaiterId) -> Option<W> {
+        let (db, key) = self.index.remove(&id)?;
+        let queue = self.by_db.get_mut(&db)?.get_mut(&key)?;
+        let at = queue.waiters.iter().position(|(w, _)| *w == id)?;
+        queue.waiters.remove(at).map(|(_, w)| w)
+    }
+
+    /// The timer armed for `key`, if any: `(timer id, due unix ms)`.
+    pub fn timer(&self, db: i32, key: &[u8]) -> Option<(u64, i64)> {
+        self.queue(db, key)?.timer
+    }
+
+    /// Record the timer armed for `key` (or none). Ignored when the key has no
+    /// queue entry.
+    pub fn set_timer(&mut self, db: i32, key: &[u8], timer: Option<(u64, i64)>) {
+        if let Some(queue) = self.by_db.get_mut(&db).and_then(|k| k.get_mut(key)) {
+            queue.timer = timer;
+        }
+    }
+
+    /// Forget `key` if nobody waits on it and no timer is armed for it.
+    pub fn forget_if_idle(&mut self, db: i32, key: &[u8]) {
+        if let Some(keys) = self.by_db.get_mut(&db) {
+            if keys
+                .get(key)
+                .is_some_and(|q| q.waiters.is_empty() && q.timer.is_none())
+            {
+                keys.remove(key);
+            }
+            if keys.is_empty() {
+                self.by_db.remove(&db);
+            }
+        }
+    }
+
+    /// The keys that have waiters in `db` (every db when `db` is `None`).
+    pub fn keys_with_waiters(&self, db: Option<i32>) -> Vec<(i32, Box<[u8]>)> {
+        self.by_db
+            .iter()
+            .filter(|(d, _)| db.is_none_or(|want| want == **d))
+            .flat_map(|(d, keys)| {
+                keys.iter()
+                    .filter(|(_, q)| !q.waiters.is_empty())
+                    .map(move |(k, _)| (*d, k.clone()))
+            })
+            .collect()
+    }
+
+    /// Take every waiter of every key, and every armed timer.
+    pub fn drain(&mut self) -> (Vec<W>, Vec<u64>) {
+        let mut waiters = Vec::new();
+        let mut timers = Vec::new();
+        for (_, keys) in self.by_db.drain() {
+            for (_, queue) in keys {
+                waiters.extend(queue.waiters.into_iter().map(|(_, w)| w));
+                timers.extend(queue.timer.map(|(t, _)| t));
+            }
+        }
+        self.index.clear();
+        (waiters, timers)
+    }
+
+    fn queue(&self, db: i32, key: &[u8]) -> Option<&KeyQueue<W>> {
+        self.by_db.get(&db)?.get(key)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn waiters_come_out_in_arrival_order_per_key() {
+        let mut q = WaitQueues::new();
+        for id in 1..=5 {
+            q.push(0, b"k", id, id * 10);
+        }
+        q.push(0, b"other", 99, 990);
+        q.push(1, b"k", 7, 70);
+        assert_eq!((q.len(0, b"k"), q.len(0, b"other"), q.len(1, b"k")), (5, 1, 1));
+        assert_eq!(q.total(), 7);
+        let order: Vec<u64> = std::iter::from_fn(|| q.pop_front(0, b"k").map(|(id, _)| id)).collect();
+        assert_eq!(order, vec![1, 2, 3, 4, 5]);
+        assert_eq!(q.len(0, b"k"), 0);
+        assert_eq!(q.total(), 2);
+    }
+
+    #[test]
+    fn a_waiter_leaves_from_the_middle_and_the_order_holds() {
+        let mut q = WaitQueues::new();
+        for id in 1..=4 {
+            q.push(0, b"k", id, ());
+        }
+        assert_eq!(q.remove(2), Some(()));
+        assert_eq!(q.remove(2), None);
+        assert!(!q.is_queued(2) && q.is_queued(3));
+        assert_eq!(q.pop_front(0, b"k").map(|w| w.0), Some(1));
+        assert_eq!(q.pop_front(0, b"k").map(|w| w.0), Some(3));
+        assert_eq!(q.len(0, b"k"), 1);
+    }
+
+    #[test]
+    fn idle_keys_are_forgotten_but_not_while_a_timer_is_armed() {
+        let mut q: WaitQueues<()> = WaitQueues::new();
+        q.push(0, b"k", 1, ());
+        q.set_timer(0, b"k", Some((42, 1_000)));
+        q.pop_front(0, b"k");
+        q.forget_if_idle(0, b"k");
+        assert_eq!(q.timer(0, b"k"), Some((42, 1_000)));
+        q.set_timer(0, b"k", None);
+        q.forget_if_idle(0, b"k");
+        assert_eq!(q.timer(0, b"k"), None);
+        assert!(q.keys_with_waiters(None).is_empty());
+    }
+
+    #[test]
+    fn keys_with_waiters_by_db_and_drain() {
+        let mut q = WaitQueues::new();
+        q.push(0, b"a", 1, 'a');
+        q.push(2, b"b", 2, 'b');
+        q.set_timer(2, b"b", Some((5, 10)));
+        assert_eq!(q.keys_with_waiters(Some(2)), vec![(2, b"b"[..].into())]);
+        assert_eq!(q.keys_with_waiters(None).len(), 2);
+        let (mut waiters, timers) = q.drain();
+        waiters.sort();
+        assert_eq!((waiters, timers), (vec!['a', 'b'], vec![5]));
+        assert_eq!(q.total(), 0);
+    }
+}
