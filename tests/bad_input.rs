@@ -47,8 +47,7 @@ impl Fixture {
         let server = Server::start();
         let mut con = server.conn();
         acquire(&mut con, HELD, 600_000, Some(HOLDER)).unwrap();
-        let info = info(&mut con, HELD).unwrap();
-        let held = (info["fence"], info["deadline"]);
+        let held = fence_and_deadline(&mut con, HELD);
         Fixture {
             _server: server,
             con,
@@ -60,7 +59,7 @@ impl Fixture {
     fn assert_refused(&mut self, (name, args, want): &Case) {
         let con = &mut self.con;
         let digest_before = digest(con);
-        let size_before: i64 = redis::cmd("DBSIZE").query(con).unwrap();
+        let size_before = dbsize(con);
 
         let mut cmd = redis::cmd(&args[0]);
         for arg in &args[1..] {
@@ -74,16 +73,14 @@ impl Fixture {
         assert_eq!(&err, want, "{name}");
 
         assert_eq!(digest(con), digest_before, "{name}: keyspace changed");
-        let size: i64 = redis::cmd("DBSIZE").query(con).unwrap();
-        assert_eq!(size, size_before, "{name}: DBSIZE changed");
+        assert_eq!(dbsize(con), size_before, "{name}: DBSIZE changed");
         let info = info(con, HELD).unwrap_or_else(|| panic!("{name}: held lock gone"));
         assert_eq!(
             (info["fence"], info["deadline"]),
             self.held,
             "{name}: held lock's fence or deadline changed"
         );
-        let free: i64 = redis::cmd("EXISTS").arg(FREE).query(con).unwrap();
-        assert_eq!(free, 0, "{name}: free key was created");
+        assert!(!exists(con, FREE), "{name}: free key was created");
     }
 
     fn assert_all_refused(&mut self, cases: &[Case]) {

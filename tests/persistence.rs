@@ -2,6 +2,7 @@
 //! corrupt RESTORE payloads, one behaviour per test, against a real server.
 
 mod common;
+use common::payload::*;
 use common::*;
 
 use std::collections::HashMap;
@@ -10,51 +11,6 @@ use std::thread::sleep;
 use std::time::Duration;
 
 use rand::{rngs::StdRng, Rng, SeedableRng};
-
-/// 2^53 - 1, the largest fence.
-const MAX_FENCE: u64 = (1 << 53) - 1;
-
-/// Fence and absolute deadline of a held lock, as LOCK.INFO shows them.
-fn fence_and_deadline(con: &mut Connection, key: &str) -> (i64, i64) {
-    let info = info(con, key).unwrap_or_else(|| panic!("{key} is not held"));
-    (info["fence"], info["deadline"])
-}
-
-fn exists(con: &mut Connection, key: &str) -> bool {
-    redis::cmd("EXISTS")
-        .arg(key)
-        .query::<i64>(con)
-        .expect("EXISTS")
-        == 1
-}
-
-fn dbsize(con: &mut Connection) -> i64 {
-    redis::cmd("DBSIZE").query(con).expect("DBSIZE")
-}
-
-fn info_field(con: &mut Connection, section: &str, field: &str) -> String {
-    let text: String = redis::cmd("INFO").arg(section).query(con).expect("INFO");
-    text.lines()
-        .find_map(|l| l.strip_prefix(&format!("{field}:")))
-        .unwrap_or_else(|| panic!("no {field} in INFO {section}:\n{text}"))
-        .trim()
-        .to_string()
-}
-
-/// BGREWRITEAOF, then wait until no rewrite is running or scheduled.
-fn rewrite_aof(con: &mut Connection) {
-    let idle = |con: &mut Connection| {
-        info_field(con, "persistence", "aof_rewrite_in_progress") == "0"
-            && info_field(con, "persistence", "aof_rewrite_scheduled") == "0"
-    };
-    wait_until(Duration::from_secs(20), || idle(con));
-    let _: Value = redis::cmd("BGREWRITEAOF").query(con).expect("BGREWRITEAOF");
-    wait_until(Duration::from_secs(20), || idle(con));
-    assert_eq!(
-        info_field(con, "persistence", "aof_last_bgrewrite_status"),
-        "ok"
-    );
-}
 
 /// The AOF files the manifest names as live (base and incr, not history), in
 /// manifest order, as (name, contents).
@@ -172,153 +128,8 @@ fn assert_alive_and_no_crash(server: &mut Server) {
 }
 
 // ---------------------------------------------------------------------------
-// DUMP payloads: Redis' CRC64 and a builder for hand-made lock payloads.
+// The DUMP payload helpers (tests/common/payload.rs)
 // ---------------------------------------------------------------------------
-
-/// Redis' CRC64: Jones polynomial, reflected, init 0, no final xor.
-fn crc64(data: &[u8]) -> u64 {
-    const POLY_REFLECTED: u64 = 0x95ac_9329_ac4b_c9b5;
-    let mut crc = 0u64;
-    for &byte in data {
-        crc ^= u64::from(byte);
-        for _ in 0..8 {
-            crc = if crc & 1 == 1 {
-                (crc >> 1) ^ POLY_REFLECTED
-            } else {
-                crc >> 1
-            };
-        }
-    }
-    crc
-}
-
-fn dump(con: &mut Connection, key: &str) -> Vec<u8> {
-    redis::cmd("DUMP")
-        .arg(key)
-        .query::<Option<Vec<u8>>>(con)
-        .expect("DUMP")
-        .unwrap_or_else(|| panic!("DUMP {key}: no such key"))
-}
-
-fn restore(con: &mut Connection, key: &str, ttl: i64, payload: &[u8]) -> redis::RedisResult<Value> {
-    redis::cmd("RESTORE")
-        .arg(key)
-        .arg(ttl)
-        .arg(payload)
-        .query::<Value>(con)
-}
-
-fn skip_checksum(con: &mut Connection, on: bool) {
-    let _: Value = redis::cmd("DEBUG")
-        .arg("SET-SKIP-CHECKSUM-VALIDATION")
-        .arg(if on { 1 } else { 0 })
-        .query(con)
-        .expect("DEBUG SET-SKIP-CHECKSUM-VALIDATION");
-}
-
-/// Builds lock payloads the way this server DUMPs them:
-/// `[type][0x81 module-id (8 bytes, encver in the low 10 bits)]`
-/// `[0x05 len token][0x02 0x81 fence (8 bytes BE)][0x00 EOF]`
-/// `[rdb version (2 bytes LE)][crc64 (8 bytes LE)]`.
-struct PayloadKit {
-    /// Type byte, 0x81, module id: the first 10 bytes of a real DUMP.
-    header: [u8; 10],
-    rdb_version: [u8; 2],
-}
-
-impl PayloadKit {
-    /// Learn the header and RDB version from a DUMP of a lock on `con`.
-    fn learn(con: &mut Connection) -> PayloadKit {
-        acquire(con, "__payload_kit", 60_000, Some("kit")).unwrap();
-        let real = dump(con, "__payload_kit");
-        assert_eq!(release(con, "__payload_kit", "kit"), 1);
-        let n = real.len();
-        assert_eq!(real[1], 0x81, "module id is a 64-bit length: {real:02x?}");
-        assert_eq!(&real[10..12], &[0x05, 3], "token opcode: {real:02x?}");
-        assert_eq!(&real[15..17], &[0x02, 0x81], "fence opcode: {real:02x?}");
-        assert_eq!(real[25], 0x00, "EOF opcode: {real:02x?}");
-        assert_eq!(n, 26 + 10);
-        PayloadKit {
-            header: real[..10].try_into().unwrap(),
-            rdb_version: real[n - 10..n - 8].try_into().unwrap(),
-        }
-    }
-
-    fn header_with_encver(&self, encver: u64) -> Vec<u8> {
-        let mut header = self.header.to_vec();
-        let id = u64::from_be_bytes(header[2..10].try_into().unwrap());
-        let id = (id & !1023) | (encver & 1023);
-        header[2..10].copy_from_slice(&id.to_be_bytes());
-        header
-    }
-
-    /// The payload body up to and including the EOF opcode.
-    fn body(&self, encver: u64, token: &[u8], fence: u64) -> Vec<u8> {
-        let mut body = self.header_with_encver(encver);
-        body.push(0x05);
-        body.extend(rdb_len(token.len() as u64));
-        body.extend(token);
-        body.extend([0x02, 0x81]);
-        body.extend(fence.to_be_bytes());
-        body.push(0x00);
-        body
-    }
-
-    /// `body` followed by the RDB version and a correct checksum.
-    fn seal(&self, body: &[u8]) -> Vec<u8> {
-        let mut payload = body.to_vec();
-        payload.extend(self.rdb_version);
-        let crc = crc64(&payload);
-        payload.extend(crc.to_le_bytes());
-        payload
-    }
-
-    fn lock(&self, token: &[u8], fence: u64) -> Vec<u8> {
-        self.seal(&self.body(1, token, fence))
-    }
-}
-
-/// RDB length encoding.
-fn rdb_len(n: u64) -> Vec<u8> {
-    if n < 64 {
-        vec![n as u8]
-    } else if n < 16384 {
-        vec![0x40 | (n >> 8) as u8, n as u8]
-    } else if n <= u64::from(u32::MAX) {
-        let mut v = vec![0x80];
-        v.extend((n as u32).to_be_bytes());
-        v
-    } else {
-        let mut v = vec![0x81];
-        v.extend(n.to_be_bytes());
-        v
-    }
-}
-
-#[test]
-fn crc64_helper_matches_redis() {
-    assert_eq!(crc64(b"123456789"), 0xe9c6_d914_c4b8_d9ca);
-    let server = Server::start();
-    let mut con = server.conn();
-    acquire(&mut con, "k", 60_000, None).unwrap();
-    let payload = dump(&mut con, "k");
-    let n = payload.len();
-    assert_eq!(
-        crc64(&payload[..n - 8]).to_le_bytes(),
-        payload[n - 8..],
-        "{payload:02x?}"
-    );
-    // A hand-built payload with a correct checksum restores without skipping
-    // validation, and one with a wrong checksum is refused.
-    let kit = PayloadKit::learn(&mut con);
-    let good = kit.lock(b"hand-made", 123_456);
-    restore(&mut con, "built", 0, &good).expect("RESTORE of a hand-built payload");
-    assert_eq!(fence_and_deadline(&mut con, "built"), (123_456, -1));
-    let mut bad_crc = kit.lock(b"hand-made", 123_457);
-    *bad_crc.last_mut().unwrap() ^= 1;
-    assert!(restore(&mut con, "bad-crc", 0, &bad_crc).is_err());
-    assert!(!exists(&mut con, "bad-crc"));
-}
 
 // ---------------------------------------------------------------------------
 // Restarts: RDB
@@ -354,25 +165,6 @@ fn lock_survives_crash_after_save() {
     server.restart();
     let mut con = server.conn();
     assert_lock_is_back(&mut con, "k", &token, before);
-}
-
-#[test]
-fn fence_high_water_mark_survives_restart_from_rdb_without_the_lock() {
-    // A fence far above the clock, brought in by RESTORE and then released:
-    // only the RDB aux field remembers it.
-    let mut server = Server::start();
-    let mut con = server.conn();
-    let kit = PayloadKit::learn(&mut con);
-    let high = now_us() + 10_000_000_000_000; // ~115 days of microseconds ahead
-    restore(&mut con, "k", 0, &kit.lock(b"t", high)).expect("RESTORE");
-    assert_eq!(release(&mut con, "k", "t"), 1);
-    let _: () = redis::cmd("SAVE").query(&mut con).unwrap();
-    server.kill();
-    server.restart();
-    let mut con = server.conn();
-    assert_eq!(dbsize(&mut con), 0);
-    let (_, fence) = acquire(&mut con, "k", 10_000, None).unwrap();
-    assert!(fence > high, "fence {fence} not above the saved {high}");
 }
 
 // ---------------------------------------------------------------------------
@@ -452,10 +244,7 @@ fn aof_rewrite_without_rdb_preamble_writes_setstate_and_absolute_pexpireat() {
         "PEXPIREAT {at}, deadline {deadline}"
     );
     // Absolute, not relative: a unix time in ms, not a TTL.
-    assert!(
-        at > (now_us() / 1000) as i64,
-        "PEXPIREAT {at} is not absolute"
-    );
+    assert!(at > now_ms(), "PEXPIREAT {at} is not absolute");
 
     server.shutdown();
     server.restart();
@@ -542,7 +331,7 @@ fn aof_records_effects_only_and_loadaof_reproduces_the_keyspace() {
 
 /// Sleep until the host clock is `margin_ms` past `deadline_ms`.
 fn sleep_past(deadline_ms: i64, margin_ms: i64) {
-    let now = (now_us() / 1000) as i64;
+    let now = now_ms();
     let wait = deadline_ms + margin_ms - now;
     if wait > 0 {
         sleep(Duration::from_millis(wait as u64));
@@ -679,9 +468,9 @@ fn restore_with_ttl_sets_the_lease() {
     let (token, fence) = acquire(&mut con, "src", 600_000, None).unwrap();
     let payload = dump(&mut con, "src");
 
-    let before_ms = (now_us() / 1000) as i64;
+    let before_ms = now_ms();
     restore(&mut con, "rel", 30_000, &payload).expect("RESTORE with TTL");
-    let after_ms = (now_us() / 1000) as i64;
+    let after_ms = now_ms();
     let (got_fence, deadline) = fence_and_deadline(&mut con, "rel");
     assert_eq!(got_fence, fence as i64);
     assert!(
@@ -720,17 +509,6 @@ fn restore_onto_a_second_server() {
     assert_eq!(release(&mut b, "k", &token), 1);
     // The first server is untouched.
     assert_eq!(info(&mut a, "k").unwrap()["fence"], fence as i64);
-}
-
-#[test]
-fn restored_fence_raises_the_next_fence() {
-    let server = Server::start();
-    let mut con = server.conn();
-    let kit = PayloadKit::learn(&mut con);
-    let high = now_us() + 10_000_000_000_000;
-    restore(&mut con, "high", 0, &kit.lock(b"t", high)).expect("RESTORE");
-    let (_, fence) = acquire(&mut con, "next", 10_000, None).unwrap();
-    assert!(fence > high, "fence {fence} not above the restored {high}");
 }
 
 // ---------------------------------------------------------------------------

@@ -1,6 +1,8 @@
 //! A real server per test: `redis-server` (or `$LOCK_TEST_SERVER`, e.g.
 //! Valkey) with the freshly built module, on a free loopback port, in its own
-//! directory, killed and cleaned up on drop, even when the test panics.
+//! directory, killed and cleaned up on drop, even when the test panics; and
+//! the helpers the test files share. DUMP/RESTORE payload helpers are in
+//! [`payload`] (`use common::payload::*;`).
 #![allow(dead_code)]
 
 use std::net::TcpListener;
@@ -12,6 +14,8 @@ use std::thread::sleep;
 use std::time::{Duration, Instant};
 
 pub use redis::{Connection, Value};
+
+pub mod payload;
 
 /// The server binary: `$LOCK_TEST_SERVER`, or `redis-server` from `PATH`.
 pub fn server_binary() -> String {
@@ -185,33 +189,15 @@ impl Server {
         std::fs::read_to_string(self.dir.join("server.log")).unwrap_or_default()
     }
 
-    /// Make this server a replica of `master` and wait until it has synced.
+    /// Make this server a replica of `master` and wait until it has synced
+    /// (see [`sync_replica`]).
     pub fn replicate_from(&self, master: &Server) {
-        let mut con = self.conn();
         let _: String = redis::cmd("REPLICAOF")
             .arg("127.0.0.1")
             .arg(master.port)
-            .query(&mut con)
+            .query(&mut self.conn())
             .expect("REPLICAOF");
-        wait_until(Duration::from_secs(20), || {
-            let info: String = redis::cmd("INFO")
-                .arg("replication")
-                .query(&mut con)
-                .unwrap();
-            info.contains("master_link_status:up")
-        });
-        master.wait_for_replicas(1);
-    }
-
-    /// Block until `n` replicas acknowledged everything written so far.
-    pub fn wait_for_replicas(&self, n: i64) {
-        let mut con = self.conn();
-        let acked: i64 = redis::cmd("WAIT")
-            .arg(n)
-            .arg(10_000)
-            .query(&mut con)
-            .unwrap();
-        assert!(acked >= n, "only {acked} of {n} replicas acknowledged");
+        sync_replica(master, self);
     }
 }
 
@@ -220,6 +206,41 @@ impl Drop for Server {
         self.kill();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// A master that starts a replica's full sync at once (Redis waits 5 s by
+/// default, for more replicas to join the same diskless transfer).
+pub fn start_master() -> Server {
+    Server::start_with(&["--repl-diskless-sync-delay", "0"])
+}
+
+/// Wait (bounded) until `replica` has a live link to its master and has
+/// applied everything `master` had sent when this was called, by replication
+/// offsets. Not `WAIT`: it counts only the writes of the connection it runs
+/// on, so on a fresh connection (on Redis 7.0) it returns at once without
+/// waiting for anything.
+pub fn sync_replica(master: &Server, replica: &Server) {
+    let mut m = master.conn();
+    let mut r = replica.conn();
+    let target: i64 = info_field(&mut m, "replication", "master_repl_offset")
+        .parse()
+        .unwrap();
+    wait_until(Duration::from_secs(20), || {
+        info_field(&mut r, "replication", "master_link_status") == "up"
+            && info_field(&mut r, "replication", "slave_repl_offset")
+                .parse::<i64>()
+                .unwrap()
+                >= target
+    });
+}
+
+/// `REPLICAOF NO ONE`: the replica becomes a master.
+pub fn promote(con: &mut Connection) {
+    let _: () = redis::cmd("REPLICAOF")
+        .arg("NO")
+        .arg("ONE")
+        .query(con)
+        .expect("REPLICAOF NO ONE");
 }
 
 fn free_port() -> u16 {
@@ -282,6 +303,13 @@ pub fn info(con: &mut Connection, key: &str) -> Option<std::collections::HashMap
         .expect("LOCK.INFO")
 }
 
+/// Fence and absolute deadline of a held lock, as LOCK.INFO shows them;
+/// panics when the key is free.
+pub fn fence_and_deadline(con: &mut Connection, key: &str) -> (i64, i64) {
+    let info = info(con, key).unwrap_or_else(|| panic!("{key} is not held"));
+    (info["fence"], info["deadline"])
+}
+
 /// The error text of a command that must fail.
 pub fn error_of(con: &mut Connection, cmd: &redis::Cmd) -> String {
     match cmd.query::<Value>(con) {
@@ -310,10 +338,58 @@ pub fn pttl(con: &mut Connection, key: &str) -> i64 {
     redis::cmd("PTTL").arg(key).query(con).expect("PTTL")
 }
 
+pub fn dbsize(con: &mut Connection) -> i64 {
+    redis::cmd("DBSIZE").query(con).expect("DBSIZE")
+}
+
+pub fn exists(con: &mut Connection, key: &str) -> bool {
+    redis::cmd("EXISTS")
+        .arg(key)
+        .query::<i64>(con)
+        .expect("EXISTS")
+        == 1
+}
+
+/// One `field:value` line of `INFO section`.
+pub fn info_field(con: &mut Connection, section: &str, field: &str) -> String {
+    let text: String = redis::cmd("INFO").arg(section).query(con).expect("INFO");
+    let prefix = format!("{field}:");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .unwrap_or_else(|| panic!("no {field} in INFO {section}:\n{text}"))
+        .trim()
+        .to_string()
+}
+
+/// Wait (bounded) until no AOF rewrite is running or scheduled.
+pub fn wait_for_aof_rewrite(con: &mut Connection) {
+    wait_until(Duration::from_secs(30), || {
+        info_field(con, "persistence", "aof_rewrite_in_progress") == "0"
+            && info_field(con, "persistence", "aof_rewrite_scheduled") == "0"
+    });
+}
+
+/// BGREWRITEAOF once no rewrite is running or scheduled, then wait until it
+/// is done and check that it succeeded.
+pub fn rewrite_aof(con: &mut Connection) {
+    wait_for_aof_rewrite(con);
+    let _: Value = redis::cmd("BGREWRITEAOF").query(con).expect("BGREWRITEAOF");
+    wait_for_aof_rewrite(con);
+    assert_eq!(
+        info_field(con, "persistence", "aof_last_bgrewrite_status"),
+        "ok"
+    );
+}
+
 /// Microseconds since the unix epoch on this host.
 pub fn now_us() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_micros() as u64
+}
+
+/// Milliseconds since the unix epoch on this host.
+pub fn now_ms() -> i64 {
+    (now_us() / 1000) as i64
 }

@@ -1,0 +1,454 @@
+//! Replication: a replica ends up with exactly the master's locks (token,
+//! fence, absolute deadline), because the master sends effects, never the
+//! commands that decide them.
+
+mod common;
+use common::*;
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+/// A master and a replica that has synced with it.
+fn pair() -> (Server, Server) {
+    let master = start_master();
+    let replica = Server::start();
+    replica.replicate_from(&master);
+    (master, replica)
+}
+
+/// Run `write` on the master while the replica is busy in `DEBUG SLEEP`, so
+/// that the replica applies it a few hundred ms late: a deadline the replica
+/// computed from its own clock would then differ from the master's.
+fn while_replica_is_busy(replica: &Server, write: impl FnOnce()) {
+    let mut busy = replica.conn();
+    let sleeper = std::thread::spawn(move || {
+        let _: () = redis::cmd("DEBUG")
+            .arg("SLEEP")
+            .arg("0.3")
+            .query(&mut busy)
+            .expect("DEBUG SLEEP");
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    write();
+    sleeper.join().unwrap();
+}
+
+/// The master and the replica agree on `key`: same fence, same absolute
+/// deadline, and a TTL within a generous tolerance.
+fn assert_same_lock(m: &mut Connection, r: &mut Connection, key: &str) {
+    let on_master: HashMap<String, i64> =
+        info(m, key).unwrap_or_else(|| panic!("{key} free on master"));
+    let on_replica = info(r, key).unwrap_or_else(|| panic!("{key} free on replica"));
+    assert_eq!(on_replica["fence"], on_master["fence"], "{key}");
+    assert_eq!(on_replica["deadline"], on_master["deadline"], "{key}");
+    assert!(
+        (on_replica["ttl"] - on_master["ttl"]).abs() < 2_000,
+        "{key}: ttl {} on replica, {} on master",
+        on_replica["ttl"],
+        on_master["ttl"]
+    );
+}
+
+/// A raw replication link: `SYNC`, the RDB skipped, then the command stream.
+struct ReplicationStream {
+    reader: BufReader<TcpStream>,
+}
+
+impl ReplicationStream {
+    fn open(master: &Server) -> Self {
+        let mut stream = TcpStream::connect(("127.0.0.1", master.port)).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        stream.write_all(b"SYNC\r\n").unwrap();
+        let mut link = Self {
+            reader: BufReader::new(stream),
+        };
+        link.skip_rdb();
+        link
+    }
+
+    /// One line without its line ending.
+    fn line(&mut self) -> Vec<u8> {
+        let mut line = Vec::new();
+        self.reader.read_until(b'\n', &mut line).unwrap();
+        assert!(line.ends_with(b"\n"), "link closed: {line:?}");
+        while matches!(line.last(), Some(b'\n' | b'\r')) {
+            line.pop();
+        }
+        line
+    }
+
+    fn skip_rdb(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            assert!(Instant::now() < deadline, "no RDB from the master");
+            let line = self.line();
+            if line.is_empty() {
+                continue; // keepalive while the master prepares the RDB
+            }
+            let header = String::from_utf8_lossy(&line).to_string();
+            if let Some(mark) = header.strip_prefix("$EOF:") {
+                // Diskless form: the payload ends with the 40-byte mark.
+                let mark = mark.as_bytes().to_vec();
+                let mut tail = Vec::new();
+                let mut byte = [0u8; 1];
+                while !tail.ends_with(&mark) {
+                    self.reader.read_exact(&mut byte).unwrap();
+                    tail.push(byte[0]);
+                }
+            } else if let Some(len) = header.strip_prefix('$') {
+                let len: usize = len.parse().unwrap();
+                let mut rdb = vec![0u8; len];
+                self.reader.read_exact(&mut rdb).unwrap();
+                assert!(rdb.starts_with(b"REDIS"), "not an RDB");
+            } else {
+                panic!("unexpected reply to SYNC: {header:?}");
+            }
+            return;
+        }
+    }
+
+    /// The next command in the stream, as strings.
+    fn command(&mut self) -> Vec<String> {
+        let header = self.line();
+        let header = String::from_utf8_lossy(&header).to_string();
+        let n: usize = header
+            .strip_prefix('*')
+            .unwrap_or_else(|| panic!("not a command: {header:?}"))
+            .parse()
+            .unwrap();
+        (0..n)
+            .map(|_| {
+                let len = self.line();
+                let len: usize = String::from_utf8_lossy(&len)
+                    .strip_prefix('$')
+                    .expect("bulk string")
+                    .parse()
+                    .unwrap();
+                let mut arg = vec![0u8; len + 2];
+                self.reader.read_exact(&mut arg).unwrap();
+                arg.truncate(len);
+                String::from_utf8_lossy(&arg).to_string()
+            })
+            .collect()
+    }
+
+    /// Commands that change data (no PING, SELECT, REPLCONF, MULTI, EXEC),
+    /// up to and including the first for which `last` holds.
+    fn effects_until(&mut self, last: impl Fn(&[String]) -> bool) -> Vec<Vec<String>> {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut effects = Vec::new();
+        loop {
+            assert!(Instant::now() < deadline, "stream so far: {effects:?}");
+            let mut cmd = self.command();
+            cmd[0] = cmd[0].to_uppercase();
+            if ["PING", "SELECT", "REPLCONF", "MULTI", "EXEC"].contains(&cmd[0].as_str()) {
+                continue;
+            }
+            let done = last(&cmd);
+            effects.push(cmd);
+            if done {
+                return effects;
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// 1–3. The replica holds the master's state
+
+#[test]
+fn replica_info_equals_the_masters() {
+    let (master, replica) = pair();
+    let mut m = master.conn();
+    let mut r = replica.conn();
+    let mut fence = 0;
+    while_replica_is_busy(&replica, || {
+        fence = acquire(&mut m, "k", 30_000, None).unwrap().1;
+    });
+    sync_replica(&master, &replica);
+    assert_same_lock(&mut m, &mut r, "k");
+    assert_eq!(info(&mut r, "k").unwrap()["fence"], fence as i64);
+    assert_eq!(digest(&mut r), digest(&mut m));
+}
+
+#[test]
+fn renew_reaches_the_replica_as_the_same_absolute_deadline() {
+    let (master, replica) = pair();
+    let mut m = master.conn();
+    let mut r = replica.conn();
+    let (_, fence) = acquire(&mut m, "k", 10_000, Some("me")).unwrap();
+    sync_replica(&master, &replica);
+    let (_, first_deadline) = fence_and_deadline(&mut r, "k");
+    while_replica_is_busy(&replica, || {
+        let renewed = acquire(&mut m, "k", 60_000, Some("me")).unwrap();
+        assert_eq!(renewed.1, fence);
+    });
+    sync_replica(&master, &replica);
+    assert_same_lock(&mut m, &mut r, "k");
+    let (replica_fence, deadline) = fence_and_deadline(&mut r, "k");
+    assert_eq!(replica_fence, fence as i64);
+    assert!(deadline >= first_deadline + 40_000, "deadline did not move");
+}
+
+#[test]
+fn extend_reaches_the_replica_as_the_same_absolute_deadline() {
+    let (master, replica) = pair();
+    let mut m = master.conn();
+    let mut r = replica.conn();
+    acquire(&mut m, "k", 10_000, Some("me")).unwrap();
+    sync_replica(&master, &replica);
+    let (_, first_deadline) = fence_and_deadline(&mut r, "k");
+    while_replica_is_busy(&replica, || {
+        assert_eq!(extend(&mut m, "k", "me", 90_000), 1);
+    });
+    sync_replica(&master, &replica);
+    assert_same_lock(&mut m, &mut r, "k");
+    let (_, deadline) = fence_and_deadline(&mut r, "k");
+    assert!(deadline >= first_deadline + 70_000, "deadline did not move");
+    // Shortening travels the same way.
+    assert_eq!(extend(&mut m, "k", "me", 20_000), 1);
+    sync_replica(&master, &replica);
+    assert_same_lock(&mut m, &mut r, "k");
+}
+
+#[test]
+fn release_on_the_master_removes_the_lock_on_the_replica() {
+    let (master, replica) = pair();
+    let mut m = master.conn();
+    let mut r = replica.conn();
+    acquire(&mut m, "k", 60_000, Some("me")).unwrap();
+    sync_replica(&master, &replica);
+    assert!(info(&mut r, "k").is_some());
+    assert_eq!(release(&mut m, "k", "me"), 1);
+    sync_replica(&master, &replica);
+    assert_eq!(info(&mut r, "k"), None);
+    assert_eq!(dbsize(&mut r), 0);
+}
+
+#[test]
+fn expiry_on_the_master_removes_the_lock_on_the_replica() {
+    let (master, replica) = pair();
+    let mut m = master.conn();
+    let mut r = replica.conn();
+    acquire(&mut m, "k", 200, Some("me")).unwrap();
+    sync_replica(&master, &replica);
+    // The master's active expiry deletes the key and sends DEL; a replica
+    // never deletes a master's key by itself, so its DBSIZE drops only then.
+    wait_until(Duration::from_secs(10), || dbsize(&mut m) == 0);
+    sync_replica(&master, &replica);
+    assert_eq!(dbsize(&mut r), 0);
+    assert_eq!(info(&mut r, "k"), None);
+}
+
+// ---------------------------------------------------------------------------
+// 4–5. Promotion and read-only replicas
+
+#[test]
+fn promoted_replica_releases_for_the_original_token_only() {
+    let (master, replica) = pair();
+    let mut m = master.conn();
+    let mut r = replica.conn();
+    let (token, fence) = acquire(&mut m, "k", 60_000, None).unwrap();
+    sync_replica(&master, &replica);
+    promote(&mut r);
+    assert_eq!(release(&mut r, "k", "foreign"), 0);
+    assert_eq!(extend(&mut r, "k", "foreign", 1_000), 0);
+    assert_eq!(acquire(&mut r, "k", 1_000, Some("foreign")), None);
+    assert_eq!(info(&mut r, "k").unwrap()["fence"], fence as i64);
+    assert_eq!(release(&mut r, "k", &token), 1);
+    assert_eq!(info(&mut r, "k"), None);
+    let (_, next) = acquire(&mut r, "k", 1_000, None).unwrap();
+    assert!(next > fence, "fence {next} after {fence}");
+}
+
+#[test]
+fn writes_on_a_replica_get_readonly_errors() {
+    let (master, replica) = pair();
+    let mut m = master.conn();
+    let mut r = replica.conn();
+    acquire(&mut m, "held", 60_000, Some("me")).unwrap();
+    sync_replica(&master, &replica);
+    let before = digest(&mut r);
+    for cmd in [
+        redis::cmd("LOCK.ACQUIRE").arg("free").arg(1_000).clone(),
+        redis::cmd("LOCK.ACQUIRE")
+            .arg("held")
+            .arg(1_000)
+            .arg("TOKEN")
+            .arg("me")
+            .clone(),
+        redis::cmd("LOCK.EXTEND")
+            .arg("held")
+            .arg("me")
+            .arg(1_000)
+            .clone(),
+        redis::cmd("LOCK.RELEASE").arg("held").arg("me").clone(),
+    ] {
+        let err = error_of(&mut r, &cmd);
+        assert!(err.starts_with("READONLY"), "{err}");
+    }
+    let err = error_of(
+        &mut r,
+        redis::cmd("LOCK.SETSTATE").arg("x").arg("t").arg(5).arg(-1),
+    );
+    assert!(err.starts_with("READONLY"), "{err}");
+    assert_eq!(digest(&mut r), before);
+    // Reading works.
+    assert_same_lock(&mut m, &mut r, "held");
+}
+
+// ---------------------------------------------------------------------------
+// 6. The stream carries effects only
+
+#[test]
+fn replication_stream_carries_effects_with_absolute_values_only() {
+    let master = Server::start();
+    let mut link = ReplicationStream::open(&master);
+    let mut con = master.conn();
+
+    let t0 = now_ms();
+    let (auto_token, auto_fence) = acquire(&mut con, "auto", 10_000, None).unwrap();
+    let t1 = now_ms();
+    let (_, mine_fence) = acquire(&mut con, "mine", 20_000, Some("mine-token")).unwrap();
+    let t2 = now_ms();
+    // Refusals and failures change nothing, so they send nothing.
+    assert_eq!(acquire(&mut con, "mine", 20_000, Some("intruder")), None);
+    assert_eq!(extend(&mut con, "mine", "intruder", 1_000), 0);
+    assert_eq!(release(&mut con, "mine", "intruder"), 0);
+    let t3 = now_ms();
+    assert_eq!(extend(&mut con, "mine", "mine-token", 30_000), 1);
+    let t4 = now_ms();
+    let renewed = acquire(&mut con, "mine", 40_000, Some("mine-token")).unwrap();
+    assert_eq!(renewed.1, mine_fence);
+    let t5 = now_ms();
+    assert_eq!(release(&mut con, "auto", &auto_token), 1);
+    assert_eq!(release(&mut con, "mine", "mine-token"), 1);
+
+    let effects =
+        link.effects_until(|c| c[0] == "DEL" && c.get(1).map(String::as_str) == Some("mine"));
+    for cmd in &effects {
+        assert!(
+            ![
+                "LOCK.ACQUIRE",
+                "LOCK.EXTEND",
+                "LOCK.RELEASE",
+                "PEXPIRE",
+                "EXPIRE"
+            ]
+            .contains(&cmd[0].as_str()),
+            "a non-effect was replicated: {cmd:?}"
+        );
+    }
+    assert_eq!(effects.len(), 6, "{effects:?}");
+
+    let deadline_in = |cmd: &[String], at: usize, from: i64, to: i64| {
+        let d: i64 = cmd[at].parse().unwrap();
+        assert!(
+            d >= from && d <= to,
+            "{cmd:?}: deadline not in [{from}, {to}]"
+        );
+    };
+    let setstate = |cmd: &[String], key: &str, token: &str, fence: u64| {
+        assert_eq!(cmd.len(), 5, "{cmd:?}");
+        assert_eq!(&cmd[..4], ["LOCK.SETSTATE", key, token, &fence.to_string()]);
+    };
+    setstate(&effects[0], "auto", &auto_token, auto_fence);
+    deadline_in(&effects[0], 4, t0 + 10_000, t1 + 10_000);
+    setstate(&effects[1], "mine", "mine-token", mine_fence);
+    deadline_in(&effects[1], 4, t1 + 20_000, t2 + 20_000);
+    assert_eq!(&effects[2][..2], ["PEXPIREAT", "mine"], "{effects:?}");
+    deadline_in(&effects[2], 2, t3 + 30_000, t4 + 30_000);
+    assert_eq!(&effects[3][..2], ["PEXPIREAT", "mine"], "{effects:?}");
+    deadline_in(&effects[3], 2, t4 + 40_000, t5 + 40_000);
+    assert_eq!(effects[4], ["DEL", "auto"]);
+    assert_eq!(effects[5], ["DEL", "mine"]);
+}
+
+// ---------------------------------------------------------------------------
+// 7–8. Full sync, transactions and scripts
+
+#[test]
+fn a_replica_that_syncs_after_the_grants_gets_the_same_locks() {
+    let master = start_master();
+    let mut m = master.conn();
+    for i in 0..5 {
+        let key = format!("k{i}");
+        let (token, _) = acquire(&mut m, &key, 60_000 + i * 1_000, None).unwrap();
+        if i % 2 == 0 {
+            assert_eq!(extend(&mut m, &key, &token, 120_000), 1);
+        }
+    }
+    let replica = Server::start();
+    replica.replicate_from(&master);
+    let mut r = replica.conn();
+    assert_eq!(dbsize(&mut r), 5);
+    for i in 0..5 {
+        assert_same_lock(&mut m, &mut r, &format!("k{i}"));
+    }
+    // Tokens too: the whole keyspace hashes the same.
+    assert_eq!(digest(&mut r), digest(&mut m));
+}
+
+#[test]
+fn a_grant_inside_multi_exec_reaches_the_replica_unchanged() {
+    let (master, replica) = pair();
+    let mut m = master.conn();
+    let mut r = replica.conn();
+    let (a, b, extended): ((String, u64), (String, u64), i64) = redis::pipe()
+        .atomic()
+        .cmd("LOCK.ACQUIRE")
+        .arg("a")
+        .arg(30_000)
+        .arg("TOKEN")
+        .arg("ta")
+        .cmd("LOCK.ACQUIRE")
+        .arg("b")
+        .arg(30_000)
+        .cmd("LOCK.EXTEND")
+        .arg("a")
+        .arg("ta")
+        .arg(50_000)
+        .query(&mut m)
+        .unwrap();
+    assert!(b.1 > a.1);
+    assert_eq!(extended, 1);
+    sync_replica(&master, &replica);
+    assert_same_lock(&mut m, &mut r, "a");
+    assert_same_lock(&mut m, &mut r, "b");
+    assert_eq!(info(&mut r, "b").unwrap()["fence"], b.1 as i64);
+    assert_eq!(digest(&mut r), digest(&mut m));
+}
+
+#[test]
+fn a_grant_inside_a_lua_script_reaches_the_replica_unchanged() {
+    let (master, replica) = pair();
+    let mut m = master.conn();
+    let mut r = replica.conn();
+    let script = r#"
+        local mine = redis.call('LOCK.ACQUIRE', KEYS[1], 30000, 'TOKEN', ARGV[1])
+        local drawn = redis.call('LOCK.ACQUIRE', KEYS[2], 30000)
+        redis.call('LOCK.EXTEND', KEYS[1], ARGV[1], 50000)
+        return {mine[2], drawn[1], drawn[2]}
+    "#;
+    let (mine_fence, drawn_token, drawn_fence): (u64, String, u64) = redis::cmd("EVAL")
+        .arg(script)
+        .arg(2)
+        .arg("a")
+        .arg("b")
+        .arg("ta")
+        .query(&mut m)
+        .unwrap();
+    sync_replica(&master, &replica);
+    assert_same_lock(&mut m, &mut r, "a");
+    assert_same_lock(&mut m, &mut r, "b");
+    assert_eq!(info(&mut r, "a").unwrap()["fence"], mine_fence as i64);
+    assert_eq!(info(&mut r, "b").unwrap()["fence"], drawn_fence as i64);
+    assert_eq!(digest(&mut r), digest(&mut m));
+    // The drawn token is the replica's holder too.
+    promote(&mut r);
+    assert_eq!(release(&mut r, "b", &drawn_token), 1);
+}
