@@ -28,6 +28,9 @@ pub enum LockError {
     WaitNotInteger,
     WaitNegative,
     WaitTooLarge,
+    /// A lock write on a replica that did not come from its master (a
+    /// replica with `replica-read-only no`).
+    ReadOnlyReplica,
     /// The master became a replica while the client waited.
     WaitDemoted,
     /// The key was overwritten with another type while the client waited.
@@ -69,6 +72,7 @@ impl LockError {
             LockError::WaitTooLarge => {
                 c"ERR timeout-ms exceeds the maximum of 31536000000 (365 days)"
             }
+            LockError::ReadOnlyReplica => c"READONLY You can't write against a read only replica.",
             LockError::WaitDemoted => {
                 c"READONLY this server became a replica while the client waited for the lock"
             }
@@ -122,6 +126,7 @@ mod tests {
     use super::*;
 
     const ALL: [LockError; 27] = [
+        LockError::ReadOnlyReplica,
         LockError::SyntaxMissingWait,
         LockError::SyntaxRepeatedWait,
         LockError::WaitNotInteger,
@@ -148,11 +153,46 @@ mod tests {
         LockError::WrongType,
         LockError::SetStateInternal,
         LockError::Internal,
-        LockError::ArityInfo,
     ];
+
+    /// Fails to compile when a variant is added: add it to `ALL` too.
+    #[allow(dead_code)]
+    fn every_variant_is_listed(e: LockError) {
+        match e {
+            LockError::ArityAcquire
+            | LockError::ArityExtend
+            | LockError::ArityRelease
+            | LockError::ArityInfo
+            | LockError::AritySetState
+            | LockError::SyntaxUnknownOption
+            | LockError::SyntaxRepeatedToken
+            | LockError::SyntaxMissingToken
+            | LockError::SyntaxMissingWait
+            | LockError::SyntaxRepeatedWait
+            | LockError::WaitNotInteger
+            | LockError::WaitNegative
+            | LockError::WaitTooLarge
+            | LockError::ReadOnlyReplica
+            | LockError::WaitDemoted
+            | LockError::WaitWrongType
+            | LockError::TtlNotInteger
+            | LockError::TtlNotPositive
+            | LockError::TtlTooLarge
+            | LockError::TtlOverflow
+            | LockError::TokenLength
+            | LockError::FenceInvalid
+            | LockError::DeadlineInvalid
+            | LockError::FenceExhausted
+            | LockError::WrongType
+            | LockError::SetStateInternal
+            | LockError::Internal => {}
+        }
+    }
 
     #[test]
     fn every_error_begins_with_a_code() {
+        let distinct: std::collections::HashSet<&str> = ALL.iter().map(|e| e.as_str()).collect();
+        assert_eq!(distinct.len(), ALL.len(), "ALL lists a variant twice");
         for e in ALL {
             let s = e.as_str();
             let coded = ["ERR ", "WRONGTYPE ", "READONLY "];

@@ -1,11 +1,15 @@
 //! Keyspace events the module listens to.
 
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
 use redis_module::{Context, NotifyEvent};
 
 use crate::store::LockKey;
 use crate::{fence, waiting};
 
-/// Every generic, string, expired and evicted event on any key.
+/// Every generic event (`del`, `restore`, `rename_from`, `expire`, …) and
+/// eviction on any key. Redis calls this for every such event on every key,
+/// so it returns at once unless the event is a `restore` or clients wait.
 ///
 /// - `restore` (also the target side of `MIGRATE`, and a `RESTORE` replayed
 ///   from the AOF or the replication stream): if the key is a lock, raise the
@@ -16,11 +20,14 @@ use crate::{fence, waiting};
 /// - Any event on a key that clients wait for: it may have become free (see
 ///   [`waiting::on_key_event`]).
 pub fn on_key_event(ctx: &Context, _class: NotifyEvent, event: &str, key: &[u8]) {
-    if event == "restore" {
-        let name = ctx.create_string(key);
-        if let Ok(Some(lock)) = LockKey::open_read(ctx, &name).lock() {
-            fence::observe(lock.fence);
+    // Nothing here can panic today; a bug must still stop here.
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        if event == "restore" {
+            let name = ctx.create_string(key);
+            if let Ok(Some(lock)) = LockKey::open_read(ctx, &name).lock() {
+                fence::observe(lock.fence);
+            }
         }
-    }
-    waiting::on_key_event(ctx, key);
+        waiting::on_key_event(ctx, key);
+    }));
 }

@@ -15,7 +15,7 @@ pub const UUID_LEN: usize = 36;
 /// with a new fence, and replicate the grant. Returns the fence.
 pub fn grant(
     ctx: &Context,
-    key: &LockKey,
+    key: &mut LockKey,
     name: &RedisString,
     token: &[u8],
     deadline_ms: i64,

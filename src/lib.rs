@@ -75,6 +75,6 @@ redis_module! {
         ["lock.setstate", lock_setstate, "write fast", 1, 1, 1, ""],
     ],
     event_handlers: [
-        [@GENERIC @STRING @EXPIRED @EVICTED: on_key_event],
+        [@GENERIC @EVICTED: on_key_event],
     ],
 }

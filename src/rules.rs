@@ -119,7 +119,10 @@ mod tests {
 
     #[test]
     fn free_key_is_granted_own_token_renews_foreign_token_is_refused() {
-        assert_eq!(decide_acquire(None, Some(b"a"), false), AcquireDecision::Grant);
+        assert_eq!(
+            decide_acquire(None, Some(b"a"), false),
+            AcquireDecision::Grant
+        );
         assert_eq!(decide_acquire(None, None, false), AcquireDecision::Grant);
         assert_eq!(
             decide_acquire(Some(b"a"), Some(b"a"), false),
@@ -133,15 +136,27 @@ mod tests {
             decide_acquire(Some(b"a"), Some(b"a "), false),
             AcquireDecision::Refuse
         );
-        assert_eq!(decide_acquire(Some(b"a"), None, false), AcquireDecision::Refuse);
+        assert_eq!(
+            decide_acquire(Some(b"a"), None, false),
+            AcquireDecision::Refuse
+        );
     }
 
     #[test]
     fn a_free_key_with_waiters_is_not_granted_to_a_newcomer_but_the_holder_renews() {
-        assert_eq!(decide_acquire(None, Some(b"a"), true), AcquireDecision::Refuse);
+        assert_eq!(
+            decide_acquire(None, Some(b"a"), true),
+            AcquireDecision::Refuse
+        );
         assert_eq!(decide_acquire(None, None, true), AcquireDecision::Refuse);
-        assert_eq!(decide_acquire(Some(b"a"), Some(b"a"), true), AcquireDecision::Renew);
-        assert_eq!(decide_acquire(Some(b"a"), Some(b"b"), true), AcquireDecision::Refuse);
+        assert_eq!(
+            decide_acquire(Some(b"a"), Some(b"a"), true),
+            AcquireDecision::Renew
+        );
+        assert_eq!(
+            decide_acquire(Some(b"a"), Some(b"b"), true),
+            AcquireDecision::Refuse
+        );
     }
 
     #[test]

@@ -1,6 +1,8 @@
 //! What happens once, when Redis loads the module.
 
-use redis_module::{logging, Context, ModuleOptions, RedisString, Status};
+use std::ffi::CString;
+
+use redis_module::{raw, Context, ContextFlags, ModuleOptions, RedisString, Status};
 
 /// The oldest server the module runs on: it needs the 7.0 module API
 /// (absolute expiry, RESP3 map replies, module configs).
@@ -30,15 +32,34 @@ pub fn init(ctx: &Context, _args: &[RedisString]) -> Status {
         ModuleOptions::HANDLE_IO_ERRORS | ModuleOptions::NO_IMPLICIT_SIGNAL_MODIFIED,
     );
 
+    crate::commands::set_replica(ctx.get_flags().contains(ContextFlags::SLAVE));
+
     // Flushes free keys that clients wait for; a demotion ends every wait.
     crate::waiting::subscribe_server_events(ctx);
 
     // A panic is a bug. Commands catch it (see `commands::run`) so it never
     // unwinds into Redis; this hook makes sure it is in the server log.
-    std::panic::set_hook(Box::new(|panic| {
-        logging::log_warning(format!("redis-lock: panic: {panic}"));
-    }));
+    std::panic::set_hook(Box::new(|panic| log_warning(&format!("redis-lock: panic: {panic}"))));
     Status::Ok
+}
+
+/// Write `message` to the server log as it is: passed as an argument to a
+/// `%s` format (never as the format itself, so a `%` in a key name cannot
+/// crash the server), with any NUL byte replaced.
+fn log_warning(message: &str) {
+    let Ok(text) = CString::new(message.replace('\0', "\\0")) else {
+        return;
+    };
+    unsafe {
+        if let Some(log) = raw::RedisModule_Log {
+            log(
+                std::ptr::null_mut(),
+                c"warning".as_ptr(),
+                c"%s".as_ptr(),
+                text.as_ptr(),
+            );
+        }
+    }
 }
 
 /// Whether a server version (major, minor, patch) can run the module.

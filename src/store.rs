@@ -10,6 +10,7 @@ use crate::lock_type::{Lock, LOCK_TYPE};
 
 pub struct LockKey {
     key: *mut raw::RedisModuleKey,
+    writable: bool,
 }
 
 impl LockKey {
@@ -30,7 +31,10 @@ impl LockKey {
                 open(ctx.get_raw(), name.inner, mode as c_int)
             })
         };
-        Self { key }
+        Self {
+            key,
+            writable: mode & raw::REDISMODULE_WRITE != 0,
+        }
     }
 
     /// The lock on the key: `Ok(None)` when the key is free, `WRONGTYPE` when
@@ -58,8 +62,12 @@ impl LockKey {
     }
 
     /// Put `lock` in the key, replacing whatever lock was there (and its TTL:
-    /// call [`LockKey::set_deadline`] after).
-    pub fn set(&self, lock: Lock) -> Result<(), LockError> {
+    /// call [`LockKey::set_deadline`] after). `&mut`: it frees the old value,
+    /// so no `&Lock` from [`LockKey::lock`] may outlive it.
+    pub fn set(&mut self, lock: Lock) -> Result<(), LockError> {
+        if !self.writable || self.key.is_null() {
+            return Err(LockError::Internal);
+        }
         let value = Box::into_raw(Box::new(lock));
         let status = unsafe {
             raw::RedisModule_ModuleTypeSetValue.map_or(raw::Status::Err as c_int, |f| {
@@ -77,6 +85,9 @@ impl LockKey {
 
     /// Set the key's absolute expiry (unix ms), or remove it with `None`.
     pub fn set_deadline(&self, deadline_ms: Option<i64>) {
+        if !self.writable || self.key.is_null() {
+            return;
+        }
         unsafe {
             if let Some(set) = raw::RedisModule_SetAbsExpire {
                 set(
@@ -93,7 +104,11 @@ impl LockKey {
         (deadline >= 0).then_some(deadline)
     }
 
-    pub fn delete(&self) {
+    /// Delete the key. `&mut`: it frees the value, as [`LockKey::set`] does.
+    pub fn delete(&mut self) {
+        if !self.writable || self.key.is_null() {
+            return;
+        }
         unsafe {
             if let Some(delete) = raw::RedisModule_DeleteKey {
                 delete(self.key);

@@ -12,9 +12,12 @@
 //! - `LOCK.RELEASE` of a key with waiters, inside the command ([`hand_off`]);
 //! - expiry: a timer armed at the holder's deadline (re-armed when the lease
 //!   was extended meanwhile);
-//! - `DEL`, `UNLINK`, `RENAME`, eviction, lazy expiry or an overwrite of a key
-//!   with waiters, and `FLUSHALL`/`FLUSHDB`: a keyspace or server event arms a
-//!   timer due now, because a key may not be written from inside an event;
+//! - `DEL`, `UNLINK`, `RENAME` or eviction of a key with waiters, and
+//!   `FLUSHALL`/`FLUSHDB`: a keyspace or server event arms a timer due now,
+//!   because a key may not be written from inside an event. (The module does
+//!   not listen to string events, which every `SET` would pay for: a key
+//!   overwritten by `SET` fails its waiters when the timer armed at the old
+//!   holder's deadline finds it.)
 //! - a waiter that disconnects after being granted, before its reply: a timer
 //!   due now gives the lock back and hands it on ([`reclaim`]).
 //!
@@ -128,7 +131,7 @@ pub fn hand_off(ctx: &Context, db: i32, key: &[u8]) {
         return;
     }
     let name = ctx.create_string(key);
-    let lock_key = LockKey::open_write(ctx, &name);
+    let mut lock_key = LockKey::open_write(ctx, &name);
     let held = match lock_key.lock() {
         Ok(held) => held.is_some(),
         Err(_) => {
@@ -156,7 +159,7 @@ pub fn hand_off(ctx: &Context, db: i32, key: &[u8]) {
             None => draw_token(&mut drawn),
         };
         let outcome = rules::deadline_ms(granted_at, waiter.ttl_ms).and_then(|deadline| {
-            grant(ctx, &lock_key, &name, token, deadline).map(|fence| (fence, deadline))
+            grant(ctx, &mut lock_key, &name, token, deadline).map(|fence| (fence, deadline))
         });
         match outcome {
             Ok((fence, deadline)) => {
@@ -208,7 +211,7 @@ pub fn wake_at(ctx: &Context, db: i32, key: &[u8], deadline_ms: i64) {
     with_queues(|q| q.set_timer(db, key, Some((timer, due))));
 }
 
-/// A keyspace event (generic, string, expired, evicted) on a key: if clients
+/// A keyspace event (generic or evicted) on a key: if clients
 /// wait for it, it may just have become free, so look at it now. Runs inside
 /// the event, so it only arms a timer.
 pub fn on_key_event(ctx: &Context, key: &[u8]) {
@@ -226,7 +229,10 @@ pub fn subscribe_server_events(ctx: &Context) {
             raw::REDISMODULE_EVENT_FLUSHDB,
             on_flush as unsafe extern "C" fn(_, _, _, _),
         ),
-        (raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED, on_role_changed),
+        (
+            raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED,
+            on_role_changed,
+        ),
     ] {
         unsafe {
             if let Some(subscribe) = raw::RedisModule_SubscribeToServerEvent {
@@ -267,7 +273,9 @@ unsafe extern "C" fn on_role_changed(
     _data: *mut c_void,
 ) {
     guarded(|| {
-        if subevent != raw::REDISMODULE_EVENT_REPLROLECHANGED_NOW_REPLICA {
+        let now_replica = subevent == raw::REDISMODULE_EVENT_REPLROLECHANGED_NOW_REPLICA;
+        crate::commands::set_replica(now_replica);
+        if !now_replica {
             return;
         }
         let ctx = Context::new(ctx);
@@ -295,7 +303,7 @@ fn reclaim(ctx: &Context, db: i32, key: &[u8], token: &[u8], fence: u64) {
     }
     store::select_db(ctx, db);
     let name = ctx.create_string(key);
-    let lock_key = LockKey::open_write(ctx, &name);
+    let mut lock_key = LockKey::open_write(ctx, &name);
     let still_held = matches!(
         lock_key.lock(),
         Ok(Some(lock)) if lock.fence == fence && &*lock.holder_token == token
@@ -330,9 +338,8 @@ unsafe extern "C" fn on_unblocked(
 /// Reply with the outcome the client was unblocked with; false if it has none.
 fn reply_outcome(ctx: &Context) -> bool {
     let data = unsafe {
-        raw::RedisModule_GetBlockedClientPrivateData.map_or(std::ptr::null_mut(), |f| {
-            f(ctx.get_raw())
-        })
+        raw::RedisModule_GetBlockedClientPrivateData
+            .map_or(std::ptr::null_mut(), |f| f(ctx.get_raw()))
     };
     match unsafe { data.cast::<Outcome>().as_ref() } {
         Some(Outcome::Granted { token, fence, .. }) => reply::grant(ctx, token, *fence),
@@ -379,9 +386,8 @@ unsafe extern "C" fn on_disconnect(
     guarded(|| {
         let ctx = Context::new(ctx);
         let data = unsafe {
-            raw::RedisModule_GetBlockedClientPrivateData.map_or(std::ptr::null_mut(), |f| {
-                f(ctx.get_raw())
-            })
+            raw::RedisModule_GetBlockedClientPrivateData
+                .map_or(std::ptr::null_mut(), |f| f(ctx.get_raw()))
         };
         if let Some(Outcome::Granted {
             db,

@@ -160,9 +160,13 @@ mod tests {
         }
         q.push(0, b"other", 99, 990);
         q.push(1, b"k", 7, 70);
-        assert_eq!((q.len(0, b"k"), q.len(0, b"other"), q.len(1, b"k")), (5, 1, 1));
+        assert_eq!(
+            (q.len(0, b"k"), q.len(0, b"other"), q.len(1, b"k")),
+            (5, 1, 1)
+        );
         assert_eq!(q.total(), 7);
-        let order: Vec<u64> = std::iter::from_fn(|| q.pop_front(0, b"k").map(|(id, _)| id)).collect();
+        let order: Vec<u64> =
+            std::iter::from_fn(|| q.pop_front(0, b"k").map(|(id, _)| id)).collect();
         assert_eq!(order, vec![1, 2, 3, 4, 5]);
         assert_eq!(q.len(0, b"k"), 0);
         assert_eq!(q.total(), 2);
@@ -208,5 +212,49 @@ mod tests {
         waiters.sort();
         assert_eq!((waiters, timers), (vec!['a', 'b'], vec![5]));
         assert_eq!(q.total(), 0);
+    }
+
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Against a plain list of (key, id) in arrival order: every pop
+        /// returns the earliest waiter still queued for that key, whatever
+        /// left from the middle before it, and the counts always agree.
+        #[test]
+        fn fifo_per_key_under_any_mix_of_arrivals_departures_and_grants(
+            ops in proptest::collection::vec((0u8..3, 0u8..3, 0u64..40), 1..300)
+        ) {
+            let mut queues = WaitQueues::new();
+            let mut arrivals: Vec<(u8, u64)> = Vec::new();
+            let mut next_id = 1u64;
+            for (op, key, pick) in ops {
+                let name = [key];
+                match op {
+                    0 => {
+                        queues.push(0, &name, next_id, next_id);
+                        arrivals.push((key, next_id));
+                        next_id += 1;
+                    }
+                    1 => {
+                        let id = pick % next_id;
+                        let expected = arrivals.iter().position(|(_, w)| *w == id);
+                        prop_assert_eq!(queues.remove(id).is_some(), expected.is_some());
+                        if let Some(at) = expected {
+                            arrivals.remove(at);
+                        }
+                    }
+                    _ => {
+                        let expected = arrivals.iter().position(|(k, _)| *k == key);
+                        let got = queues.pop_front(0, &name).map(|(id, _)| id);
+                        prop_assert_eq!(got, expected.map(|at| arrivals.remove(at).1));
+                    }
+                }
+                for k in 0u8..3 {
+                    let want = arrivals.iter().filter(|(a, _)| *a == k).count();
+                    prop_assert_eq!(queues.len(0, &[k]), want);
+                }
+                prop_assert_eq!(queues.total(), arrivals.len());
+            }
+        }
     }
 }

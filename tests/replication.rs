@@ -268,10 +268,35 @@ fn promoted_replica_releases_for_the_original_token_only() {
 #[test]
 fn writes_on_a_replica_get_readonly_errors() {
     let (master, replica) = pair();
+    assert_lock_writes_are_refused_on(&master, &replica);
+}
+
+/// Even where the operator made the replica writable, a local grant or
+/// release would diverge from the master: the module refuses them itself.
+#[test]
+fn lock_writes_are_refused_on_a_writable_replica_too() {
+    let master = start_master();
+    let replica = Server::start_with(&["--replica-read-only", "no"]);
+    replica.replicate_from(&master);
+    assert_lock_writes_are_refused_on(&master, &replica);
+    // Plain writes do work there, so the setting really is in effect.
+    let _: () = redis::cmd("SET")
+        .arg("plain")
+        .arg("1")
+        .query(&mut replica.conn())
+        .unwrap();
+    // And after promotion the replica grants normally.
+    let mut r = replica.conn();
+    promote(&mut r);
+    assert!(acquire(&mut r, "free", 1_000, None).is_some());
+    assert_eq!(release(&mut r, "held", "me"), 1);
+}
+
+fn assert_lock_writes_are_refused_on(master: &Server, replica: &Server) {
     let mut m = master.conn();
     let mut r = replica.conn();
     acquire(&mut m, "held", 60_000, Some("me")).unwrap();
-    sync_replica(&master, &replica);
+    sync_replica(master, replica);
     let before = digest(&mut r);
     for cmd in [
         redis::cmd("LOCK.ACQUIRE").arg("free").arg(1_000).clone(),
@@ -295,10 +320,18 @@ fn writes_on_a_replica_get_readonly_errors() {
         &mut r,
         redis::cmd("LOCK.SETSTATE").arg("x").arg("t").arg(5).arg(-1),
     );
-    assert!(err.starts_with("READONLY"), "{err}");
+    // Redis refuses it on a read-only replica; the module on a writable one.
+    assert!(
+        err.starts_with("READONLY") || err.starts_with("ERR LOCK.SETSTATE is internal"),
+        "{err}"
+    );
     assert_eq!(digest(&mut r), before);
     // Reading works.
     assert_same_lock(&mut m, &mut r, "held");
+    assert_eq!(
+        info(&mut m, "held").map(|i| i["fence"]),
+        info(&mut r, "held").map(|i| i["fence"])
+    );
 }
 
 // ---------------------------------------------------------------------------

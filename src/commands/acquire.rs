@@ -14,24 +14,32 @@ use crate::{effects, reply, waiting};
 
 pub fn run(ctx: &Context, args: &[RedisString]) -> Result<(), LockError> {
     let parsed = parse_acquire(args)?;
+    super::refuse_local_write_on_replica(ctx)?;
     let name = &args[1];
     let now_ms = store::now_ms();
     let deadline_ms = rules::deadline_ms(now_ms, parsed.ttl_ms)?;
     let db = store::selected_db(ctx);
 
-    let key = LockKey::open_write(ctx, name);
+    let mut key = LockKey::open_write(ctx, name);
     let held = key.lock()?;
     let others_waiting = waiting::waiters(db, name.as_slice()) > 0;
-    match rules::decide_acquire(
-        held.map(|l| &*l.holder_token),
-        parsed.token,
-        others_waiting,
-    ) {
+    match rules::decide_acquire(held.map(|l| &*l.holder_token), parsed.token, others_waiting) {
         AcquireDecision::Refuse => match parsed.wait_ms {
             Some(wait_ms) if can_block(ctx) => {
-                let lease_end = if held.is_some() { key.deadline() } else { Some(now_ms) };
+                let lease_end = if held.is_some() {
+                    key.deadline()
+                } else {
+                    Some(now_ms)
+                };
                 drop(key);
-                waiting::block(ctx, db, name.as_slice(), parsed.token, parsed.ttl_ms, wait_ms)?;
+                waiting::block(
+                    ctx,
+                    db,
+                    name.as_slice(),
+                    parsed.token,
+                    parsed.ttl_ms,
+                    wait_ms,
+                )?;
                 // Make sure someone hands the key over: at the holder's
                 // deadline, or now if it is free and only queued for.
                 if let Some(at) = lease_end {
@@ -53,7 +61,7 @@ pub fn run(ctx: &Context, args: &[RedisString]) -> Result<(), LockError> {
                 Some(token) => token,
                 None => draw_token(&mut drawn),
             };
-            let fence = grant(ctx, &key, name, token, deadline_ms)?;
+            let fence = grant(ctx, &mut key, name, token, deadline_ms)?;
             reply::grant(ctx, token, fence);
         }
     }

@@ -11,6 +11,7 @@ use crate::{effects, reply};
 
 pub fn run(ctx: &Context, args: &[RedisString]) -> Result<(), LockError> {
     let parsed = parse_extend(args)?;
+    super::refuse_local_write_on_replica(ctx)?;
     let name = &args[1];
     let deadline_ms = rules::deadline_ms(store::now_ms(), parsed.ttl_ms)?;
 

@@ -6,8 +6,8 @@ use redis_module::{Context, RedisString};
 
 use crate::args::parse_info;
 use crate::errors::LockError;
-use crate::{reply, waiting};
 use crate::store::{self, LockKey};
+use crate::{reply, waiting};
 
 pub fn run(ctx: &Context, args: &[RedisString]) -> Result<(), LockError> {
     parse_info(args)?;

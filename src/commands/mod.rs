@@ -10,7 +10,9 @@ pub mod setstate;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use redis_module::{Context, RedisResult, RedisString, RedisValue};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use redis_module::{Context, ContextFlags, RedisResult, RedisString, RedisValue};
 
 use crate::args::ArgBytes;
 use crate::errors::LockError;
@@ -35,4 +37,26 @@ pub fn run(ctx: &Context, args: Vec<RedisString>, command: Command) -> RedisResu
         Err(_) => reply::error(ctx, LockError::Internal),
     }
     Ok(RedisValue::NoReply)
+}
+
+/// Whether this server is a replica now: set at load and by the role-change
+/// server event, so the write commands pay nothing to check it on a master.
+static IS_REPLICA: AtomicBool = AtomicBool::new(false);
+
+pub fn set_replica(is_replica: bool) {
+    IS_REPLICA.store(is_replica, Ordering::Relaxed);
+}
+
+/// Lock writes on a replica come only from its master. Redis already refuses
+/// them on a read-only replica; this also covers `replica-read-only no`, where
+/// a local grant or release would diverge from the master.
+pub fn refuse_local_write_on_replica(ctx: &Context) -> Result<(), LockError> {
+    if IS_REPLICA.load(Ordering::Relaxed)
+        && !ctx
+            .get_flags()
+            .intersects(ContextFlags::REPLICATED | ContextFlags::LOADING)
+    {
+        return Err(LockError::ReadOnlyReplica);
+    }
+    Ok(())
 }

@@ -11,9 +11,10 @@ use crate::{effects, reply, waiting};
 
 pub fn run(ctx: &Context, args: &[RedisString]) -> Result<(), LockError> {
     let parsed = parse_release(args)?;
+    super::refuse_local_write_on_replica(ctx)?;
     let name = &args[1];
 
-    let key = LockKey::open_write(ctx, name);
+    let mut key = LockKey::open_write(ctx, name);
     let held = key.lock()?;
     if !rules::is_holder(held.map(|l| &*l.holder_token), parsed.token) {
         reply::integer(ctx, 0);

@@ -22,7 +22,7 @@ pub fn run(ctx: &Context, args: &[RedisString]) -> Result<(), LockError> {
     let parsed = parse_setstate(args)?;
     let name = &args[1];
 
-    let key = LockKey::open_write(ctx, name);
+    let mut key = LockKey::open_write(ctx, name);
     key.lock()?;
     key.set(Lock {
         fence: parsed.fence,
