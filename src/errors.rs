@@ -31,7 +31,9 @@ pub enum LockError {
     /// A lock write on a replica that did not come from its master (a
     /// replica with `replica-read-only no`).
     ReadOnlyReplica,
-    /// The master became a replica while the client waited.
+    /// The master became a replica while the client waited. Redis itself
+    /// force-unblocks waiters on demotion first (`UNBLOCKED …`); this is the
+    /// module's answer to any waiter still queued after that.
     WaitDemoted,
     /// The key was overwritten with another type while the client waited.
     WaitWrongType,

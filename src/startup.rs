@@ -39,7 +39,9 @@ pub fn init(ctx: &Context, _args: &[RedisString]) -> Status {
 
     // A panic is a bug. Commands catch it (see `commands::run`) so it never
     // unwinds into Redis; this hook makes sure it is in the server log.
-    std::panic::set_hook(Box::new(|panic| log_warning(&format!("redis-lock: panic: {panic}"))));
+    std::panic::set_hook(Box::new(|panic| {
+        log_warning(&format!("redis-lock: panic: {panic}"))
+    }));
     Status::Ok
 }
 

@@ -51,7 +51,10 @@ pub fn run(ctx: &Context, args: &[RedisString]) -> Result<(), LockError> {
         AcquireDecision::Renew => {
             let fence = held.map_or(0, |l| l.fence);
             key.set_deadline(Some(deadline_ms));
+            drop(key);
             effects::deadline_moved(ctx, name, deadline_ms);
+            // A shorter lease brings the handoff to waiters forward.
+            waiting::wake_at(ctx, db, name.as_slice(), deadline_ms);
             // Renew is only decided for a caller-supplied token.
             reply::grant(ctx, parsed.token.unwrap_or_default(), fence);
         }

@@ -7,7 +7,7 @@ use crate::args::parse_extend;
 use crate::errors::LockError;
 use crate::rules;
 use crate::store::{self, LockKey};
-use crate::{effects, reply};
+use crate::{effects, reply, waiting};
 
 pub fn run(ctx: &Context, args: &[RedisString]) -> Result<(), LockError> {
     let parsed = parse_extend(args)?;
@@ -19,7 +19,10 @@ pub fn run(ctx: &Context, args: &[RedisString]) -> Result<(), LockError> {
     let held = key.lock()?;
     if rules::is_holder(held.map(|l| &*l.holder_token), parsed.token) {
         key.set_deadline(Some(deadline_ms));
+        drop(key);
         effects::deadline_moved(ctx, name, deadline_ms);
+        // A shorter lease brings the handoff to waiters forward.
+        waiting::wake_at(ctx, store::selected_db(ctx), name.as_slice(), deadline_ms);
         reply::integer(ctx, 1);
     } else {
         reply::integer(ctx, 0);

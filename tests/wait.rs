@@ -1,0 +1,1134 @@
+//! Blocking acquire, `LOCK.ACQUIRE key ttl-ms [TOKEN token] [WAIT timeout-ms]`:
+//! a fair per-key FIFO queue, served on release, on expiry and on key events,
+//! one behaviour per test, against a real server.
+//!
+//! Every waiter blocks on its own connection and thread, with a read timeout;
+//! every wait here is bounded, and every thread is joined. Timings are
+//! asserted only against generous bounds: the tests run on a noisy machine.
+
+mod common;
+use common::*;
+
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+/// An ACQUIRE's reply: `Some((token, fence))`, or `None` for null.
+type Grant = Option<(String, u64)>;
+
+/// A waiter's reply: a grant or null, or an error's text.
+type Reply = Result<Grant, String>;
+
+/// The longest a test waits for something that is due.
+const BOUND: Duration = Duration::from_secs(15);
+
+/// The read timeout of a waiter's connection: longer than any wait a test
+/// expects to end, so a waiter that is never served still returns.
+const WAITER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A generous bound for "promptly" (timer handoffs, timeouts).
+const PROMPT_MS: i64 = 1_000;
+
+fn acquire_cmd(key: &str, ttl: i64, token: Option<&str>, wait_ms: Option<&str>) -> redis::Cmd {
+    let mut cmd = redis::cmd("LOCK.ACQUIRE");
+    cmd.arg(key).arg(ttl);
+    if let Some(token) = token {
+        cmd.arg("TOKEN").arg(token);
+    }
+    if let Some(wait_ms) = wait_ms {
+        cmd.arg("WAIT").arg(wait_ms);
+    }
+    cmd
+}
+
+/// An error as `CODE detail`, as the server sent it (or the I/O error).
+fn error_text(e: &redis::RedisError) -> String {
+    match (e.code(), e.detail()) {
+        (Some(code), Some(detail)) => format!("{code} {detail}"),
+        (Some(code), None) => code.to_string(),
+        _ => e.to_string(),
+    }
+}
+
+fn query_acquire(con: &mut Connection, cmd: &redis::Cmd) -> Reply {
+    cmd.query::<Grant>(con).map_err(|e| error_text(&e))
+}
+
+/// `LOCK.ACQUIRE key ttl [TOKEN token] WAIT wait_ms` on `con`.
+fn acquire_wait(
+    con: &mut Connection,
+    key: &str,
+    ttl: i64,
+    token: Option<&str>,
+    wait_ms: i64,
+) -> Reply {
+    query_acquire(
+        con,
+        &acquire_cmd(key, ttl, token, Some(&wait_ms.to_string())),
+    )
+}
+
+/// `blocked_clients` from `INFO clients`: read without touching any key, so
+/// it never triggers a lazy expiry.
+fn blocked_clients(con: &mut Connection) -> i64 {
+    info_field(con, "clients", "blocked_clients")
+        .parse()
+        .unwrap()
+}
+
+/// LOCK.INFO `waiters` of a held key.
+fn waiters(con: &mut Connection, key: &str) -> i64 {
+    info(con, key).unwrap_or_else(|| panic!("{key} is not held"))["waiters"]
+}
+
+/// Poll `cond` every 2 ms until it holds; panic after [`BOUND`].
+fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !cond() {
+        assert!(start.elapsed() < BOUND, "not within {BOUND:?}: {what}");
+        thread::sleep(Duration::from_millis(2));
+    }
+}
+
+fn select(con: &mut Connection, db: i64) {
+    let _: () = redis::cmd("SELECT").arg(db).query(con).expect("SELECT");
+}
+
+fn client_id(con: &mut Connection) -> i64 {
+    redis::cmd("CLIENT")
+        .arg("ID")
+        .query(con)
+        .expect("CLIENT ID")
+}
+
+fn client_kill(con: &mut Connection, id: i64) {
+    let killed: i64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("ID")
+        .arg(id)
+        .query(con)
+        .expect("CLIENT KILL");
+    assert_eq!(killed, 1, "CLIENT KILL ID {id}");
+}
+
+/// `DEBUG SET-ACTIVE-EXPIRE 0`: only lazy expiry and the module's own timer
+/// can end a lease from then on.
+fn no_active_expire(con: &mut Connection) {
+    let _: () = redis::cmd("DEBUG")
+        .arg("SET-ACTIVE-EXPIRE")
+        .arg(0)
+        .query(con)
+        .expect("DEBUG SET-ACTIVE-EXPIRE 0");
+}
+
+fn digest_value(con: &mut Connection, key: &str) -> String {
+    let values: Vec<String> = redis::cmd("DEBUG")
+        .arg("DIGEST-VALUE")
+        .arg(key)
+        .query(con)
+        .expect("DEBUG DIGEST-VALUE");
+    values.into_iter().next().unwrap()
+}
+
+/// What a waiter got back, and when.
+#[derive(Debug)]
+struct Done {
+    reply: Reply,
+    /// From just before the command was sent until its reply arrived.
+    elapsed: Duration,
+    /// Host unix ms when the reply arrived.
+    at_ms: i64,
+}
+
+impl Done {
+    fn granted(&self) -> (String, u64) {
+        match &self.reply {
+            Ok(Some(grant)) => grant.clone(),
+            other => panic!("expected a grant, got {other:?}"),
+        }
+    }
+
+    fn error(&self) -> &str {
+        match &self.reply {
+            Err(text) => text,
+            other => panic!("expected an error, got {other:?}"),
+        }
+    }
+}
+
+/// A client blocked in `LOCK.ACQUIRE … WAIT` on its own connection.
+struct Waiter {
+    client_id: i64,
+    handle: JoinHandle<Done>,
+}
+
+impl Waiter {
+    /// Send `LOCK.ACQUIRE key ttl [TOKEN token] WAIT wait_ms` from a new
+    /// connection in db 0; return once the server has blocked it, so waiters
+    /// queue in the order they are started.
+    fn queue(
+        server: &Server,
+        admin: &mut Connection,
+        key: &str,
+        token: Option<&str>,
+        ttl: i64,
+        wait_ms: i64,
+    ) -> Waiter {
+        Waiter::queue_in_db(server, admin, 0, key, token, ttl, wait_ms)
+    }
+
+    fn queue_in_db(
+        server: &Server,
+        admin: &mut Connection,
+        db: i64,
+        key: &str,
+        token: Option<&str>,
+        ttl: i64,
+        wait_ms: i64,
+    ) -> Waiter {
+        let blocked_before = blocked_clients(admin);
+        let waiter = Waiter::start(server, db, key, token, ttl, wait_ms);
+        wait_for(&format!("waiter {token:?} blocked on {key}"), || {
+            blocked_clients(admin) == blocked_before + 1
+        });
+        waiter
+    }
+
+    /// Send the command without waiting for the server to block it.
+    fn start(
+        server: &Server,
+        db: i64,
+        key: &str,
+        token: Option<&str>,
+        ttl: i64,
+        wait_ms: i64,
+    ) -> Waiter {
+        let mut con = server.conn();
+        if db != 0 {
+            select(&mut con, db);
+        }
+        let client_id = client_id(&mut con);
+        con.set_read_timeout(Some(WAITER_READ_TIMEOUT)).unwrap();
+        let cmd = acquire_cmd(key, ttl, token, Some(&wait_ms.to_string()));
+        let handle = thread::spawn(move || {
+            let start = Instant::now();
+            let reply = query_acquire(&mut con, &cmd);
+            Done {
+                reply,
+                elapsed: start.elapsed(),
+                at_ms: now_ms(),
+            }
+        });
+        Waiter { client_id, handle }
+    }
+
+    fn is_done(&self) -> bool {
+        self.handle.is_finished()
+    }
+
+    /// The reply, once it arrives (bounded).
+    fn finish(self) -> Done {
+        wait_for("a waiter's reply", || self.handle.is_finished());
+        self.handle.join().expect("waiter thread panicked")
+    }
+}
+
+/// A server with `holder` holding `key` for 30 s, and `tokens` queued behind
+/// it in this order (each for at most 20 s, with a 30 s lease).
+fn held_with_waiters(
+    server: &Server,
+    con: &mut Connection,
+    key: &str,
+    tokens: &[&str],
+) -> (u64, Vec<Waiter>) {
+    let (_, fence) = acquire(con, key, 30_000, Some("holder")).unwrap();
+    let waiters = tokens
+        .iter()
+        .map(|t| Waiter::queue(server, con, key, Some(t), 30_000, 20_000))
+        .collect();
+    (fence, waiters)
+}
+
+// ---------------------------------------------------------------------------
+// Order and handoff on release
+// ---------------------------------------------------------------------------
+
+#[test]
+fn five_waiters_are_granted_in_arrival_order_one_per_release_with_increasing_fences() {
+    let server = Server::start();
+    let mut con = server.conn();
+    let tokens = ["w0", "w1", "w2", "w3", "w4"];
+    let (mut last_fence, mut queued) = held_with_waiters(&server, &mut con, "k", &tokens);
+    assert_eq!(waiters(&mut con, "k"), 5);
+    let mut holder = "holder".to_string();
+    for (i, expected) in tokens.iter().enumerate() {
+        assert_eq!(release(&mut con, "k", &holder), 1, "release by {holder}");
+        // Handed over inside RELEASE: the key is never free in between.
+        let info = info(&mut con, "k").expect("free right after a release with waiters");
+        let (token, fence) = queued.remove(0).finish().granted();
+        assert_eq!(token, *expected, "grant #{i}");
+        assert!(fence > last_fence, "fence {fence} after {last_fence}");
+        assert_eq!(info["fence"], fence as i64);
+        assert_eq!(info["waiters"], (tokens.len() - i - 1) as i64);
+        assert!(
+            queued.iter().all(|w| !w.is_done()),
+            "more than one waiter served by release #{i}"
+        );
+        last_fence = fence;
+        holder = token;
+    }
+    assert_eq!(release(&mut con, "k", &holder), 1);
+    assert!(!exists(&mut con, "k"));
+}
+
+#[test]
+fn waiter_without_token_is_granted_a_fresh_uuid_v4() {
+    let server = Server::start();
+    let mut con = server.conn();
+    acquire(&mut con, "k", 30_000, Some("holder")).unwrap();
+    let waiter = Waiter::queue(&server, &mut con, "k", None, 30_000, 20_000);
+    assert_eq!(release(&mut con, "k", "holder"), 1);
+    let (token, _) = waiter.finish().granted();
+    let uuid = uuid::Uuid::parse_str(&token).expect("a UUID");
+    assert_eq!(uuid.get_version_num(), 4);
+    assert_eq!(token, token.to_lowercase());
+    assert_eq!(release(&mut con, "k", &token), 1);
+}
+
+#[test]
+fn waiters_lease_starts_at_its_grant() {
+    let server = Server::start();
+    let mut con = server.conn();
+    acquire(&mut con, "k", 30_000, Some("holder")).unwrap();
+    let waiter = Waiter::queue(&server, &mut con, "k", Some("w"), 3_000, 20_000);
+    thread::sleep(Duration::from_millis(1_500));
+    assert_eq!(release(&mut con, "k", "holder"), 1);
+    waiter.finish().granted();
+    // Counted from the request, at most 1.5 s would be left.
+    let ttl = pttl(&mut con, "k");
+    assert!(
+        ttl > 2_000 && ttl <= 3_000,
+        "PTTL {ttl} right after the grant"
+    );
+}
+
+#[test]
+fn wait_on_a_free_key_with_nobody_queued_is_granted_at_once() {
+    let server = Server::start();
+    let mut con = server.conn();
+    // The largest WAIT accepted; a free key does not block at all.
+    let reply = acquire_wait(&mut con, "k", 1_000, Some("me"), 31_536_000_000);
+    let (token, fence) = reply.unwrap().expect("granted at once");
+    assert_eq!(token, "me");
+    assert_eq!(info(&mut con, "k").unwrap()["fence"], fence as i64);
+    assert_eq!(blocked_clients(&mut con), 0);
+    let ttl = pttl(&mut con, "k");
+    assert!(ttl > 0 && ttl <= 1_000, "PTTL {ttl}");
+}
+
+#[test]
+fn wait_0_waits_without_a_time_limit() {
+    let server = Server::start();
+    let mut con = server.conn();
+    acquire(&mut con, "k", 30_000, Some("holder")).unwrap();
+    let waiter = Waiter::queue(&server, &mut con, "k", Some("w"), 30_000, 0);
+    thread::sleep(Duration::from_millis(1_200));
+    assert!(!waiter.is_done(), "WAIT 0 ended early");
+    assert_eq!(waiters(&mut con, "k"), 1);
+    assert_eq!(release(&mut con, "k", "holder"), 1);
+    assert_eq!(waiter.finish().granted().0, "w");
+}
+
+// ---------------------------------------------------------------------------
+// No barging
+// ---------------------------------------------------------------------------
+
+#[test]
+fn acquire_without_wait_gets_null_while_others_are_queued() {
+    let server = Server::start();
+    let mut con = server.conn();
+    let (_, mut queued) = held_with_waiters(&server, &mut con, "k", &["w"]);
+    let mut other = server.conn();
+    assert_eq!(acquire(&mut other, "k", 1_000, Some("barger")), None);
+    assert_eq!(acquire(&mut other, "k", 1_000, None), None);
+    assert_eq!(waiters(&mut con, "k"), 1);
+    assert_eq!(release(&mut con, "k", "holder"), 1);
+    assert_eq!(queued.remove(0).finish().granted().0, "w");
+    assert_eq!(release(&mut other, "k", "barger"), 0);
+}
+
+#[test]
+fn acquire_without_wait_gets_null_on_a_free_key_while_others_are_queued() {
+    let server = Server::start();
+    let mut con = server.conn();
+    let (_, mut queued) = held_with_waiters(&server, &mut con, "k", &["w"]);
+    // Inside one transaction the key is freed and then asked for, before the
+    // timer that hands it to the waiter can run: the key is free, but queued
+    // for, so a newcomer (with or without WAIT) gets null.
+    let mut other = server.conn();
+    let (deleted, plain, with_wait): (i64, Grant, Grant) = redis::pipe()
+        .atomic()
+        .cmd("DEL")
+        .arg("k")
+        .add_command(acquire_cmd("k", 1_000, Some("barger"), None))
+        .add_command(acquire_cmd("k", 1_000, Some("barger2"), Some("5000")))
+        .query(&mut other)
+        .expect("MULTI/EXEC");
+    assert_eq!((deleted, plain, with_wait), (1, None, None));
+    assert_eq!(queued.remove(0).finish().granted().0, "w");
+    assert_eq!(release(&mut other, "k", "barger"), 0);
+    assert_eq!(release(&mut other, "k", "barger2"), 0);
+    assert_eq!(release(&mut con, "k", "w"), 1);
+}
+
+#[test]
+fn acquire_with_wait_from_a_newcomer_joins_the_tail() {
+    let server = Server::start();
+    let mut con = server.conn();
+    let (_, mut queued) = held_with_waiters(&server, &mut con, "k", &["first", "second"]);
+    let newcomer = Waiter::queue(&server, &mut con, "k", Some("newcomer"), 30_000, 20_000);
+    assert_eq!(waiters(&mut con, "k"), 3);
+    assert_eq!(release(&mut con, "k", "holder"), 1);
+    assert_eq!(queued.remove(0).finish().granted().0, "first");
+    assert_eq!(release(&mut con, "k", "first"), 1);
+    assert_eq!(queued.remove(0).finish().granted().0, "second");
+    assert!(
+        !newcomer.is_done(),
+        "the newcomer was served before the tail"
+    );
+    assert_eq!(release(&mut con, "k", "second"), 1);
+    assert_eq!(newcomer.finish().granted().0, "newcomer");
+}
+
+#[test]
+fn holder_can_renew_while_others_wait() {
+    let server = Server::start();
+    let mut con = server.conn();
+    let (fence, mut queued) = held_with_waiters(&server, &mut con, "k", &["w"]);
+    assert_eq!(
+        acquire(&mut con, "k", 60_000, Some("holder")),
+        Some(("holder".to_string(), fence))
+    );
+    assert!(pttl(&mut con, "k") > 59_000);
+    // With WAIT too: a renewal never queues (a queued renewal would time out
+    // into null after 1 s).
+    let renewed = acquire_wait(&mut con, "k", 50_000, Some("holder"), 1_000);
+    assert_eq!(renewed, Ok(Some(("holder".to_string(), fence))));
+    let ttl = pttl(&mut con, "k");
+    assert!(ttl > 49_000 && ttl <= 50_000, "PTTL {ttl}");
+    assert_eq!(waiters(&mut con, "k"), 1);
+    assert!(!queued[0].is_done());
+    assert_eq!(release(&mut con, "k", "holder"), 1);
+    assert_eq!(queued.remove(0).finish().granted().0, "w");
+}
+
+// ---------------------------------------------------------------------------
+// Handoff on expiry
+// ---------------------------------------------------------------------------
+
+/// The waiter's grant time on the server's clock, from its lease: the grant
+/// set the deadline to `granted_at + ttl`.
+fn granted_at(con: &mut Connection, key: &str, ttl: i64) -> i64 {
+    fence_and_deadline(con, key).1 - ttl
+}
+
+#[test]
+fn expiry_hands_over_to_the_head_with_no_other_traffic() {
+    let server = Server::start();
+    let mut con = server.conn();
+    no_active_expire(&mut con);
+    acquire(&mut con, "k", 1_500, Some("holder")).unwrap();
+    let (_, deadline) = fence_and_deadline(&mut con, "k");
+    // From here on nothing touches the key until the waiter has its reply.
+    let waiter = Waiter::queue(&server, &mut con, "k", Some("next"), 30_000, 20_000);
+    assert!(
+        now_ms() < deadline,
+        "the waiter queued only after the deadline; the test proves nothing"
+    );
+    let done = waiter.finish();
+    assert_eq!(done.granted().0, "next");
+    let granted = granted_at(&mut con, "k", 30_000);
+    eprintln!(
+        "expiry handoff: granted {} ms after the deadline (server clock), reply {} ms after (client clock)",
+        granted - deadline,
+        done.at_ms - deadline
+    );
+    assert!(
+        granted > deadline,
+        "granted at {granted}, deadline {deadline}"
+    );
+    assert!(
+        granted - deadline <= PROMPT_MS,
+        "granted {} ms late",
+        granted - deadline
+    );
+    assert!(
+        done.at_ms >= deadline,
+        "reply at {} before the deadline {deadline}",
+        done.at_ms
+    );
+    assert!(
+        done.at_ms - deadline <= PROMPT_MS,
+        "reply {} ms late",
+        done.at_ms - deadline
+    );
+    assert_eq!(release(&mut con, "k", "holder"), 0);
+    assert_eq!(release(&mut con, "k", "next"), 1);
+}
+
+#[test]
+fn expiry_handoff_serves_a_queue_one_lease_at_a_time() {
+    let server = Server::start();
+    let mut con = server.conn();
+    no_active_expire(&mut con);
+    acquire(&mut con, "k", 1_500, Some("holder")).unwrap();
+    let (first_fence, first_deadline) = fence_and_deadline(&mut con, "k");
+    let a = Waiter::queue(&server, &mut con, "k", Some("a"), 500, 20_000);
+    let b = Waiter::queue(&server, &mut con, "k", Some("b"), 30_000, 20_000);
+    assert!(
+        now_ms() < first_deadline,
+        "queued too late to prove anything"
+    );
+    // Neither is touched in between: `a` gets the key when the holder's lease
+    // runs out, and `b` when a's 500 ms lease runs out.
+    let done_b = b.finish();
+    let done_a = a.finish();
+    let (token_a, fence_a) = done_a.granted();
+    let (token_b, fence_b) = done_b.granted();
+    assert_eq!((token_a.as_str(), token_b.as_str()), ("a", "b"));
+    assert!(first_fence < fence_a as i64 && fence_a < fence_b);
+    // a was granted after the first deadline, for 500 ms; b only after that.
+    let granted_b = granted_at(&mut con, "k", 30_000);
+    assert!(
+        granted_b > first_deadline + 500,
+        "b granted {} ms after the first deadline, inside a's 500 ms lease",
+        granted_b - first_deadline
+    );
+    assert!(
+        granted_b - first_deadline <= 500 + 2 * PROMPT_MS,
+        "b granted {} ms after the first deadline",
+        granted_b - first_deadline
+    );
+    assert!(done_a.at_ms <= done_b.at_ms);
+    assert_eq!(release(&mut con, "k", "b"), 1);
+}
+
+#[test]
+fn extend_by_the_holder_postpones_the_expiry_handoff() {
+    let server = Server::start();
+    let mut con = server.conn();
+    no_active_expire(&mut con);
+    acquire(&mut con, "k", 1_000, Some("holder")).unwrap();
+    let waiter = Waiter::queue(&server, &mut con, "k", Some("w"), 30_000, 20_000);
+    assert_eq!(extend(&mut con, "k", "holder", 2_500), 1);
+    let (_, deadline) = fence_and_deadline(&mut con, "k");
+    let done = waiter.finish();
+    assert_eq!(done.granted().0, "w");
+    let granted = granted_at(&mut con, "k", 30_000);
+    assert!(
+        granted > deadline,
+        "granted at {granted}, extended deadline {deadline}"
+    );
+    assert!(
+        granted - deadline <= PROMPT_MS,
+        "granted {} ms late",
+        granted - deadline
+    );
+}
+
+#[test]
+fn extend_that_shortens_the_lease_brings_the_expiry_handoff_forward() {
+    let server = Server::start();
+    let mut con = server.conn();
+    no_active_expire(&mut con);
+    acquire(&mut con, "k", 20_000, Some("holder")).unwrap();
+    // A handoff armed for the 20 s deadline would leave this waiter to time
+    // out after 5 s with null.
+    let waiter = Waiter::queue(&server, &mut con, "k", Some("w"), 30_000, 5_000);
+    assert_eq!(extend(&mut con, "k", "holder", 300), 1);
+    let (_, deadline) = fence_and_deadline(&mut con, "k");
+    let done = waiter.finish();
+    assert_eq!(done.granted().0, "w", "{done:?}");
+    let granted = granted_at(&mut con, "k", 30_000);
+    assert!(
+        granted > deadline && granted - deadline <= PROMPT_MS,
+        "granted {} ms after the deadline",
+        granted - deadline
+    );
+}
+
+#[test]
+fn renewal_that_shortens_the_lease_brings_the_expiry_handoff_forward() {
+    let server = Server::start();
+    let mut con = server.conn();
+    no_active_expire(&mut con);
+    acquire(&mut con, "k", 20_000, Some("holder")).unwrap();
+    let waiter = Waiter::queue(&server, &mut con, "k", Some("w"), 30_000, 5_000);
+    assert!(acquire(&mut con, "k", 300, Some("holder")).is_some());
+    let (_, deadline) = fence_and_deadline(&mut con, "k");
+    let done = waiter.finish();
+    assert_eq!(done.granted().0, "w", "{done:?}");
+    let granted = granted_at(&mut con, "k", 30_000);
+    assert!(
+        granted > deadline && granted - deadline <= PROMPT_MS,
+        "granted {} ms after the deadline",
+        granted - deadline
+    );
+}
+
+#[test]
+fn pexpire_that_shortens_the_lease_brings_the_expiry_handoff_forward() {
+    let server = Server::start();
+    let mut con = server.conn();
+    no_active_expire(&mut con);
+    acquire(&mut con, "k", 20_000, Some("holder")).unwrap();
+    let waiter = Waiter::queue(&server, &mut con, "k", Some("w"), 30_000, 5_000);
+    let set: i64 = redis::cmd("PEXPIRE")
+        .arg("k")
+        .arg(300)
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(set, 1);
+    let (_, deadline) = fence_and_deadline(&mut con, "k");
+    let done = waiter.finish();
+    assert_eq!(done.granted().0, "w", "{done:?}");
+    let granted = granted_at(&mut con, "k", 30_000);
+    assert!(
+        granted > deadline && granted - deadline <= PROMPT_MS,
+        "granted {} ms after the deadline",
+        granted - deadline
+    );
+}
+
+// ---------------------------------------------------------------------------
+// Timeout and disconnect
+// ---------------------------------------------------------------------------
+
+#[test]
+fn timeout_returns_null_no_earlier_than_the_timeout_and_leaves_the_queue() {
+    let server = Server::start();
+    let mut con = server.conn();
+    let (fence, _) = held_with_waiters(&server, &mut con, "k", &[]);
+    let waiter = Waiter::queue(&server, &mut con, "k", Some("late"), 30_000, 500);
+    assert_eq!(waiters(&mut con, "k"), 1);
+    let done = waiter.finish();
+    assert_eq!(done.reply, Ok(None));
+    eprintln!("timeout: WAIT 500 returned null after {:?}", done.elapsed);
+    // The server counts whole milliseconds: allow 1 ms of rounding.
+    assert!(
+        done.elapsed >= Duration::from_millis(499),
+        "{:?}",
+        done.elapsed
+    );
+    assert!(
+        done.elapsed <= Duration::from_millis(500 + PROMPT_MS as u64),
+        "{:?}",
+        done.elapsed
+    );
+    assert_eq!(waiters(&mut con, "k"), 0);
+    assert_eq!(blocked_clients(&mut con), 0);
+    assert_eq!(info(&mut con, "k").unwrap()["fence"], fence as i64);
+    // Never granted later either.
+    assert_eq!(release(&mut con, "k", "holder"), 1);
+    assert!(!exists(&mut con, "k"));
+}
+
+#[test]
+fn killed_waiter_leaves_the_queue_and_the_next_release_goes_to_the_next_waiter() {
+    let server = Server::start();
+    let mut con = server.conn();
+    let (_, mut queued) = held_with_waiters(&server, &mut con, "k", &["killed", "next"]);
+    let killed = queued.remove(0);
+    client_kill(&mut con, killed.client_id);
+    assert!(
+        killed.finish().reply.is_err(),
+        "the killed connection got a reply"
+    );
+    wait_for("the killed waiter leaves the queue", || {
+        waiters(&mut con, "k") == 1
+    });
+    assert_eq!(release(&mut con, "k", "holder"), 1);
+    let (token, fence) = queued.remove(0).finish().granted();
+    assert_eq!(token, "next");
+    assert_eq!(info(&mut con, "k").unwrap()["fence"], fence as i64);
+    assert_eq!(release(&mut con, "k", "killed"), 0);
+    assert_eq!(release(&mut con, "k", "next"), 1);
+}
+
+#[test]
+fn killed_only_waiter_leaves_the_key_free_after_release() {
+    let server = Server::start();
+    let mut con = server.conn();
+    let (_, mut queued) = held_with_waiters(&server, &mut con, "k", &["killed"]);
+    let killed = queued.remove(0);
+    client_kill(&mut con, killed.client_id);
+    assert!(killed.finish().reply.is_err());
+    wait_for("the killed waiter leaves the queue", || {
+        waiters(&mut con, "k") == 0
+    });
+    assert_eq!(release(&mut con, "k", "holder"), 1);
+    assert!(!exists(&mut con, "k"), "the lock went to a dead client");
+    assert_eq!(blocked_clients(&mut con), 0);
+    // Free for anyone, with no queue in the way.
+    assert!(acquire(&mut con, "k", 1_000, Some("anyone")).is_some());
+    assert_eq!(waiters(&mut con, "k"), 0);
+}
+
+/// Release and kill the head in one transaction: the head is granted, but its
+/// connection is gone before the reply can be written.
+fn release_and_kill_head(con: &mut Connection, key: &str, holder: &str, head: i64) {
+    let (released, killed): (i64, i64) = redis::pipe()
+        .atomic()
+        .add_command(redis::cmd("LOCK.RELEASE").arg(key).arg(holder).clone())
+        .cmd("CLIENT")
+        .arg("KILL")
+        .arg("ID")
+        .arg(head)
+        .query(con)
+        .expect("MULTI/EXEC");
+    assert_eq!((released, killed), (1, 1));
+}
+
+#[test]
+fn waiter_killed_between_its_grant_and_its_reply_passes_the_lock_on() {
+    let server = Server::start();
+    let mut con = server.conn();
+    let (first, mut queued) = held_with_waiters(&server, &mut con, "k", &["killed", "next"]);
+    let killed = queued.remove(0);
+    release_and_kill_head(&mut con, "k", "holder", killed.client_id);
+    assert!(killed.finish().reply.is_err());
+    let (token, fence) = queued.remove(0).finish().granted();
+    assert_eq!(token, "next");
+    assert!(fence > first);
+    assert_eq!(info(&mut con, "k").unwrap()["fence"], fence as i64);
+    assert_eq!(release(&mut con, "k", "next"), 1);
+}
+
+#[test]
+fn waiter_killed_between_its_grant_and_its_reply_does_not_strand_the_lock() {
+    let server = Server::start();
+    let mut con = server.conn();
+    let (_, mut queued) = held_with_waiters(&server, &mut con, "k", &["killed"]);
+    let killed = queued.remove(0);
+    release_and_kill_head(&mut con, "k", "holder", killed.client_id);
+    assert!(killed.finish().reply.is_err());
+    wait_for("the dead waiter's lock is given back", || {
+        !exists(&mut con, "k")
+    });
+    assert!(acquire(&mut con, "k", 1_000, Some("anyone")).is_some());
+}
+
+#[test]
+fn info_waiters_is_the_exact_queue_length() {
+    let server = Server::start();
+    let mut con = server.conn();
+    acquire(&mut con, "k", 30_000, Some("holder")).unwrap();
+    acquire(&mut con, "other", 30_000, Some("holder")).unwrap();
+    assert_eq!(waiters(&mut con, "k"), 0);
+    let first = Waiter::queue(&server, &mut con, "k", Some("first"), 30_000, 20_000);
+    assert_eq!(waiters(&mut con, "k"), 1);
+    let killed = Waiter::queue(&server, &mut con, "k", Some("killed"), 30_000, 20_000);
+    assert_eq!(waiters(&mut con, "k"), 2);
+    let short = Waiter::queue(&server, &mut con, "k", Some("short"), 30_000, 300);
+    assert_eq!(waiters(&mut con, "k"), 3);
+    let elsewhere = Waiter::queue(&server, &mut con, "other", Some("x"), 30_000, 20_000);
+    assert_eq!((waiters(&mut con, "k"), waiters(&mut con, "other")), (3, 1));
+    client_kill(&mut con, killed.client_id);
+    killed.finish();
+    assert_eq!(waiters(&mut con, "k"), 2);
+    assert_eq!(short.finish().reply, Ok(None));
+    assert_eq!(waiters(&mut con, "k"), 1);
+    assert_eq!(release(&mut con, "k", "holder"), 1);
+    first.finish().granted();
+    assert_eq!(waiters(&mut con, "k"), 0);
+    assert_eq!(release(&mut con, "other", "holder"), 1);
+    elsewhere.finish().granted();
+    assert_eq!(waiters(&mut con, "other"), 0);
+}
+
+// ---------------------------------------------------------------------------
+// A long chain
+// ---------------------------------------------------------------------------
+
+#[test]
+fn chain_of_200_waiters_is_served_in_order_with_strictly_increasing_fences() {
+    const N: usize = 200;
+    let server = Server::start();
+    let mut con = server.conn();
+    let (_, holder_fence) = acquire(&mut con, "k", 30_000, Some("holder")).unwrap();
+    let mut threads = Vec::with_capacity(N);
+    for i in 0..N {
+        let mut own = server.conn();
+        own.set_read_timeout(Some(Duration::from_secs(90))).unwrap();
+        let token = format!("w{i:03}");
+        threads.push(thread::spawn(move || {
+            let (got, fence) = acquire_wait(&mut own, "k", 30_000, Some(&token), 60_000)
+                .unwrap_or_else(|e| panic!("{token}: {e}"))
+                .unwrap_or_else(|| panic!("{token} timed out"));
+            assert_eq!(got, token);
+            // Nothing moves until this waiter releases: the count is exact.
+            let behind = waiters(&mut own, "k");
+            let released = release(&mut own, "k", &token);
+            (i, fence, behind, released)
+        }));
+        wait_for(&format!("waiter {i} queued"), || {
+            waiters(&mut con, "k") == i as i64 + 1
+        });
+    }
+    assert_eq!(release(&mut con, "k", "holder"), 1);
+    let mut served: Vec<(usize, u64, i64, i64)> = threads
+        .into_iter()
+        .map(|t| t.join().expect("waiter thread"))
+        .collect();
+    served.sort_by_key(|&(_, fence, _, _)| fence);
+    let order: Vec<usize> = served.iter().map(|s| s.0).collect();
+    assert_eq!(order, (0..N).collect::<Vec<_>>(), "grant order by fence");
+    let mut last = holder_fence;
+    for &(i, fence, behind, released) in &served {
+        assert!(fence > last, "waiter {i}: fence {fence} after {last}");
+        assert_eq!(behind, (N - 1 - i) as i64, "waiter {i}: waiters behind it");
+        assert_eq!(released, 1, "waiter {i} did not hold the lock");
+        last = fence;
+    }
+    assert!(!exists(&mut con, "k"));
+}
+
+// ---------------------------------------------------------------------------
+// Replication and persistence
+// ---------------------------------------------------------------------------
+
+/// Master and replica hold the same lock on `key`: fence, absolute deadline
+/// and, by the value digest, token.
+fn assert_replica_agrees(master: &Server, replica: &Server, key: &str, fence: u64) {
+    sync_replica(master, replica);
+    let mut m = master.conn();
+    let mut r = replica.conn();
+    let on_master = fence_and_deadline(&mut m, key);
+    assert_eq!(on_master.0, fence as i64);
+    assert_eq!(fence_and_deadline(&mut r, key), on_master, "replica");
+    assert_eq!(digest_value(&mut r, key), digest_value(&mut m, key));
+    assert_eq!(dbsize(&mut r), dbsize(&mut m));
+}
+
+#[test]
+fn replica_agrees_with_the_master_after_handoff_on_release() {
+    let master = start_master();
+    let replica = Server::start();
+    replica.replicate_from(&master);
+    let mut m = master.conn();
+    let (_, mut queued) = held_with_waiters(&master, &mut m, "k", &["w1", "w2"]);
+    assert_eq!(release(&mut m, "k", "holder"), 1);
+    let (_, fence) = queued.remove(0).finish().granted();
+    assert_replica_agrees(&master, &replica, "k", fence);
+    assert_eq!(release(&mut m, "k", "w1"), 1);
+    let (_, fence) = queued.remove(0).finish().granted();
+    assert_replica_agrees(&master, &replica, "k", fence);
+    // The replica holds w2, not a stale holder: promoted, it releases for w2.
+    let mut r = replica.conn();
+    promote(&mut r);
+    assert_eq!(release(&mut r, "k", "w1"), 0);
+    assert_eq!(release(&mut r, "k", "w2"), 1);
+}
+
+#[test]
+fn replica_agrees_with_the_master_after_handoff_on_expiry() {
+    let master = start_master();
+    let replica = Server::start();
+    replica.replicate_from(&master);
+    let mut m = master.conn();
+    no_active_expire(&mut m);
+    acquire(&mut m, "k", 1_500, Some("holder")).unwrap();
+    let waiter = Waiter::queue(&master, &mut m, "k", Some("w"), 30_000, 20_000);
+    let (token, fence) = waiter.finish().granted();
+    assert_eq!(token, "w");
+    assert_replica_agrees(&master, &replica, "k", fence);
+    let mut r = replica.conn();
+    promote(&mut r);
+    assert_eq!(release(&mut r, "k", "holder"), 0);
+    assert_eq!(release(&mut r, "k", "w"), 1);
+}
+
+#[test]
+fn wait_on_a_replica_fails_with_readonly() {
+    let master = start_master();
+    let replica = Server::start();
+    replica.replicate_from(&master);
+    let mut r = replica.conn();
+    let cmd = acquire_cmd("k", 1_000, Some("t"), Some("1000"));
+    let error = error_of(&mut r, &cmd);
+    assert!(error.starts_with("READONLY"), "{error}");
+    assert_eq!(blocked_clients(&mut r), 0);
+}
+
+#[test]
+fn aof_reload_after_handoff_on_release_keeps_the_new_holder() {
+    let server = Server::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
+    let mut con = server.conn();
+    let (_, mut queued) = held_with_waiters(&server, &mut con, "k", &["w"]);
+    assert_eq!(release(&mut con, "k", "holder"), 1);
+    let (_, fence) = queued.remove(0).finish().granted();
+    let before = fence_and_deadline(&mut con, "k");
+    assert_eq!(before.0, fence as i64);
+    let digest_before = digest(&mut con);
+    let _: () = redis::cmd("DEBUG").arg("LOADAOF").query(&mut con).unwrap();
+    assert_eq!(fence_and_deadline(&mut con, "k"), before);
+    assert_eq!(digest(&mut con), digest_before);
+    assert_eq!(release(&mut con, "k", "holder"), 0);
+    assert_eq!(release(&mut con, "k", "w"), 1);
+}
+
+#[test]
+fn aof_restart_after_handoff_on_expiry_keeps_the_new_holder() {
+    let mut server = Server::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
+    let mut con = server.conn();
+    no_active_expire(&mut con);
+    acquire(&mut con, "k", 1_500, Some("holder")).unwrap();
+    let waiter = Waiter::queue(&server, &mut con, "k", Some("w"), 60_000, 20_000);
+    let (_, fence) = waiter.finish().granted();
+    let before = fence_and_deadline(&mut con, "k");
+    assert_eq!(before.0, fence as i64);
+    server.kill();
+    server.restart();
+    let mut con = server.conn();
+    assert_eq!(fence_and_deadline(&mut con, "k"), before);
+    assert_eq!(release(&mut con, "k", "holder"), 0);
+    assert_eq!(release(&mut con, "k", "w"), 1);
+}
+
+// ---------------------------------------------------------------------------
+// Contexts that cannot block, and demotion
+// ---------------------------------------------------------------------------
+
+#[test]
+fn wait_inside_multi_exec_does_not_block() {
+    let server = Server::start();
+    let mut con = server.conn();
+    acquire(&mut con, "k", 30_000, Some("holder")).unwrap();
+    let mut other = server.conn();
+    other
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let (busy, free): (Grant, Grant) = redis::pipe()
+        .atomic()
+        .add_command(acquire_cmd("k", 1_000, Some("x"), Some("0")))
+        .add_command(acquire_cmd("free", 1_000, Some("y"), Some("0")))
+        .query(&mut other)
+        .expect("EXEC must reply at once");
+    assert_eq!(busy, None);
+    assert_eq!(free.map(|g| g.0), Some("y".to_string()));
+    assert_eq!(waiters(&mut con, "k"), 0);
+    assert_eq!(blocked_clients(&mut con), 0);
+}
+
+#[test]
+fn wait_inside_lua_does_not_block() {
+    let server = Server::start();
+    let mut con = server.conn();
+    acquire(&mut con, "k", 30_000, Some("holder")).unwrap();
+    let mut other = server.conn();
+    other
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let script = "return redis.call('LOCK.ACQUIRE', KEYS[1], 1000, 'TOKEN', ARGV[1], 'WAIT', 0)";
+    let busy: Grant = redis::cmd("EVAL")
+        .arg(script)
+        .arg(1)
+        .arg("k")
+        .arg("x")
+        .query(&mut other)
+        .expect("EVAL must reply at once");
+    assert_eq!(busy, None);
+    let free: Grant = redis::cmd("EVAL")
+        .arg(script)
+        .arg(1)
+        .arg("free")
+        .arg("y")
+        .query(&mut other)
+        .unwrap();
+    assert_eq!(free.map(|g| g.0), Some("y".to_string()));
+    assert_eq!(waiters(&mut con, "k"), 0);
+    assert_eq!(blocked_clients(&mut con), 0);
+}
+
+/// A master with `holder` on `k` and two waiters (WAIT 0), demoted to a
+/// replica of a fresh server; what each waiter got back.
+fn demote_with_waiters() -> Vec<Done> {
+    let server = start_master();
+    let new_master = start_master();
+    let mut con = server.conn();
+    acquire(&mut con, "k", 30_000, Some("holder")).unwrap();
+    let first = Waiter::queue(&server, &mut con, "k", Some("w1"), 30_000, 0);
+    let second = Waiter::queue(&server, &mut con, "k", Some("w2"), 30_000, 0);
+    let _: String = redis::cmd("REPLICAOF")
+        .arg("127.0.0.1")
+        .arg(new_master.port)
+        .query(&mut con)
+        .expect("REPLICAOF");
+    let done: Vec<Done> = [first, second].into_iter().map(Waiter::finish).collect();
+    let mut con = server.conn();
+    assert_eq!(blocked_clients(&mut con), 0, "a waiter is left hanging");
+    done
+}
+
+#[test]
+fn demotion_while_clients_wait_ends_every_wait_with_an_error() {
+    for done in demote_with_waiters() {
+        // Neither granted nor left to time out: an error reply.
+        assert!(!done.error().is_empty(), "{:?}", done.reply);
+        assert!(done.elapsed < BOUND, "{:?}", done.elapsed);
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Other events on a key with waiters
+// ---------------------------------------------------------------------------
+
+/// Run `event` on a key held by `holder` with waiters `w1`, `w2`: `w1` is
+/// granted with a larger fence, `w2` keeps waiting, and is served next.
+fn event_grants_the_head(event: impl FnOnce(&mut Connection)) {
+    let server = Server::start();
+    let mut con = server.conn();
+    let (first, mut queued) = held_with_waiters(&server, &mut con, "k", &["w1", "w2"]);
+    event(&mut con);
+    let (token, fence) = queued.remove(0).finish().granted();
+    assert_eq!(token, "w1");
+    assert!(fence > first, "fence {fence} after {first}");
+    let info = info(&mut con, "k").expect("k held by w1");
+    assert_eq!((info["fence"], info["waiters"]), (fence as i64, 1));
+    assert!(!queued[0].is_done(), "the second waiter was served too");
+    assert_eq!(release(&mut con, "k", "w1"), 1);
+    assert_eq!(queued.remove(0).finish().granted().0, "w2");
+}
+
+#[test]
+fn del_of_a_key_with_waiters_grants_the_head() {
+    event_grants_the_head(|con| {
+        let n: i64 = redis::cmd("DEL").arg("k").query(con).unwrap();
+        assert_eq!(n, 1);
+    });
+}
+
+#[test]
+fn unlink_of_a_key_with_waiters_grants_the_head() {
+    event_grants_the_head(|con| {
+        let n: i64 = redis::cmd("UNLINK").arg("k").query(con).unwrap();
+        assert_eq!(n, 1);
+    });
+}
+
+#[test]
+fn flushall_with_waiters_grants_the_head() {
+    event_grants_the_head(|con| {
+        let _: () = redis::cmd("FLUSHALL").query(con).unwrap();
+    });
+}
+
+#[test]
+fn flushdb_with_waiters_grants_the_head() {
+    event_grants_the_head(|con| {
+        let _: () = redis::cmd("FLUSHDB").query(con).unwrap();
+    });
+}
+
+#[test]
+fn rename_away_of_a_key_with_waiters_grants_the_head() {
+    event_grants_the_head(|con| {
+        let (fence, _) = fence_and_deadline(con, "k");
+        let _: () = redis::cmd("RENAME")
+            .arg("k")
+            .arg("moved")
+            .query(con)
+            .unwrap();
+        // The old lock went along with the name.
+        assert_eq!(fence_and_deadline(con, "moved").0, fence);
+    });
+}
+
+#[test]
+fn flushdb_grants_only_the_waiters_of_its_own_database() {
+    let server = Server::start();
+    let mut db0 = server.conn();
+    let mut db5 = server.conn();
+    select(&mut db5, 5);
+    let (_, fence0) = acquire(&mut db0, "k", 30_000, Some("holder")).unwrap();
+    acquire(&mut db5, "k", 30_000, Some("holder")).unwrap();
+    let in_db0 = Waiter::queue_in_db(&server, &mut db0, 0, "k", Some("w0"), 30_000, 20_000);
+    let in_db5 = Waiter::queue_in_db(&server, &mut db0, 5, "k", Some("w5"), 30_000, 20_000);
+    assert_eq!((waiters(&mut db0, "k"), waiters(&mut db5, "k")), (1, 1));
+    let _: () = redis::cmd("FLUSHDB").query(&mut db5).unwrap();
+    let (_, fence5) = in_db5.finish().granted();
+    assert_eq!(info(&mut db5, "k").unwrap()["fence"], fence5 as i64);
+    assert!(!in_db0.is_done(), "a flush of db 5 served db 0");
+    let info0 = info(&mut db0, "k").unwrap();
+    assert_eq!((info0["fence"], info0["waiters"]), (fence0 as i64, 1));
+    assert_eq!(release(&mut db0, "k", "holder"), 1);
+    assert_eq!(in_db0.finish().granted().0, "w0");
+}
+
+#[test]
+fn set_over_a_key_with_waiters_fails_them_with_wrongtype() {
+    let server = Server::start();
+    let mut con = server.conn();
+    acquire(&mut con, "k", 1_500, Some("holder")).unwrap();
+    let queued: Vec<Waiter> = ["w1", "w2"]
+        .iter()
+        .map(|t| Waiter::queue(&server, &mut con, "k", Some(t), 30_000, 20_000))
+        .collect();
+    // The waiters find out at the latest when the old holder's lease would
+    // have ended (the module does not listen to string events).
+    let _: () = redis::cmd("SET").arg("k").arg("x").query(&mut con).unwrap();
+    for waiter in queued {
+        let done = waiter.finish();
+        assert!(done.error().starts_with("WRONGTYPE"), "{:?}", done.reply);
+    }
+    let value: String = redis::cmd("GET").arg("k").query(&mut con).unwrap();
+    assert_eq!(value, "x");
+    assert_eq!(blocked_clients(&mut con), 0);
+}
+
+// ---------------------------------------------------------------------------
+// Bad input
+// ---------------------------------------------------------------------------
+
+#[test]
+fn bad_wait_values_get_the_exact_error_and_change_nothing() {
+    let server = Server::start();
+    let mut con = server.conn();
+    let (_, mut queued) = held_with_waiters(&server, &mut con, "k", &["w"]);
+    let before = (digest(&mut con), dbsize(&mut con), waiters(&mut con, "k"));
+    const MISSING: &str = "ERR syntax error: WAIT needs a value";
+    const REPEATED: &str = "ERR syntax error: WAIT is given more than once";
+    const NOT_INTEGER: &str = "ERR timeout-ms is not an integer or out of range";
+    const NEGATIVE: &str = "ERR timeout-ms must be 0 (no limit) or greater";
+    const TOO_LARGE: &str = "ERR timeout-ms exceeds the maximum of 31536000000 (365 days)";
+    let cases: &[(&[&str], &str)] = &[
+        (&["WAIT"], MISSING),
+        (&["TOKEN", "t", "WAIT"], MISSING),
+        (&["WAIT", "10", "WAIT", "10"], REPEATED),
+        (&["WAIT", "10", "TOKEN", "t", "WAIT", "20"], REPEATED),
+        (&["WAIT", "abc"], NOT_INTEGER),
+        (&["WAIT", "1.5"], NOT_INTEGER),
+        (&["WAIT", ""], NOT_INTEGER),
+        (&["WAIT", " 5"], NOT_INTEGER),
+        (&["WAIT", "+5"], NOT_INTEGER),
+        (&["WAIT", "1e3"], NOT_INTEGER),
+        (&["WAIT", "9223372036854775808"], NOT_INTEGER),
+        (&["WAIT", "99999999999999999999"], NOT_INTEGER),
+        (&["WAIT", "-1"], NEGATIVE),
+        (&["WAIT", "-9223372036854775808"], NEGATIVE),
+        (&["WAIT", "31536000001"], TOO_LARGE),
+        (&["WAIT", "9223372036854775807"], TOO_LARGE),
+    ];
+    for key in ["k", "free"] {
+        for (options, expected) in cases {
+            let mut cmd = redis::cmd("LOCK.ACQUIRE");
+            cmd.arg(key).arg(1_000).arg(*options);
+            assert_eq!(error_of(&mut con, &cmd), *expected, "{key} {options:?}");
+        }
+    }
+    let after = (digest(&mut con), dbsize(&mut con), waiters(&mut con, "k"));
+    assert_eq!(after, before);
+    assert!(!exists(&mut con, "free"));
+    assert_eq!(blocked_clients(&mut con), 1);
+    assert_eq!(release(&mut con, "k", "holder"), 1);
+    assert_eq!(queued.remove(0).finish().granted().0, "w");
+}
