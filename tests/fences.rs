@@ -142,26 +142,26 @@ fn next_fence_is_above_h_after_expiry() {
     assert_above_h(acquire(&mut con, "k", 60_000, None).unwrap().1);
 }
 
-#[test]
-fn next_fence_is_above_h_after_del() {
+/// Raise the fence to H with a lock on `k`, remove the key with `command`,
+/// and check the next fence on the same key is still above H.
+fn assert_next_fence_above_h_after_removing_with(command: &str) {
     let server = Server::start();
     let mut con = server.conn();
     restore_lock_at_h(&mut con, "k", "t");
-    let deleted: i64 = redis::cmd("DEL").arg("k").query(&mut con).unwrap();
+    let deleted: i64 = redis::cmd(command).arg("k").query(&mut con).unwrap();
     assert_eq!(deleted, 1);
     assert_eq!(dbsize(&mut con), 0);
     assert_above_h(acquire(&mut con, "k", 60_000, None).unwrap().1);
 }
 
 #[test]
+fn next_fence_is_above_h_after_del() {
+    assert_next_fence_above_h_after_removing_with("DEL");
+}
+
+#[test]
 fn next_fence_is_above_h_after_unlink() {
-    let server = Server::start();
-    let mut con = server.conn();
-    restore_lock_at_h(&mut con, "k", "t");
-    let deleted: i64 = redis::cmd("UNLINK").arg("k").query(&mut con).unwrap();
-    assert_eq!(deleted, 1);
-    assert_eq!(dbsize(&mut con), 0);
-    assert_above_h(acquire(&mut con, "k", 60_000, None).unwrap().1);
+    assert_next_fence_above_h_after_removing_with("UNLINK");
 }
 
 #[test]

@@ -535,16 +535,17 @@ fn extend_by_the_holder_postpones_the_expiry_handoff() {
     );
 }
 
-#[test]
-fn extend_that_shortens_the_lease_brings_the_expiry_handoff_forward() {
+/// Hold `k` for 20 s with one waiter queued (active expiry off), let
+/// `shorten` cut the lease to 300 ms, and check the waiter is granted right
+/// after the new deadline rather than the old one (when it would already have
+/// timed out with null after 5 s).
+fn assert_shortened_lease_hands_over_at_the_new_deadline(shorten: impl FnOnce(&mut Connection)) {
     let server = Server::start();
     let mut con = server.conn();
     no_active_expire(&mut con);
     acquire(&mut con, "k", 20_000, Some("holder")).unwrap();
-    // A handoff armed for the 20 s deadline would leave this waiter to time
-    // out after 5 s with null.
     let waiter = Waiter::queue(&server, &mut con, "k", Some("w"), 30_000, 5_000);
-    assert_eq!(extend(&mut con, "k", "holder", 300), 1);
+    shorten(&mut con);
     let (_, deadline) = fence_and_deadline(&mut con, "k");
     let done = waiter.finish();
     assert_eq!(done.granted().0, "w", "{done:?}");
@@ -554,49 +555,28 @@ fn extend_that_shortens_the_lease_brings_the_expiry_handoff_forward() {
         "granted {} ms after the deadline",
         granted - deadline
     );
+}
+
+#[test]
+fn extend_that_shortens_the_lease_brings_the_expiry_handoff_forward() {
+    assert_shortened_lease_hands_over_at_the_new_deadline(|con| {
+        assert_eq!(extend(con, "k", "holder", 300), 1);
+    });
 }
 
 #[test]
 fn renewal_that_shortens_the_lease_brings_the_expiry_handoff_forward() {
-    let server = Server::start();
-    let mut con = server.conn();
-    no_active_expire(&mut con);
-    acquire(&mut con, "k", 20_000, Some("holder")).unwrap();
-    let waiter = Waiter::queue(&server, &mut con, "k", Some("w"), 30_000, 5_000);
-    assert!(acquire(&mut con, "k", 300, Some("holder")).is_some());
-    let (_, deadline) = fence_and_deadline(&mut con, "k");
-    let done = waiter.finish();
-    assert_eq!(done.granted().0, "w", "{done:?}");
-    let granted = granted_at(&mut con, "k", 30_000);
-    assert!(
-        granted > deadline && granted - deadline <= PROMPT_MS,
-        "granted {} ms after the deadline",
-        granted - deadline
-    );
+    assert_shortened_lease_hands_over_at_the_new_deadline(|con| {
+        assert!(acquire(con, "k", 300, Some("holder")).is_some());
+    });
 }
 
 #[test]
 fn pexpire_that_shortens_the_lease_brings_the_expiry_handoff_forward() {
-    let server = Server::start();
-    let mut con = server.conn();
-    no_active_expire(&mut con);
-    acquire(&mut con, "k", 20_000, Some("holder")).unwrap();
-    let waiter = Waiter::queue(&server, &mut con, "k", Some("w"), 30_000, 5_000);
-    let set: i64 = redis::cmd("PEXPIRE")
-        .arg("k")
-        .arg(300)
-        .query(&mut con)
-        .unwrap();
-    assert_eq!(set, 1);
-    let (_, deadline) = fence_and_deadline(&mut con, "k");
-    let done = waiter.finish();
-    assert_eq!(done.granted().0, "w", "{done:?}");
-    let granted = granted_at(&mut con, "k", 30_000);
-    assert!(
-        granted > deadline && granted - deadline <= PROMPT_MS,
-        "granted {} ms after the deadline",
-        granted - deadline
-    );
+    assert_shortened_lease_hands_over_at_the_new_deadline(|con| {
+        let set: i64 = redis::cmd("PEXPIRE").arg("k").arg(300).query(con).unwrap();
+        assert_eq!(set, 1);
+    });
 }
 
 // ---------------------------------------------------------------------------
