@@ -14,7 +14,7 @@ PORT ?= 6379
 .PHONY: help deps build run test test-redis test-valkey valkey unit lint fmt clean
 
 help: ## List the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
 deps: ## Install redis-server, redis-cli, libclang and python3-venv if missing (apt, as root)
 	@missing=""; \
@@ -58,10 +58,12 @@ lint: ## rustfmt check and clippy with warnings as errors
 	cargo fmt --all -- --check
 	cargo clippy --locked --all-targets -- -D warnings
 
-test: deps lint test-redis test-valkey ## Everything CI runs: lint, unit, and integration on Redis 7.0 and Valkey 8.1
+test: deps lint test-redis test-valkey test-docker ## Everything CI runs: lint, unit, integration on Redis 7.0 and Valkey 8.1, the Docker image
 
 fmt: ## Format the code
 	cargo fmt --all
 
 clean: ## Remove build output
 	cargo clean
+
+include docker/docker.mk
