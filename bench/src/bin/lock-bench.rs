@@ -1,0 +1,164 @@
+//! `lock-bench`: run every benchmark and write the report.
+//!
+//! `make bench` runs the full profile (about a quarter of an hour) and writes
+//! `docs/benchmarks.md` and `docs/img/*.png`; `make bench-quick` runs a tiny
+//! version of everything into `target/bench-quick/`, only to show the harness
+//! works. Nothing here judges a speed.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use clap::{Parser, ValueEnum};
+use redis_lock_bench::report::{self, Profile, Results, ServerResults};
+use redis_lock_bench::server::Server;
+use redis_lock_bench::{contention, machine, memory, scale, throughput};
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum ProfileName {
+    Full,
+    Quick,
+}
+
+#[derive(Parser, Debug)]
+#[command(about = "Run the redis-lock benchmarks and write the report")]
+struct Args {
+    #[arg(long, value_enum, default_value = "quick")]
+    profile: ProfileName,
+    /// The module to load (a release build)
+    #[arg(long, default_value = "target/release/libredis_lock.so")]
+    module: PathBuf,
+    #[arg(long, default_value = "redis-server")]
+    redis_server: PathBuf,
+    /// A valkey-server binary: also run throughput and memory on it
+    #[arg(long)]
+    valkey_server: Option<PathBuf>,
+    /// Where the Markdown report goes
+    #[arg(long)]
+    report: PathBuf,
+    /// Where the raw results go (JSON, read by the chart script)
+    #[arg(long)]
+    json: PathBuf,
+    /// Path of the images as the report links them (relative to the report)
+    #[arg(long, default_value = "img")]
+    img_link: String,
+    /// Scratch space for the servers
+    #[arg(long, default_value = "target/bench-work")]
+    work_dir: PathBuf,
+    /// The command to print as the one that made the report
+    #[arg(long, default_value = "make bench")]
+    made_by: String,
+    /// Only these sections (throughput, contention, memory, scale)
+    #[arg(long, value_delimiter = ',')]
+    only: Vec<String>,
+}
+
+fn main() {
+    let args = Args::parse();
+    if let Err(error) = run(&args) {
+        eprintln!("lock-bench: {error}");
+        std::process::exit(1);
+    }
+}
+
+fn run(args: &Args) -> Result<(), String> {
+    let started = Instant::now();
+    let profile = match args.profile {
+        ProfileName::Full => Profile::full(),
+        ProfileName::Quick => Profile::quick(),
+    };
+    let wanted = |section: &str| args.only.is_empty() || args.only.iter().any(|s| s == section);
+    let module = std::fs::canonicalize(&args.module)
+        .map_err(|e| format!("module {}: {e}", args.module.display()))?;
+    let lock_load = std::env::current_exe()
+        .map_err(|e| e.to_string())?
+        .with_file_name("lock-load");
+    if !lock_load.exists() {
+        return Err(format!(
+            "{} is missing: build the bench crate",
+            lock_load.display()
+        ));
+    }
+    std::fs::create_dir_all(&args.work_dir).map_err(|e| e.to_string())?;
+    let mut progress = |step: &str| {
+        eprintln!("[{:>5.0}s] {step}", started.elapsed().as_secs_f64());
+    };
+
+    let mut results = Results {
+        profile: profile.clone(),
+        made_by: args.made_by.clone(),
+        machine: machine::describe(),
+        load_average_start: machine::load_average(),
+        busy_at_start: machine::busy_processes(),
+        load_average_end: 0.0,
+        busy_at_end: Vec::new(),
+        elapsed_s: 0.0,
+        servers: Vec::new(),
+        contention: Vec::new(),
+        scale: Vec::new(),
+    };
+    progress(&format!(
+        "load average {:.2}; busy: {}",
+        results.load_average_start,
+        results.busy_at_start.join(", ")
+    ));
+
+    let mut binaries = vec![args.redis_server.clone()];
+    binaries.extend(args.valkey_server.clone());
+    for (index, binary) in binaries.iter().enumerate() {
+        let server = Server::start(binary, &module, &args.work_dir)?;
+        progress(&format!("{} on port {}", server.label, server.port));
+        let mut entry = ServerResults {
+            label: server.label.clone(),
+            throughput_cases: Vec::new(),
+            throughput: Vec::new(),
+            memory: None,
+        };
+        if wanted("throughput") {
+            let (cases, samples) = throughput::run(&server, &profile.throughput, &mut progress)?;
+            entry.throughput_cases = cases;
+            entry.throughput = samples;
+        }
+        if wanted("memory") {
+            entry.memory = Some(memory::run(&server, &profile.memory_locks, &mut progress)?);
+        }
+        // Cycles under contention and scale run on the first server (Redis).
+        if index == 0 && wanted("contention") {
+            results.contention =
+                contention::run(&server, &lock_load, &profile.contention, &mut progress)?;
+        }
+        drop(server);
+        if index == 0 && wanted("scale") {
+            let small = Server::start(binary, &module, &args.work_dir)?;
+            let large = Server::start(binary, &module, &args.work_dir)?;
+            results.scale = scale::run(&small, &large, &lock_load, &profile.scale, &mut progress)?;
+        }
+        results.servers.push(entry);
+    }
+
+    results.load_average_end = machine::load_average();
+    results.busy_at_end = machine::busy_processes();
+    results.elapsed_s = started.elapsed().as_secs_f64();
+    progress(&format!(
+        "done; load average {:.2}; busy: {}",
+        results.load_average_end,
+        results.busy_at_end.join(", ")
+    ));
+
+    let json =
+        serde_json::to_string_pretty(&report::with_summary(&results)).map_err(|e| e.to_string())?;
+    write(&args.json, &json)?;
+    write(&args.report, &report::markdown(&results, &args.img_link))?;
+    progress(&format!(
+        "wrote {} and {}",
+        args.report.display(),
+        args.json.display()
+    ));
+    Ok(())
+}
+
+fn write(path: &PathBuf, text: &str) -> Result<(), String> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    }
+    std::fs::write(path, text).map_err(|e| format!("write {}: {e}", path.display()))
+}

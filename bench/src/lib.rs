@@ -1,0 +1,14 @@
+//! The redis-lock benchmark harness: `lock-load` (the lock-cycle load
+//! generator) and `lock-bench` (runs everything and writes
+//! `docs/benchmarks.md`). See `bench/README.md`.
+
+pub mod contention;
+pub mod load;
+pub mod machine;
+pub mod memory;
+pub mod report;
+pub mod scale;
+pub mod scripts;
+pub mod server;
+pub mod stats;
+pub mod throughput;

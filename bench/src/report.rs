@@ -1,0 +1,998 @@
+//! The results of one `lock-bench` run, their summary (medians and ratios),
+//! and the Markdown report written from them.
+
+use std::fmt::Write;
+
+use serde::Serialize;
+
+use crate::contention;
+use crate::load::Strategy;
+use crate::machine::Machine;
+use crate::memory::{MemoryResults, Variant};
+use crate::scale;
+use crate::scripts;
+use crate::stats::median;
+use crate::throughput::{self, Case, Sample, COMPARISONS};
+
+/// How much of everything to run.
+#[derive(Clone, Debug, Serialize)]
+pub struct Profile {
+    pub name: &'static str,
+    pub throughput: throughput::Settings,
+    pub contention: contention::Settings,
+    pub memory_locks: Vec<u64>,
+    pub scale: scale::Settings,
+}
+
+impl Profile {
+    /// `make bench`: about a quarter of an hour on 2 cores.
+    pub fn full() -> Profile {
+        Profile {
+            name: "full",
+            throughput: throughput::Settings {
+                rounds: 5,
+                clients: 50,
+                pipelines: vec![1, 16],
+                keyspace: 1_000_000,
+                requests: vec![(1, 100_000), (16, 300_000)],
+            },
+            contention: contention::Settings {
+                rounds: 2,
+                contenders: vec![1, 8, 64, 512],
+                keys: vec![1, 10_000],
+                duration_ms: 2000,
+                hold_ms: 1,
+                retry_min_ms: 50,
+                retry_max_ms: 250,
+            },
+            memory_locks: vec![100_000, 1_000_000],
+            scale: scale::Settings {
+                rounds: 3,
+                held: [1_000, 1_000_000],
+                contenders: 50,
+                keys: 10_000,
+                duration_ms: 3000,
+            },
+        }
+    }
+
+    /// `make bench-quick`: a tiny run of everything, to check the harness.
+    pub fn quick() -> Profile {
+        Profile {
+            name: "quick",
+            throughput: throughput::Settings {
+                rounds: 1,
+                clients: 50,
+                pipelines: vec![1, 16],
+                keyspace: 10_000,
+                requests: vec![(1, 2_000), (16, 5_000)],
+            },
+            contention: contention::Settings {
+                rounds: 1,
+                contenders: vec![1, 8],
+                keys: vec![1, 100],
+                duration_ms: 300,
+                hold_ms: 1,
+                retry_min_ms: 50,
+                retry_max_ms: 250,
+            },
+            memory_locks: vec![1_000],
+            scale: scale::Settings {
+                rounds: 1,
+                held: [100, 10_000],
+                contenders: 8,
+                keys: 64,
+                duration_ms: 300,
+            },
+        }
+    }
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ServerResults {
+    pub label: String,
+    pub throughput_cases: Vec<Case>,
+    pub throughput: Vec<Sample>,
+    pub memory: Option<MemoryResults>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Results {
+    pub profile: Profile,
+    pub made_by: String,
+    pub machine: Machine,
+    pub load_average_start: f64,
+    pub busy_at_start: Vec<String>,
+    pub load_average_end: f64,
+    pub busy_at_end: Vec<String>,
+    pub elapsed_s: f64,
+    pub servers: Vec<ServerResults>,
+    pub contention: Vec<contention::Run>,
+    pub scale: Vec<scale::Run>,
+}
+
+// ---------------------------------------------------------------- summary
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ThroughputRow {
+    pub server: String,
+    pub case: &'static str,
+    pub pipeline: usize,
+    pub rps: f64,
+    pub cpu_us_per_op: f64,
+    pub work_share: f64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct RatioRow {
+    pub server: String,
+    pub title: &'static str,
+    pub pipeline: usize,
+    /// Median over rounds of native rps / baseline rps.
+    pub throughput_ratio: f64,
+    /// Median over rounds of baseline CPU per op / native CPU per op.
+    pub cpu_ratio: f64,
+    pub goal: Option<f64>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ContentionRow {
+    pub server: String,
+    pub keys: usize,
+    pub contenders: usize,
+    pub strategy: String,
+    pub cycles_per_s: f64,
+    pub acquire_p50_us: f64,
+    pub acquire_p99_us: f64,
+    pub acquire_p999_us: f64,
+    pub handoff_p50_us: Option<f64>,
+    pub handoff_p99_us: Option<f64>,
+    pub refusals_per_grant: f64,
+    pub jain_index: Option<f64>,
+    pub min_cycles_per_contender: f64,
+    pub waiting_at_end: f64,
+    pub server_cpu_us_per_cycle: f64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct MemoryRow {
+    pub server: String,
+    pub variant: Variant,
+    pub label: &'static str,
+    pub locks: u64,
+    pub bytes_per_lock: f64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ScaleRow {
+    pub server: String,
+    pub held: u64,
+    pub cycles_per_s: f64,
+    pub client_p50_us: f64,
+    pub client_p99_us: f64,
+    pub client_p999_us: f64,
+    pub server_p50_us: Option<f64>,
+    pub server_p99_us: Option<f64>,
+    pub server_p999_us: Option<f64>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Summary {
+    pub throughput: Vec<ThroughputRow>,
+    pub ratios: Vec<RatioRow>,
+    pub contention: Vec<ContentionRow>,
+    pub memory: Vec<MemoryRow>,
+    pub scale: Vec<ScaleRow>,
+}
+
+#[derive(Serialize)]
+pub struct ResultsWithSummary<'a> {
+    pub summary: Summary,
+    pub results: &'a Results,
+}
+
+pub fn with_summary(results: &Results) -> ResultsWithSummary<'_> {
+    ResultsWithSummary {
+        summary: summarise(results),
+        results,
+    }
+}
+
+fn med(values: impl IntoIterator<Item = f64>) -> f64 {
+    median(&values.into_iter().collect::<Vec<_>>()).unwrap_or(f64::NAN)
+}
+
+fn med_opt(values: impl IntoIterator<Item = Option<f64>>) -> Option<f64> {
+    median(&values.into_iter().flatten().collect::<Vec<_>>())
+}
+
+pub fn summarise(results: &Results) -> Summary {
+    let mut summary = Summary {
+        throughput: Vec::new(),
+        ratios: Vec::new(),
+        contention: Vec::new(),
+        memory: Vec::new(),
+        scale: Vec::new(),
+    };
+    for server in &results.servers {
+        let samples = &server.throughput;
+        for case in &server.throughput_cases {
+            for &pipeline in &results.profile.throughput.pipelines {
+                let get = |f: fn(&Sample) -> f64| {
+                    throughput::case_median(samples, &server.label, case.id, pipeline, f)
+                        .unwrap_or(f64::NAN)
+                };
+                summary.throughput.push(ThroughputRow {
+                    server: server.label.clone(),
+                    case: case.id,
+                    pipeline,
+                    rps: get(|s| s.rps),
+                    cpu_us_per_op: get(|s| s.cpu_us_per_op),
+                    work_share: get(|s| s.work_share),
+                });
+            }
+        }
+        for comparison in &COMPARISONS {
+            let present = |id: &str| server.throughput_cases.iter().any(|c| c.id == id);
+            if !present(comparison.native) || !present(comparison.baseline) {
+                continue;
+            }
+            for &pipeline in &results.profile.throughput.pipelines {
+                let rps =
+                    throughput::paired_ratio(samples, &server.label, comparison, pipeline, |s| {
+                        s.rps
+                    });
+                let cpu =
+                    throughput::paired_ratio(samples, &server.label, comparison, pipeline, |s| {
+                        1.0 / s.cpu_us_per_op
+                    });
+                summary.ratios.push(RatioRow {
+                    server: server.label.clone(),
+                    title: comparison.title,
+                    pipeline,
+                    throughput_ratio: rps.unwrap_or(f64::NAN),
+                    cpu_ratio: cpu.unwrap_or(f64::NAN),
+                    goal: comparison.goal_p16.filter(|_| pipeline == 16),
+                });
+            }
+        }
+        if let Some(memory) = &server.memory {
+            for bulk in &memory.bulk {
+                summary.memory.push(MemoryRow {
+                    server: bulk.server.clone(),
+                    variant: bulk.variant,
+                    label: bulk.variant.label(),
+                    locks: bulk.locks,
+                    bytes_per_lock: bulk.bytes_per_lock,
+                });
+            }
+        }
+    }
+    let settings = &results.profile.contention;
+    let servers: Vec<String> = dedup(results.contention.iter().map(|r| r.server.clone()));
+    for server in &servers {
+        for &keys in &settings.keys {
+            for &contenders in &settings.contenders {
+                for strategy in Strategy::ALL {
+                    let runs: Vec<&contention::Run> = results
+                        .contention
+                        .iter()
+                        .filter(|r| {
+                            &r.server == server
+                                && r.summary.keys == keys
+                                && r.summary.contenders == contenders
+                                && r.summary.strategy == strategy.name()
+                        })
+                        .collect();
+                    if runs.is_empty() {
+                        continue;
+                    }
+                    let handoff = |f: fn(&contention::Run) -> u64| {
+                        med_opt(
+                            runs.iter()
+                                .map(|r| (r.summary.handoff.count > 0).then(|| f(r) as f64)),
+                        )
+                    };
+                    summary.contention.push(ContentionRow {
+                        server: server.clone(),
+                        keys,
+                        contenders,
+                        strategy: strategy.name().to_string(),
+                        cycles_per_s: med(runs.iter().map(|r| r.summary.cycles_per_s)),
+                        acquire_p50_us: med(runs.iter().map(|r| r.summary.acquire.p50_us as f64)),
+                        acquire_p99_us: med(runs.iter().map(|r| r.summary.acquire.p99_us as f64)),
+                        acquire_p999_us: med(runs.iter().map(|r| r.summary.acquire.p999_us as f64)),
+                        handoff_p50_us: handoff(|r| r.summary.handoff.p50_us),
+                        handoff_p99_us: handoff(|r| r.summary.handoff.p99_us),
+                        refusals_per_grant: med(runs.iter().map(|r| r.summary.refusals_per_grant)),
+                        jain_index: med_opt(runs.iter().map(|r| r.summary.jain_index)),
+                        min_cycles_per_contender: med(runs
+                            .iter()
+                            .map(|r| r.summary.min_cycles_per_contender as f64)),
+                        waiting_at_end: med(runs.iter().map(|r| r.summary.waiting_at_end as f64)),
+                        server_cpu_us_per_cycle: med(runs
+                            .iter()
+                            .map(|r| r.server_cpu_us_per_cycle)),
+                    });
+                }
+            }
+        }
+    }
+    for held in results.profile.scale.held {
+        let runs: Vec<&scale::Run> = results.scale.iter().filter(|r| r.held == held).collect();
+        if runs.is_empty() {
+            continue;
+        }
+        summary.scale.push(ScaleRow {
+            server: runs[0].server.clone(),
+            held,
+            cycles_per_s: med(runs.iter().map(|r| r.summary.cycles_per_s)),
+            client_p50_us: med(runs.iter().map(|r| r.summary.acquire.p50_us as f64)),
+            client_p99_us: med(runs.iter().map(|r| r.summary.acquire.p99_us as f64)),
+            client_p999_us: med(runs.iter().map(|r| r.summary.acquire.p999_us as f64)),
+            server_p50_us: med_opt(runs.iter().map(|r| r.server_p50_us)),
+            server_p99_us: med_opt(runs.iter().map(|r| r.server_p99_us)),
+            server_p999_us: med_opt(runs.iter().map(|r| r.server_p999_us)),
+        });
+    }
+    summary
+}
+
+fn dedup(items: impl IntoIterator<Item = String>) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for item in items {
+        if !out.contains(&item) {
+            out.push(item);
+        }
+    }
+    out
+}
+
+// ---------------------------------------------------------------- Markdown
+
+fn number(value: f64) -> String {
+    if !value.is_finite() {
+        return "–".into();
+    }
+    let digits = format!("{:.0}", value);
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 && c != '-' {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+fn micros(us: f64) -> String {
+    if !us.is_finite() {
+        "–".into()
+    } else if us < 1000.0 {
+        format!("{us:.0} µs")
+    } else if us < 1_000_000.0 {
+        format!("{:.1} ms", us / 1000.0)
+    } else {
+        format!("{:.2} s", us / 1_000_000.0)
+    }
+}
+
+fn ratio(value: f64) -> String {
+    if value.is_finite() {
+        format!("{value:.2}×")
+    } else {
+        "–".into()
+    }
+}
+
+fn verdict(met: bool) -> &'static str {
+    if met {
+        "met"
+    } else {
+        "**missed**"
+    }
+}
+
+fn command_line(argv: &[String]) -> String {
+    argv.iter()
+        .map(|a| {
+            if a.contains(' ') || a.contains('\'') || a.is_empty() {
+                format!("'{}'", a.replace('\'', "'\\''"))
+            } else {
+                a.clone()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn case_description(case: &Case) -> &'static str {
+    match case.id {
+        "lock.acquire" => "LOCK.ACQUIRE, server-drawn UUID token",
+        "lock.acquire.token" => "LOCK.ACQUIRE with a 36-byte TOKEN",
+        "lua.acquire" => "Lua acquire-with-fence (EVALSHA), global fence key",
+        "set.nx" => "SET NX PX (no fence, the ceiling)",
+        "lock.extend" => "LOCK.EXTEND by the holder",
+        "lua.extend" => "Lua compare-and-pexpire by the holder",
+        "set.ifeq" => "SET IFEQ PX by the holder (Valkey 8.1 native)",
+        "lock.release" => "LOCK.RELEASE by the holder",
+        "lua.release" => "Lua compare-and-delete by the holder",
+        _ => "",
+    }
+}
+
+pub fn markdown(results: &Results, img: &str) -> String {
+    let summary = summarise(results);
+    let mut md = String::new();
+    let profile = &results.profile;
+    let m = &results.machine;
+    let _ = writeln!(md, "# Benchmarks\n");
+    let _ = writeln!(
+        md,
+        "Generated by `{}` (profile `{}`) on {} from commit `{}`; it took {:.0} s. \
+         Every number below comes from that one run: regenerate this page rather \
+         than editing it. The harness is in [`bench/`](../bench/README.md).\n",
+        results.made_by, profile.name, m.started_utc, m.git_commit, results.elapsed_s
+    );
+    let _ = writeln!(md, "## Machine\n");
+    let _ = writeln!(md, "| | |\n| --- | --- |");
+    let _ = writeln!(md, "| Cores | {} ({}) |", m.cores, m.cpu_model);
+    let _ = writeln!(md, "| Memory | {:.0} GiB |", m.memory_gib);
+    let _ = writeln!(md, "| Kernel | Linux {} |", m.kernel);
+    let servers: Vec<&str> = results.servers.iter().map(|s| s.label.as_str()).collect();
+    let _ = writeln!(md, "| Servers | {} |", servers.join(", "));
+    let _ = writeln!(md, "| Load tool | {} |", m.benchmark_tool);
+    let _ = writeln!(
+        md,
+        "| Compiler | {} (module and harness in release mode) |",
+        m.rustc
+    );
+    let busy = |list: &[String]| {
+        if list.is_empty() {
+            "none above 10% of a core".to_string()
+        } else {
+            list.join(", ")
+        }
+    };
+    let _ = writeln!(
+        md,
+        "| Load average (1 min) | {:.2} at start, {:.2} at end |",
+        results.load_average_start, results.load_average_end
+    );
+    let _ = writeln!(
+        md,
+        "| Other busy processes | at start: {}; at end: {} |\n",
+        busy(&results.busy_at_start),
+        busy(&results.busy_at_end)
+    );
+    let _ = writeln!(
+        md,
+        "The machine is shared and noisy: the server, the load tool and anything \
+         else running compete for {} cores. That is why every comparison runs \
+         interleaved on one server (A B A B …) and is reported as the median of \
+         per-round ratios, and why the server's own CPU time per request (read \
+         from `/proc/<pid>/schedstat` around each run) is shown next to \
+         throughput: it does not depend on who else was using the machine.\n",
+        m.cores
+    );
+
+    goals_section(&mut md, results, &summary);
+    throughput_section(&mut md, results, &summary, img);
+    contention_section(&mut md, results, &summary, img);
+    memory_section(&mut md, results, &summary, img);
+    scale_section(&mut md, results, &summary, img);
+    raw_section(&mut md, results);
+    md
+}
+
+fn ratio_of<'a>(
+    summary: &'a Summary,
+    server: &str,
+    title: &str,
+    pipeline: usize,
+) -> Option<&'a RatioRow> {
+    summary
+        .ratios
+        .iter()
+        .find(|r| r.server == server && r.title == title && r.pipeline == pipeline)
+}
+
+fn goals_section(md: &mut String, results: &Results, summary: &Summary) {
+    let _ = writeln!(md, "## Goals\n");
+    let _ = writeln!(
+        md,
+        "The goals of the benchmark issue, at pipeline 16. A goal is judged on \
+         the throughput ratio; the CPU ratio (how many times less server CPU the \
+         module spends per request) is the noise-free check of it.\n"
+    );
+    let _ = writeln!(md, "| Goal | Server | Throughput ratio | CPU ratio | |");
+    let _ = writeln!(md, "| --- | --- | --- | --- | --- |");
+    for comparison in COMPARISONS.iter().filter(|c| c.goal_p16.is_some()) {
+        let goal = comparison.goal_p16.unwrap_or_default();
+        for server in &results.servers {
+            if let Some(row) = ratio_of(summary, &server.label, comparison.title, 16) {
+                let _ = writeln!(
+                    md,
+                    "| {} ≥ {goal}× | {} | {} | {} | {} |",
+                    comparison.title,
+                    server.label,
+                    ratio(row.throughput_ratio),
+                    ratio(row.cpu_ratio),
+                    verdict(row.throughput_ratio >= goal)
+                );
+            }
+        }
+    }
+    for server in &results.servers {
+        let largest = summary
+            .memory
+            .iter()
+            .filter(|r| r.server == server.label)
+            .map(|r| r.locks)
+            .max();
+        let Some(locks) = largest else { continue };
+        let per_lock = |variant: Variant| {
+            summary
+                .memory
+                .iter()
+                .find(|r| r.server == server.label && r.locks == locks && r.variant == variant)
+                .map_or(f64::NAN, |r| r.bytes_per_lock)
+        };
+        let module = per_lock(Variant::Module);
+        for variant in [Variant::LuaPerLockFence, Variant::LuaGlobalFence] {
+            let lua = per_lock(variant);
+            let _ = writeln!(
+                md,
+                "| Memory per lock ≤ {} ({} locks) | {} | {:.0} B vs {:.0} B | | {} |",
+                variant.label(),
+                number(locks as f64),
+                server.label,
+                module,
+                lua,
+                verdict(module <= lua)
+            );
+        }
+    }
+    if let [small, large] = summary.scale.as_slice() {
+        let growth = large.client_p99_us / small.client_p99_us;
+        let server_growth = match (small.server_p99_us, large.server_p99_us) {
+            (Some(a), Some(b)) => ratio(b / a),
+            _ => "–".into(),
+        };
+        let _ = writeln!(
+            md,
+            "| ACQUIRE p99 flat from {} to {} held locks (within 25%) | {} | client p99 {} | server p99 {} | {} |",
+            number(small.held as f64),
+            number(large.held as f64),
+            large.server,
+            ratio(growth),
+            server_growth,
+            verdict(growth <= 1.25)
+        );
+    }
+    let _ = writeln!(md);
+}
+
+fn throughput_section(md: &mut String, results: &Results, summary: &Summary, img: &str) {
+    let settings = &results.profile.throughput;
+    if results.servers.iter().all(|s| s.throughput.is_empty()) {
+        return;
+    }
+    let _ = writeln!(md, "## 1. Throughput per command\n");
+    let _ = writeln!(
+        md,
+        "`redis-benchmark`, {} clients, keys drawn at random from {} (`__rand_int__`), \
+         pipelines {}; {} rounds. Within a round every command of a group runs once, \
+         back to back on the same server (reversed order on odd rounds). Each cell is \
+         the median over rounds; each ratio is the median over rounds of the ratio \
+         within the round. `CPU µs/req` is the server's main-thread CPU time per \
+         request.\n",
+        settings.clients,
+        number(settings.keyspace as f64),
+        settings
+            .pipelines
+            .iter()
+            .map(|p| p.to_string())
+            .collect::<Vec<_>>()
+            .join(" and "),
+        settings.rounds
+    );
+    let _ = writeln!(
+        md,
+        "What each row measures:\n\n\
+         - **ACQUIRE rows** start from an empty database (`FLUSHALL` before each run). \
+         A key drawn twice in a run is taken the second time, so a share of the \
+         requests are refusals (or, for the TOKEN row, renewals); `work` is the share \
+         that made a new grant.\n\
+         - **EXTEND rows** run on keys that are all held by the caller's token: before \
+         the EXTEND phase every key of the range is taken, `lk:` keys with \
+         `LOCK.ACQUIRE … TOKEN` and `sk:` keys with `SET … PX` (as the Lua recipe \
+         leaves them), with {}-minute leases, so every EXTEND finds its key held by \
+         its token and moves the lease (`work` 1.00 = the key count was intact \
+         before and after every run).\n\
+         - **RELEASE rows** run on the same held keys, taken again before each run. A \
+         key drawn twice is already free the second time; `work` is the share of \
+         requests that deleted a lock.\n",
+        throughput::PREPARED_TTL_MS / 60_000
+    );
+    let _ = writeln!(
+        md,
+        "The scripts (loaded with `SCRIPT LOAD`, called by SHA):\n"
+    );
+    let _ = writeln!(md, "```lua\n-- acquire-with-fence: KEYS = {{lock, fence}}, ARGV = {{token, ttl-ms}}\n{}\n-- compare-and-delete: KEYS = {{lock}}, ARGV = {{token}}\n{}\n-- compare-and-pexpire: KEYS = {{lock}}, ARGV = {{token, ttl-ms}}\n{}\n```\n",
+        scripts::ACQUIRE, scripts::RELEASE, scripts::EXTEND);
+    let _ = writeln!(
+        md,
+        "Valkey 8.1 has `SET … IFEQ` (so a native compare-and-extend, \
+         `SET k tok IFEQ tok PX ms`) but no `DELIFEQ`, and `IFEQ` cannot be combined \
+         with `NX`: the Lua scripts remain its only compare-and-delete and \
+         acquire-with-fence.\n"
+    );
+    let _ = writeln!(
+        md,
+        "Commands, exactly as run (`$PORT` is the server's port):\n"
+    );
+    let _ = writeln!(md, "```sh");
+    let mut seen = Vec::new();
+    for server in &results.servers {
+        for case in &server.throughput_cases {
+            if seen.contains(&case.id) {
+                continue;
+            }
+            seen.push(case.id);
+            for &pipeline in &settings.pipelines {
+                let _ = writeln!(
+                    md,
+                    "{}",
+                    command_line(&throughput::benchmark_command(settings, pipeline, case))
+                );
+            }
+        }
+    }
+    let _ = writeln!(md, "```\n");
+    for server in &results.servers {
+        if server.throughput.is_empty() {
+            continue;
+        }
+        let _ = writeln!(md, "### {}: ratios\n", server.label);
+        let _ = writeln!(
+            md,
+            "| Comparison | Pipeline | Throughput ratio | CPU ratio | Goal |"
+        );
+        let _ = writeln!(md, "| --- | --- | --- | --- | --- |");
+        for row in summary.ratios.iter().filter(|r| r.server == server.label) {
+            let goal = row.goal.map_or(String::new(), |g| {
+                format!("≥ {g}×: {}", verdict(row.throughput_ratio >= g))
+            });
+            let _ = writeln!(
+                md,
+                "| {} | {} | {} | {} | {goal} |",
+                row.title,
+                row.pipeline,
+                ratio(row.throughput_ratio),
+                ratio(row.cpu_ratio)
+            );
+        }
+        let _ = writeln!(md);
+        let _ = writeln!(md, "### {}: medians\n", server.label);
+        let _ = writeln!(
+            md,
+            "| Command | Group | Pipeline | Requests/s | CPU µs/req | Work |"
+        );
+        let _ = writeln!(md, "| --- | --- | --- | --- | --- | --- |");
+        for case in &server.throughput_cases {
+            for row in summary
+                .throughput
+                .iter()
+                .filter(|r| r.server == server.label && r.case == case.id)
+            {
+                let _ = writeln!(
+                    md,
+                    "| {} | {:?} | {} | {} | {:.2} | {:.2} |",
+                    case_description(case),
+                    case.group,
+                    row.pipeline,
+                    number(row.rps),
+                    row.cpu_us_per_op,
+                    row.work_share
+                );
+            }
+        }
+        let _ = writeln!(md);
+    }
+    let _ = writeln!(md, "![Throughput ratios]({img}/throughput_ratios.png)\n");
+}
+
+fn contention_section(md: &mut String, results: &Results, summary: &Summary, img: &str) {
+    if results.contention.is_empty() {
+        return;
+    }
+    let settings = &results.profile.contention;
+    let server = &results.contention[0].server;
+    let _ = writeln!(md, "## 2. Lock cycles under contention\n");
+    let _ = writeln!(
+        md,
+        "`lock-load` (this repo's async load generator: tokio and the `redis` crate, \
+         one connection per contender) runs full cycles, acquire → hold {} ms → \
+         release, for {:.1} s per run, on {server}: {} contenders, on one hot key and \
+         on {} keys (each cycle picks a key at random). Three strategies, alternating \
+         run by run, {} rounds; each cell is the median over rounds:\n\n\
+         - `native-poll`: `LOCK.ACQUIRE … TOKEN`; after a refusal, wait a uniformly \
+         random {}–{} ms (as redsync does) and try again; `LOCK.RELEASE`.\n\
+         - `lua-poll`: the Lua acquire-with-fence (one global fence key), polled the \
+         same way; the Lua compare-and-delete.\n\
+         - `native-wait`: `LOCK.ACQUIRE … TOKEN … WAIT ms`: the server queues the \
+         contender (FIFO per key) and hands it the lock inside the holder's \
+         `LOCK.RELEASE`.\n",
+        settings.hold_ms,
+        settings.duration_ms as f64 / 1000.0,
+        settings
+            .contenders
+            .iter()
+            .map(|c| c.to_string())
+            .collect::<Vec<_>>()
+            .join(", "),
+        number(*settings.keys.iter().max().unwrap_or(&0) as f64),
+        settings.rounds,
+        settings.retry_min_ms,
+        settings.retry_max_ms,
+    );
+    let _ = writeln!(
+        md,
+        "- **acquire** latency runs from a contender's first attempt to its grant, \
+         over the acquires granted within the run; **waiting** is how many \
+         contenders were still waiting at the deadline (their waits are not in the \
+         percentiles, so on the hot key the real tail is longer than shown). A \
+         `native-wait` contender waits up to 5 s past the deadline so that the queue \
+         drains by handoffs instead of timeouts; a grant after the deadline is \
+         released at once and not counted.\n\
+         - **handoff** runs from the moment a holder sends its release to the grant \
+         of a contender that was already waiting for that key: how long a freed lock \
+         sits idle before its next holder has it.\n\
+         - **Jain** is Jain's fairness index over cycles per contender (1 = even), \
+         **min** the cycles of the least lucky contender.\n\
+         - The hold is a tokio sleep, which has millisecond granularity: a 1 ms hold \
+         lasts 1–2 ms, so one key allows at most about 450 cycles/s.\n"
+    );
+    let _ = writeln!(md, "Command per run (`$PORT` is the server's port):\n");
+    let _ = writeln!(md, "```sh");
+    for &keys in &settings.keys {
+        for strategy in Strategy::ALL {
+            let argv = contention::load_command(settings, strategy, 512, keys);
+            let _ = writeln!(
+                md,
+                "{}",
+                command_line(&argv).replace("--contenders 512", "--contenders {1,8,64,512}")
+            );
+        }
+    }
+    let _ = writeln!(md, "```\n");
+    for &keys in &settings.keys {
+        let _ = writeln!(
+            md,
+            "### {}\n",
+            if keys == 1 {
+                "One hot key".to_string()
+            } else {
+                format!("{} keys", number(keys as f64))
+            }
+        );
+        let _ = writeln!(
+            md,
+            "| Contenders | Strategy | Cycles/s | Acquire p50 | p99 | p999 | Handoff p50 | p99 | Refusals/grant | Jain | Min | Waiting | Server CPU µs/cycle |"
+        );
+        let _ = writeln!(
+            md,
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+        );
+        for row in summary.contention.iter().filter(|r| r.keys == keys) {
+            let _ = writeln!(
+                md,
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {:.2} | {} | {:.0} | {:.0} | {:.1} |",
+                row.contenders,
+                row.strategy,
+                number(row.cycles_per_s),
+                micros(row.acquire_p50_us),
+                micros(row.acquire_p99_us),
+                micros(row.acquire_p999_us),
+                row.handoff_p50_us.map_or("–".into(), micros),
+                row.handoff_p99_us.map_or("–".into(), micros),
+                row.refusals_per_grant,
+                row.jain_index.map_or("–".into(), |j| format!("{j:.2}")),
+                row.min_cycles_per_contender,
+                row.waiting_at_end,
+                row.server_cpu_us_per_cycle
+            );
+        }
+        let _ = writeln!(md);
+    }
+    let _ = writeln!(
+        md,
+        "![Acquire latency by contention]({img}/contention_latency.png)\n"
+    );
+}
+
+fn memory_section(md: &mut String, results: &Results, summary: &Summary, img: &str) {
+    if results.servers.iter().all(|s| s.memory.is_none()) {
+        return;
+    }
+    let _ = writeln!(md, "## 3. Memory per lock\n");
+    let _ = writeln!(
+        md,
+        "Each variant starts from `FLUSHALL`; `used_memory` (`INFO memory`) is read \
+         before and after taking the locks through one connection in pipelined \
+         batches, with 1-hour leases and 36-byte tokens (the module draws a UUID; \
+         the recipe gets a UUID-shaped token from the client). The delta covers \
+         everything a lock costs: the key, its value, its expiry entry and the hash \
+         table growth. Commands:\n"
+    );
+    let _ = writeln!(md, "```");
+    for variant in Variant::ALL {
+        let _ = writeln!(md, "{:<34} {}", variant.label(), variant.command_text());
+    }
+    let _ = writeln!(md, "```\n");
+    let _ = writeln!(md, "`MEMORY USAGE` of one held lock (`SAMPLES 0`):\n");
+    let _ = writeln!(md, "| Server | Variant | Lock key | Fence key |");
+    let _ = writeln!(md, "| --- | --- | --- | --- |");
+    for server in &results.servers {
+        let Some(memory) = &server.memory else {
+            continue;
+        };
+        for one in &memory.one_lock {
+            let fence = match (one.variant, one.fence_key_bytes) {
+                (Variant::LuaGlobalFence, Some(b)) => format!("{b} B, shared by all locks"),
+                (_, Some(b)) => format!("{b} B"),
+                (_, None) => "none (module-wide high-water mark)".into(),
+            };
+            let _ = writeln!(
+                md,
+                "| {} | {} | {} B | {fence} |",
+                one.server,
+                one.variant.label(),
+                one.lock_key_bytes
+            );
+        }
+    }
+    let _ = writeln!(md);
+    let _ = writeln!(
+        md,
+        "`MEMORY USAGE` of a module key counts what the module's `mem_usage` callback \
+         reports for the value, not the allocator's real block sizes; the \
+         `used_memory` deltas below are the real cost.\n"
+    );
+    let _ = writeln!(
+        md,
+        "| Server | Variant | Locks | used_memory delta | Bytes per lock |"
+    );
+    let _ = writeln!(md, "| --- | --- | --- | --- | --- |");
+    for server in &results.servers {
+        let Some(memory) = &server.memory else {
+            continue;
+        };
+        for bulk in &memory.bulk {
+            let _ = writeln!(
+                md,
+                "| {} | {} | {} | {} | {:.1} |",
+                bulk.server,
+                bulk.variant.label(),
+                number(bulk.locks as f64),
+                number(bulk.used_memory_delta as f64),
+                bulk.bytes_per_lock
+            );
+        }
+    }
+    let _ = writeln!(md);
+    let _ = summary;
+    let _ = writeln!(md, "![Memory per lock]({img}/memory_per_lock.png)\n");
+}
+
+fn scale_section(md: &mut String, results: &Results, summary: &Summary, img: &str) {
+    if results.scale.is_empty() {
+        return;
+    }
+    let settings = &results.profile.scale;
+    let _ = writeln!(
+        md,
+        "## 4. Scale: ACQUIRE latency with few and many held locks\n"
+    );
+    let _ = writeln!(
+        md,
+        "Two servers of the same binary ({}) run side by side; one holds {} locks and \
+         the other {} (`LOCK.ACQUIRE held:<n> 3600000`). The same uncontended \
+         workload then alternates between them, {} rounds of {:.1} s: {} contenders, \
+         each cycling through keys of its own (no contention, no hold), so every \
+         ACQUIRE is a grant on a free key and the key count stays put. Client \
+         latency includes the round trip; server latency is Redis' own per-command \
+         histogram (`INFO latencystats`, reset before each run). Medians over rounds.\n",
+        results.scale[0].server,
+        number(settings.held[0] as f64),
+        number(settings.held[1] as f64),
+        settings.rounds,
+        settings.duration_ms as f64 / 1000.0,
+        settings.contenders
+    );
+    let _ = writeln!(
+        md,
+        "```sh\n{}\n```\n",
+        command_line(&scale::load_command(settings))
+    );
+    let _ = writeln!(
+        md,
+        "| Held locks | Cycles/s | Client p50 | p99 | p999 | Server p50 | p99 | p99.9 |"
+    );
+    let _ = writeln!(md, "| --- | --- | --- | --- | --- | --- | --- | --- |");
+    for row in &summary.scale {
+        let opt = |v: Option<f64>| v.map_or("–".into(), micros);
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {} | {} | {} | {} | {} |",
+            number(row.held as f64),
+            number(row.cycles_per_s),
+            micros(row.client_p50_us),
+            micros(row.client_p99_us),
+            micros(row.client_p999_us),
+            opt(row.server_p50_us),
+            opt(row.server_p99_us),
+            opt(row.server_p999_us)
+        );
+    }
+    let _ = writeln!(md);
+    let _ = writeln!(md, "![ACQUIRE latency at scale]({img}/scale_latency.png)\n");
+}
+
+fn raw_section(md: &mut String, results: &Results) {
+    let _ = writeln!(md, "## Raw samples\n");
+    let _ = writeln!(
+        md,
+        "<details><summary>Every redis-benchmark run</summary>\n"
+    );
+    let _ = writeln!(
+        md,
+        "| Server | Command | Pipeline | Round | Requests/s | CPU µs/req | Work |"
+    );
+    let _ = writeln!(md, "| --- | --- | --- | --- | --- | --- | --- |");
+    for server in &results.servers {
+        for s in &server.throughput {
+            let _ = writeln!(
+                md,
+                "| {} | {} | {} | {} | {} | {:.2} | {:.3} |",
+                s.server,
+                s.case,
+                s.pipeline,
+                s.round + 1,
+                number(s.rps),
+                s.cpu_us_per_op,
+                s.work_share
+            );
+        }
+    }
+    let _ = writeln!(md, "\n</details>\n");
+    if !results.contention.is_empty() {
+        let _ = writeln!(md, "<details><summary>Every lock-load run</summary>\n");
+        let _ = writeln!(
+            md,
+            "| Keys | Contenders | Strategy | Round | Cycles/s | Acquire p50 | p99 | p999 | Waiting |"
+        );
+        let _ = writeln!(
+            md,
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+        );
+        for run in &results.contention {
+            let s = &run.summary;
+            let _ = writeln!(
+                md,
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                s.keys,
+                s.contenders,
+                s.strategy,
+                run.round + 1,
+                number(s.cycles_per_s),
+                micros(s.acquire.p50_us as f64),
+                micros(s.acquire.p99_us as f64),
+                micros(s.acquire.p999_us as f64),
+                s.waiting_at_end
+            );
+        }
+        let _ = writeln!(md, "\n</details>");
+    }
+}

@@ -1,0 +1,21 @@
+//! The Lua recipe that users run today instead of the module: the scripts the
+//! benchmarks compare against, exactly as sent to the server.
+
+/// Acquire with a fence: `KEYS[1]` the lock, `KEYS[2]` the fence counter
+/// (one global key, or one per lock), `ARGV[1]` the token, `ARGV[2]` the TTL
+/// in ms. Replies `[token, fence]`, or null when the key is taken, like
+/// `LOCK.ACQUIRE`.
+pub const ACQUIRE: &str = "if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then \
+return {ARGV[1], redis.call('INCR', KEYS[2])} end return false";
+
+/// Compare-and-delete: 1 when `ARGV[1]` held `KEYS[1]`, else 0.
+pub const RELEASE: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then \
+return redis.call('DEL', KEYS[1]) else return 0 end";
+
+/// Compare-and-pexpire: 1 when `ARGV[1]` holds `KEYS[1]` (its lease now ends
+/// `ARGV[2]` ms from now), else 0.
+pub const EXTEND: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then \
+return redis.call('PEXPIRE', KEYS[1], ARGV[2]) else return 0 end";
+
+/// The single global fence counter of the recipe's global-fence variant.
+pub const GLOBAL_FENCE_KEY: &str = "lock:fence";

@@ -1,0 +1,468 @@
+//! Throughput per command with `redis-benchmark`: each native command against
+//! what users run instead, interleaved run by run on one server.
+
+use std::process::Command;
+
+use serde::Serialize;
+
+use crate::scripts;
+use crate::server::{bench_key, dbsize, flushall, pipelined, query, Server};
+use crate::stats::median;
+
+/// The 36-byte token of the rows that pass one (the length of a drawn UUID).
+pub const TOKEN: &str = "0b8e4f53-3c43-4a0e-9f53-1e7d51f4a9c6";
+/// Lease of the locks prepared for EXTEND and RELEASE: long enough that none
+/// runs out during a phase.
+pub const PREPARED_TTL_MS: u64 = 600_000;
+const LOCK_PREFIX: &str = "lk:";
+const STRING_PREFIX: &str = "sk:";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum Group {
+    Acquire,
+    Extend,
+    Release,
+}
+
+/// The keys a run needs in place before it starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum Prep {
+    /// An empty database (`FLUSHALL` before each run).
+    Empty,
+    /// Every `lk:` key of the range held with [`TOKEN`] by `LOCK.ACQUIRE`.
+    HeldLocks,
+    /// Every `sk:` key of the range set to [`TOKEN`] with a TTL, as the Lua
+    /// recipe (or `SET NX PX`) leaves it.
+    HeldStrings,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Case {
+    pub id: &'static str,
+    pub group: Group,
+    /// The command as `redis-benchmark` gets it (`__rand_int__` is a key).
+    pub args: Vec<String>,
+    pub prep: Prep,
+    /// Needs `SET … IFEQ` (Valkey 8.1+).
+    pub needs_ifeq: bool,
+}
+
+/// A ratio row: `native` against `baseline`, higher is better for native.
+#[derive(Clone, Debug, Serialize)]
+pub struct Comparison {
+    pub title: &'static str,
+    pub native: &'static str,
+    pub baseline: &'static str,
+    /// The issue's goal for the ratio at pipeline 16, if any.
+    pub goal_p16: Option<f64>,
+}
+
+pub const COMPARISONS: [Comparison; 7] = [
+    Comparison {
+        title: "LOCK.ACQUIRE vs Lua acquire-with-fence",
+        native: "lock.acquire",
+        baseline: "lua.acquire",
+        goal_p16: Some(1.8),
+    },
+    Comparison {
+        title: "LOCK.ACQUIRE TOKEN vs Lua acquire-with-fence",
+        native: "lock.acquire.token",
+        baseline: "lua.acquire",
+        goal_p16: None,
+    },
+    Comparison {
+        title: "LOCK.ACQUIRE vs SET NX PX (no fence)",
+        native: "lock.acquire",
+        baseline: "set.nx",
+        goal_p16: Some(0.85),
+    },
+    Comparison {
+        title: "LOCK.ACQUIRE TOKEN vs SET NX PX (no fence)",
+        native: "lock.acquire.token",
+        baseline: "set.nx",
+        goal_p16: None,
+    },
+    Comparison {
+        title: "LOCK.RELEASE vs Lua compare-and-delete",
+        native: "lock.release",
+        baseline: "lua.release",
+        goal_p16: Some(1.3),
+    },
+    Comparison {
+        title: "LOCK.EXTEND vs Lua compare-and-pexpire",
+        native: "lock.extend",
+        baseline: "lua.extend",
+        goal_p16: None,
+    },
+    Comparison {
+        title: "LOCK.EXTEND vs SET IFEQ PX (Valkey)",
+        native: "lock.extend",
+        baseline: "set.ifeq",
+        goal_p16: None,
+    },
+];
+
+/// Every command measured; `sha` are the SHA1s of the loaded Lua scripts.
+pub fn cases(acquire_sha: &str, release_sha: &str, extend_sha: &str) -> Vec<Case> {
+    let lock = format!("{LOCK_PREFIX}__rand_int__");
+    let string = format!("{STRING_PREFIX}__rand_int__");
+    let ttl = "30000".to_string();
+    let held_ttl = PREPARED_TTL_MS.to_string();
+    let args = |parts: &[&str]| parts.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    vec![
+        Case {
+            id: "lock.acquire",
+            group: Group::Acquire,
+            args: args(&["LOCK.ACQUIRE", &lock, &ttl]),
+            prep: Prep::Empty,
+            needs_ifeq: false,
+        },
+        Case {
+            id: "lock.acquire.token",
+            group: Group::Acquire,
+            args: args(&["LOCK.ACQUIRE", &lock, &ttl, "TOKEN", TOKEN]),
+            prep: Prep::Empty,
+            needs_ifeq: false,
+        },
+        Case {
+            id: "lua.acquire",
+            group: Group::Acquire,
+            args: args(&[
+                "EVALSHA",
+                acquire_sha,
+                "2",
+                &string,
+                scripts::GLOBAL_FENCE_KEY,
+                TOKEN,
+                &ttl,
+            ]),
+            prep: Prep::Empty,
+            needs_ifeq: false,
+        },
+        Case {
+            id: "set.nx",
+            group: Group::Acquire,
+            args: args(&["SET", &string, TOKEN, "NX", "PX", &ttl]),
+            prep: Prep::Empty,
+            needs_ifeq: false,
+        },
+        Case {
+            id: "lock.extend",
+            group: Group::Extend,
+            args: args(&["LOCK.EXTEND", &lock, TOKEN, &held_ttl]),
+            prep: Prep::HeldLocks,
+            needs_ifeq: false,
+        },
+        Case {
+            id: "lua.extend",
+            group: Group::Extend,
+            args: args(&["EVALSHA", extend_sha, "1", &string, TOKEN, &held_ttl]),
+            prep: Prep::HeldStrings,
+            needs_ifeq: false,
+        },
+        Case {
+            id: "set.ifeq",
+            group: Group::Extend,
+            args: args(&["SET", &string, TOKEN, "IFEQ", TOKEN, "PX", &held_ttl]),
+            prep: Prep::HeldStrings,
+            needs_ifeq: true,
+        },
+        Case {
+            id: "lock.release",
+            group: Group::Release,
+            args: args(&["LOCK.RELEASE", &lock, TOKEN]),
+            prep: Prep::HeldLocks,
+            needs_ifeq: false,
+        },
+        Case {
+            id: "lua.release",
+            group: Group::Release,
+            args: args(&["EVALSHA", release_sha, "1", &string, TOKEN]),
+            prep: Prep::HeldStrings,
+            needs_ifeq: false,
+        },
+    ]
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Settings {
+    pub rounds: usize,
+    pub clients: usize,
+    pub pipelines: Vec<usize>,
+    /// Keys are drawn at random from this many.
+    pub keyspace: u64,
+    /// Requests per run, by pipeline depth: `(pipeline, requests)`.
+    pub requests: Vec<(usize, u64)>,
+}
+
+impl Settings {
+    pub fn requests_for(&self, pipeline: usize) -> u64 {
+        self.requests
+            .iter()
+            .find(|(p, _)| *p == pipeline)
+            .map_or(10_000, |(_, n)| *n)
+    }
+}
+
+/// One `redis-benchmark` run.
+#[derive(Clone, Debug, Serialize)]
+pub struct Sample {
+    pub server: String,
+    pub case: &'static str,
+    pub pipeline: usize,
+    pub round: usize,
+    pub requests: u64,
+    pub rps: f64,
+    /// Server main-thread CPU time per request, in µs.
+    pub cpu_us_per_op: f64,
+    /// The share of requests that did the full job: new grants for ACQUIRE,
+    /// deletions for RELEASE; EXTEND rows find every key held (1.0).
+    pub work_share: f64,
+}
+
+pub fn benchmark_command(settings: &Settings, pipeline: usize, case: &Case) -> Vec<String> {
+    let mut argv: Vec<String> = [
+        "redis-benchmark",
+        "-h",
+        "127.0.0.1",
+        "-p",
+        "$PORT",
+        "-c",
+        &settings.clients.to_string(),
+        "-P",
+        &pipeline.to_string(),
+        "-r",
+        &settings.keyspace.to_string(),
+        "-n",
+        &settings.requests_for(pipeline).to_string(),
+        "--csv",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    argv.extend(case.args.iter().cloned());
+    argv
+}
+
+/// Run every case on `server`, phase by phase (ACQUIRE, EXTEND, RELEASE);
+/// within a phase the commands alternate run by run, in reverse order on odd
+/// rounds, so slow drifts of the machine hit all of them alike.
+pub fn run(
+    server: &Server,
+    settings: &Settings,
+    progress: &mut dyn FnMut(&str),
+) -> Result<(Vec<Case>, Vec<Sample>), String> {
+    let mut conn = server.conn()?;
+    let load = |conn: &mut redis::Connection, script: &str| -> Result<String, String> {
+        query(conn, redis::cmd("SCRIPT").arg("LOAD").arg(script))
+    };
+    let acquire_sha = load(&mut conn, scripts::ACQUIRE)?;
+    let release_sha = load(&mut conn, scripts::RELEASE)?;
+    let extend_sha = load(&mut conn, scripts::EXTEND)?;
+    let ifeq = supports_ifeq(&mut conn);
+    let cases: Vec<Case> = cases(&acquire_sha, &release_sha, &extend_sha)
+        .into_iter()
+        .filter(|c| ifeq || !c.needs_ifeq)
+        .collect();
+    let mut samples = Vec::new();
+    for group in [Group::Acquire, Group::Extend, Group::Release] {
+        let group_cases: Vec<&Case> = cases.iter().filter(|c| c.group == group).collect();
+        if group == Group::Extend {
+            // EXTEND keeps its keys held, so one preparation serves the phase.
+            flushall(&mut conn)?;
+            prepare(&mut conn, Prep::HeldLocks, settings.keyspace)?;
+            prepare(&mut conn, Prep::HeldStrings, settings.keyspace)?;
+        }
+        for round in 0..settings.rounds {
+            for &pipeline in &settings.pipelines {
+                let mut order = group_cases.clone();
+                if round % 2 == 1 {
+                    order.reverse();
+                }
+                for case in order {
+                    progress(&format!(
+                        "{} round {}/{} P{pipeline} {}",
+                        server.label,
+                        round + 1,
+                        settings.rounds,
+                        case.id
+                    ));
+                    if group != Group::Extend {
+                        flushall(&mut conn)?;
+                        prepare(&mut conn, case.prep, settings.keyspace)?;
+                    }
+                    let keys_before = dbsize(&mut conn)?;
+                    let requests = settings.requests_for(pipeline);
+                    let cpu_before = server.cpu_ns();
+                    let rps = run_benchmark(server.port, settings, pipeline, case)?;
+                    let cpu_ns = server.cpu_ns().saturating_sub(cpu_before);
+                    let keys_after = dbsize(&mut conn)?;
+                    let work_share = match group {
+                        Group::Acquire => {
+                            // The Lua recipe's fence key is not a lock.
+                            let fence_keys = u64::from(case.id == "lua.acquire");
+                            keys_after.saturating_sub(fence_keys) as f64 / requests as f64
+                        }
+                        Group::Release => {
+                            keys_before.saturating_sub(keys_after) as f64 / requests as f64
+                        }
+                        Group::Extend => {
+                            if keys_after == keys_before && keys_before == 2 * settings.keyspace {
+                                1.0
+                            } else {
+                                keys_after as f64 / keys_before.max(1) as f64
+                            }
+                        }
+                    };
+                    samples.push(Sample {
+                        server: server.label.clone(),
+                        case: case.id,
+                        pipeline,
+                        round,
+                        requests,
+                        rps,
+                        cpu_us_per_op: cpu_ns as f64 / 1000.0 / requests as f64,
+                        work_share,
+                    });
+                }
+            }
+        }
+    }
+    flushall(&mut conn)?;
+    Ok((cases, samples))
+}
+
+/// Whether `SET` takes `IFEQ` here (Valkey 8.1 and later).
+fn supports_ifeq(conn: &mut redis::Connection) -> bool {
+    let _: Result<(), String> = query(conn, redis::cmd("SET").arg("bench:ifeq").arg("a"));
+    let probe: Result<redis::Value, String> = query(
+        conn,
+        redis::cmd("SET")
+            .arg("bench:ifeq")
+            .arg("b")
+            .arg("IFEQ")
+            .arg("a"),
+    );
+    let _: Result<(), String> = query(conn, redis::cmd("DEL").arg("bench:ifeq"));
+    probe.is_ok()
+}
+
+/// Put the keys `prep` asks for in place, over the whole key range.
+pub fn prepare(conn: &mut redis::Connection, prep: Prep, keyspace: u64) -> Result<(), String> {
+    match prep {
+        Prep::Empty => Ok(()),
+        Prep::HeldLocks => pipelined(
+            conn,
+            (0..keyspace).map(|i| {
+                let mut cmd = redis::cmd("LOCK.ACQUIRE");
+                cmd.arg(bench_key(LOCK_PREFIX, i))
+                    .arg(PREPARED_TTL_MS)
+                    .arg("TOKEN")
+                    .arg(TOKEN);
+                cmd
+            }),
+        ),
+        Prep::HeldStrings => pipelined(
+            conn,
+            (0..keyspace).map(|i| {
+                let mut cmd = redis::cmd("SET");
+                cmd.arg(bench_key(STRING_PREFIX, i))
+                    .arg(TOKEN)
+                    .arg("PX")
+                    .arg(PREPARED_TTL_MS);
+                cmd
+            }),
+        ),
+    }
+}
+
+/// Run `redis-benchmark` once; its requests per second.
+fn run_benchmark(
+    port: u16,
+    settings: &Settings,
+    pipeline: usize,
+    case: &Case,
+) -> Result<f64, String> {
+    let argv = benchmark_command(settings, pipeline, case);
+    let output = Command::new(&argv[0])
+        .args(argv[1..].iter().map(|a| {
+            if a == "$PORT" {
+                port.to_string()
+            } else {
+                a.clone()
+            }
+        }))
+        .output()
+        .map_err(|e| format!("run redis-benchmark: {e}"))?;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    if !output.status.success() {
+        return Err(format!(
+            "redis-benchmark failed ({}): {}{}",
+            output.status,
+            stdout,
+            String::from_utf8_lossy(&output.stderr)
+        ));
+    }
+    parse_csv_rps(&stdout).ok_or_else(|| format!("no rps in redis-benchmark output: {stdout}"))
+}
+
+/// The `rps` column of `redis-benchmark --csv` (the line after the header).
+fn parse_csv_rps(stdout: &str) -> Option<f64> {
+    stdout
+        .lines()
+        .rfind(|line| !line.starts_with("\"test\"") && line.starts_with('"'))
+        .and_then(|line| line.split("\",\"").nth(1))
+        .and_then(|rps| rps.trim_matches('"').parse().ok())
+}
+
+/// Median of a case's samples at one pipeline on one server.
+pub fn case_median(
+    samples: &[Sample],
+    server: &str,
+    case: &str,
+    pipeline: usize,
+    value: impl Fn(&Sample) -> f64,
+) -> Option<f64> {
+    let values: Vec<f64> = samples
+        .iter()
+        .filter(|s| s.server == server && s.case == case && s.pipeline == pipeline)
+        .map(value)
+        .collect();
+    median(&values)
+}
+
+/// Median over rounds of `native / baseline` computed within each round
+/// (the pair ran back to back, so the machine's drift cancels).
+pub fn paired_ratio(
+    samples: &[Sample],
+    server: &str,
+    comparison: &Comparison,
+    pipeline: usize,
+    value: impl Fn(&Sample) -> f64,
+) -> Option<f64> {
+    let find = |case: &str, round: usize| {
+        samples.iter().find(|s| {
+            s.server == server && s.case == case && s.pipeline == pipeline && s.round == round
+        })
+    };
+    let rounds = samples.iter().map(|s| s.round).max().map_or(0, |r| r + 1);
+    let ratios: Vec<f64> = (0..rounds)
+        .filter_map(|round| {
+            let native = find(comparison.native, round)?;
+            let baseline = find(comparison.baseline, round)?;
+            Some(value(native) / value(baseline))
+        })
+        .collect();
+    median(&ratios)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_rps_from_csv() {
+        let out = "\"test\",\"rps\",\"avg_latency_ms\"\n\"SET x\",\"121901.66\",\"6.171\"\n";
+        assert_eq!(parse_csv_rps(out), Some(121901.66));
+    }
+}
