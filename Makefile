@@ -17,7 +17,7 @@ BENCH_MATPLOTLIB := matplotlib==3.9.*
 BENCH_QUICK_DIR := target/bench-quick
 
 .PHONY: help deps build run test test-redis test-valkey valkey unit lint fmt clean \
-	bench bench-quick bench-build bench-venv
+	bench bench-quick bench-build bench-venv bench-profile
 
 help: ## List the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -88,6 +88,9 @@ bench-quick: bench-build valkey bench-venv ## A tiny run of every benchmark (< 2
 	  img/memory_per_lock.png img/scale_latency.png; do \
 	  test -s $(BENCH_QUICK_DIR)/$$f || { echo "bench-quick: $(BENCH_QUICK_DIR)/$$f is missing"; exit 1; }; done
 	@echo "bench-quick: the harness ran every benchmark; report in $(BENCH_QUICK_DIR)/benchmarks.md"
+
+bench-profile: bench-build ## Instructions per request of ACQUIRE/RELEASE vs SET NX PX and Lua, by function (callgrind, a few minutes)
+	bash bench/profile.sh
 
 fmt: ## Format the code
 	cargo fmt --all

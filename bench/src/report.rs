@@ -615,6 +615,18 @@ fn throughput_section(md: &mut String, results: &Results, summary: &Summary, img
          requests that deleted a lock.\n",
         throughput::PREPARED_TTL_MS / 60_000
     );
+    if results.servers.iter().any(|s| s.label.ends_with("+ AOF")) {
+        let _ = writeln!(
+            md,
+            "**`+ AOF`** is the same Redis binary with `appendonly yes`, `appendfsync \
+             everysec` (automatic rewrites off), running the ACQUIRE group only. \
+             Without AOF or replicas Redis skips propagating `SET`, but a module's \
+             `RedisModule_Replicate` builds and looks up its command before Redis \
+             finds that nobody consumes it; with AOF on, both sides pay for \
+             propagation, as on a production lock server with persistence or \
+             replicas.\n"
+        );
+    }
     let _ = writeln!(
         md,
         "The scripts (loaded with `SCRIPT LOAD`, called by SHA):\n"

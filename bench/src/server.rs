@@ -21,6 +21,18 @@ pub struct Server {
 impl Server {
     /// Start `binary` with `module` loaded; `work_dir` holds its log.
     pub fn start(binary: &Path, module: &Path, work_dir: &Path) -> Result<Server, String> {
+        Server::start_with(binary, module, work_dir, &[], "")
+    }
+
+    /// Start with extra configuration arguments (applied after the defaults);
+    /// `label_suffix` is appended to the version label, e.g. " + AOF".
+    pub fn start_with(
+        binary: &Path,
+        module: &Path,
+        work_dir: &Path,
+        extra: &[&str],
+        label_suffix: &str,
+    ) -> Result<Server, String> {
         let port = free_port()?;
         let dir = work_dir.join(format!("server-{port}"));
         std::fs::create_dir_all(&dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
@@ -33,6 +45,7 @@ impl Server {
             .args(["--logfile", "server.log"])
             .arg("--loadmodule")
             .arg(module)
+            .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -64,7 +77,7 @@ impl Server {
             }
             sleep(Duration::from_millis(20));
         }
-        server.label = server.version_label()?;
+        server.label = server.version_label()? + label_suffix;
         Ok(server)
     }
 

@@ -24,6 +24,10 @@ pub enum Group {
     Release,
 }
 
+impl Group {
+    pub const ALL: [Group; 3] = [Group::Acquire, Group::Extend, Group::Release];
+}
+
 /// The keys a run needs in place before it starts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub enum Prep {
@@ -250,6 +254,7 @@ pub fn benchmark_command(settings: &Settings, pipeline: usize, case: &Case) -> V
 pub fn run(
     server: &Server,
     settings: &Settings,
+    groups: &[Group],
     progress: &mut dyn FnMut(&str),
 ) -> Result<(Vec<Case>, Vec<Sample>), String> {
     let mut conn = server.conn()?;
@@ -262,10 +267,10 @@ pub fn run(
     let ifeq = supports_ifeq(&mut conn);
     let cases: Vec<Case> = cases(&acquire_sha, &release_sha, &extend_sha)
         .into_iter()
-        .filter(|c| ifeq || !c.needs_ifeq)
+        .filter(|c| (ifeq || !c.needs_ifeq) && groups.contains(&c.group))
         .collect();
     let mut samples = Vec::new();
-    for group in [Group::Acquire, Group::Extend, Group::Release] {
+    for &group in groups {
         let group_cases: Vec<&Case> = cases.iter().filter(|c| c.group == group).collect();
         if group == Group::Extend {
             // EXTEND keeps its keys held, so one preparation serves the phase.

@@ -11,6 +11,7 @@ use std::time::Instant;
 use clap::{Parser, ValueEnum};
 use redis_lock_bench::report::{self, Profile, Results, ServerResults};
 use redis_lock_bench::server::Server;
+use redis_lock_bench::throughput::Group;
 use redis_lock_bench::{contention, machine, memory, scale, throughput};
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -102,10 +103,51 @@ fn run(args: &Args) -> Result<(), String> {
         results.busy_at_start.join(", ")
     ));
 
-    let mut binaries = vec![args.redis_server.clone()];
-    binaries.extend(args.valkey_server.clone());
-    for (index, binary) in binaries.iter().enumerate() {
-        let server = Server::start(binary, &module, &args.work_dir)?;
+    // Redis runs everything; Redis with AOF on repeats the ACQUIRE group, to
+    // show the cost when the replication stream has a consumer; Valkey runs
+    // throughput and memory.
+    let mut specs = vec![
+        ServerSpec {
+            binary: args.redis_server.clone(),
+            extra: &[],
+            suffix: "",
+            groups: &Group::ALL,
+            memory: true,
+            contention_and_scale: true,
+        },
+        ServerSpec {
+            binary: args.redis_server.clone(),
+            extra: &AOF_ON,
+            suffix: " + AOF",
+            groups: &[Group::Acquire],
+            memory: false,
+            contention_and_scale: false,
+        },
+    ];
+    if let Some(valkey) = &args.valkey_server {
+        specs.push(ServerSpec {
+            binary: valkey.clone(),
+            extra: &[],
+            suffix: "",
+            groups: &Group::ALL,
+            memory: true,
+            contention_and_scale: false,
+        });
+    }
+    for spec in &specs {
+        let wants_any = (wanted("throughput"))
+            || (spec.memory && wanted("memory"))
+            || (spec.contention_and_scale && (wanted("contention") || wanted("scale")));
+        if !wants_any {
+            continue;
+        }
+        let server = Server::start_with(
+            &spec.binary,
+            &module,
+            &args.work_dir,
+            spec.extra,
+            spec.suffix,
+        )?;
         progress(&format!("{} on port {}", server.label, server.port));
         let mut entry = ServerResults {
             label: server.label.clone(),
@@ -114,22 +156,22 @@ fn run(args: &Args) -> Result<(), String> {
             memory: None,
         };
         if wanted("throughput") {
-            let (cases, samples) = throughput::run(&server, &profile.throughput, &mut progress)?;
+            let (cases, samples) =
+                throughput::run(&server, &profile.throughput, spec.groups, &mut progress)?;
             entry.throughput_cases = cases;
             entry.throughput = samples;
         }
-        if wanted("memory") {
+        if spec.memory && wanted("memory") {
             entry.memory = Some(memory::run(&server, &profile.memory_locks, &mut progress)?);
         }
-        // Cycles under contention and scale run on the first server (Redis).
-        if index == 0 && wanted("contention") {
+        if spec.contention_and_scale && wanted("contention") {
             results.contention =
                 contention::run(&server, &lock_load, &profile.contention, &mut progress)?;
         }
         drop(server);
-        if index == 0 && wanted("scale") {
-            let small = Server::start(binary, &module, &args.work_dir)?;
-            let large = Server::start(binary, &module, &args.work_dir)?;
+        if spec.contention_and_scale && wanted("scale") {
+            let small = Server::start(&spec.binary, &module, &args.work_dir)?;
+            let large = Server::start(&spec.binary, &module, &args.work_dir)?;
             results.scale = scale::run(&small, &large, &lock_load, &profile.scale, &mut progress)?;
         }
         results.servers.push(entry);
@@ -154,6 +196,26 @@ fn run(args: &Args) -> Result<(), String> {
         args.json.display()
     ));
     Ok(())
+}
+
+/// AOF on, as a production lock server would run: every grant is written to
+/// the AOF (fsync once a second), and no automatic rewrite forks mid-run.
+const AOF_ON: [&str; 6] = [
+    "--appendonly",
+    "yes",
+    "--appendfsync",
+    "everysec",
+    "--auto-aof-rewrite-percentage",
+    "0",
+];
+
+struct ServerSpec {
+    binary: PathBuf,
+    extra: &'static [&'static str],
+    suffix: &'static str,
+    groups: &'static [Group],
+    memory: bool,
+    contention_and_scale: bool,
 }
 
 fn write(path: &PathBuf, text: &str) -> Result<(), String> {

@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# Where the server's instructions go, per request, for LOCK.ACQUIRE against
+# SET NX PX (and LOCK.RELEASE against the Lua compare-and-delete): each
+# workload runs on its own redis-server under callgrind, then the inclusive
+# instruction counts of the interesting functions are divided by the number
+# of requests. Instruction counts do not depend on the machine's noise, so
+# this is the tool for checking a hot-path change. `make bench-profile`.
+#
+#   bench/profile.sh [requests]     (default 50000; needs valgrind)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+requests=${1:-50000}
+module=$PWD/target/release/libredis_lock.so
+out=target/bench-profile
+token=0b8e4f53-3c43-4a0e-9f53-1e7d51f4a9c6
+acquire_lua="if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return {ARGV[1], redis.call('INCR', KEYS[2])} end return false"
+release_lua="if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end"
+command -v valgrind >/dev/null || { echo "valgrind is missing: apt-get install -y valgrind"; exit 1; }
+rm -rf "$out" && mkdir -p "$out"
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+# profile NAME PREP COMMAND...: one server under callgrind, PREP (a shell
+# snippet given $port) run first, then redis-benchmark with COMMAND.
+profile() {
+  local name=$1 prep=$2; shift 2
+  local port; port=$(free_port)
+  valgrind --tool=callgrind --callgrind-out-file="$out/$name.cg" \
+    redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no \
+    --dir "$out" --logfile "$name.log" --loadmodule "$module" >"$out/$name.valgrind.log" 2>&1 &
+  local pid=$!
+  for _ in $(seq 200); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.1; done
+  eval "$prep"
+  redis-cli -p "$port" config resetstat >/dev/null
+  redis-benchmark -p "$port" -c 50 -P 16 -r 1000000 -n "$requests" --csv "$@" | tail -1 >"$out/$name.csv"
+  kill "$pid"
+  wait "$pid" 2>/dev/null || true
+}
+
+hold_locks() { # $1 port: take lk:000000000000 … lk:000000999999 with $token
+  python3 - "$1" "$token" <<'EOF' | redis-cli -p "$1" --pipe >/dev/null
+import sys
+port, token = sys.argv[1], sys.argv[2].encode()
+out = sys.stdout.buffer
+for i in range(1_000_000):
+    key = b"lk:%012d" % i
+    out.write(b"*5\r\n$12\r\nLOCK.ACQUIRE\r\n$%d\r\n%s\r\n$6\r\n600000\r\n$5\r\nTOKEN\r\n$%d\r\n%s\r\n"
+              % (len(key), key, len(token), token))
+EOF
+}
+
+hold_strings() { # $1 port: set sk:… to $token, as the Lua recipe leaves them
+  python3 - "$1" "$token" <<'EOF' | redis-cli -p "$1" --pipe >/dev/null
+import sys
+port, token = sys.argv[1], sys.argv[2].encode()
+out = sys.stdout.buffer
+for i in range(1_000_000):
+    key = b"sk:%012d" % i
+    out.write(b"*5\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n$2\r\nPX\r\n$6\r\n600000\r\n"
+              % (len(key), key, len(token), token))
+EOF
+}
+
+echo "profiling $requests requests per workload under callgrind (a few minutes)"
+profile acquire ':' LOCK.ACQUIRE 'lk:__rand_int__' 30000
+profile acquire-token ':' LOCK.ACQUIRE 'lk:__rand_int__' 30000 TOKEN "$token"
+profile set-nx ':' SET 'sk:__rand_int__' "$token" NX PX 30000
+profile lua-acquire 'sha=$(redis-cli -p $port script load "$acquire_lua")' \
+  EVALSHA dee132ccdea574921305581a5560ba93d749a04b 2 'sk:__rand_int__' lock:fence "$token" 30000
+profile release 'hold_locks $port' LOCK.RELEASE 'lk:__rand_int__' "$token"
+profile lua-release 'hold_strings $port; redis-cli -p $port script load "$release_lua" >/dev/null' \
+  EVALSHA d02e481a9c91ceec59c5822a58a49d5d5d7ac80b 1 'sk:__rand_int__' "$token"
+
+# Inclusive instructions per request of FUNCTION in a callgrind file.
+per_request() { # $1 file, $2 function
+  callgrind_annotate --inclusive=yes "$1" 2>/dev/null |
+    awk -v f="$2" -v n="$requests" '
+      { name = $NF; sub(/^.*:/, "", name) }
+      $0 ~ ("[:]" f " ") || $0 ~ ("[:]" f "$") { gsub(",", "", $1); printf "%.0f", $1 / n; found = 1; exit }
+      END { if (!found) printf "-" }'
+}
+
+functions=(readQueryFromClient call RedisModuleCommandDispatcher setCommand evalShaCommand
+  RM_Replicate lookupCommandByCString moduleCreateArgvFromUserFormat RM_ModuleTypeSetValue
+  RM_SetAbsExpire RM_OpenKey RM_ReplyWithArray RM_ReplyWithStringBuffer RM_ReplyWithLongLong
+  RM_DeleteKey setKey setExpire dbDelete
+  redis_module::redismodule::decode_args)
+{
+  printf "Instructions per request (callgrind, %s requests, pipeline 16, keys over 1M)\n\n" "$requests"
+  printf "%-40s" function
+  for w in acquire acquire-token set-nx lua-acquire release lua-release; do printf "%14s" "$w"; done
+  printf "\n"
+  for f in "${functions[@]}"; do
+    printf "%-40s" "$f"
+    for w in acquire acquire-token set-nx lua-acquire release lua-release; do
+      printf "%14s" "$(per_request "$out/$w.cg" "$f")"
+    done
+    printf "\n"
+  done
+} | tee "$out/summary.txt"
+echo "callgrind files in $out/ (callgrind_annotate --inclusive=yes --tree=calling FILE)"
