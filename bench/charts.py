@@ -103,7 +103,7 @@ def contention_latency(summary, out):
     ax.set_title("completed lock cycles per second")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7)
-    fig.suptitle("Lock cycles under contention (acquire → hold → release, redsync-style polling)")
+    fig.suptitle("Lock cycles under contention (acquire → hold → release): polling every 50-250 ms vs the server's WAIT queue")
     fig.tight_layout()
     fig.savefig(out / "contention_latency.png", dpi=110)
     plt.close(fig)
@@ -145,24 +145,28 @@ def scale_latency(summary, out):
     rows = summary["scale"]
     if not rows:
         return
-    fields = [("client_p50_us", "client p50"), ("client_p99_us", "client p99"),
-              ("client_p999_us", "client p999"), ("server_p50_us", "server p50"),
-              ("server_p99_us", "server p99")]
-    fig, ax = plt.subplots(figsize=(9, 4.2))
+    panels = [
+        ("client (lock-load, includes the round trip), ms", 1000.0,
+         [("client_p50_us", "p50"), ("client_p99_us", "p99"), ("client_p999_us", "p999")]),
+        ("server (INFO latencystats), µs", 1.0,
+         [("server_p50_us", "p50"), ("server_p99_us", "p99"), ("server_p999_us", "p99.9")]),
+    ]
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
     width = 0.8 / len(rows)
-    for i, row in enumerate(rows):
-        values = [(row[f] or 0) / 1000.0 for f, _ in fields]
-        xs = [x + i * width for x in range(len(fields))]
-        bars = ax.bar(xs, values, width=width, color=COLORS[i % len(COLORS)],
-                      label=f"{row['held']:,} held locks")
-        for bar, value in zip(bars, values):
-            ax.text(bar.get_x() + bar.get_width() / 2, bar.get_height(), f"{value:.3f}",
-                    ha="center", va="bottom", fontsize=7)
-    ax.set_xticks([x + 0.4 - width / 2 for x in range(len(fields))])
-    ax.set_xticklabels([name for _, name in fields])
-    ax.set_ylabel("LOCK.ACQUIRE latency, ms")
-    ax.set_title(f"ACQUIRE latency with few and many held locks ({rows[0]['server']})")
-    ax.legend(fontsize=8)
+    for ax, (title, scale, fields) in zip(axes, panels):
+        for i, row in enumerate(rows):
+            values = [(row[f] or 0) / scale for f, _ in fields]
+            xs = [x + i * width for x in range(len(fields))]
+            bars = ax.bar(xs, values, width=width, color=COLORS[i % len(COLORS)],
+                          label=f"{row['held']:,} held locks")
+            for bar, value in zip(bars, values):
+                ax.text(bar.get_x() + bar.get_width() / 2, bar.get_height(), f"{value:.3g}",
+                        ha="center", va="bottom", fontsize=7)
+        ax.set_xticks([x + 0.4 - width / 2 for x in range(len(fields))])
+        ax.set_xticklabels([name for _, name in fields])
+        ax.set_title(title, fontsize=10)
+        ax.legend(fontsize=8)
+    fig.suptitle(f"LOCK.ACQUIRE latency with few and many held locks ({rows[0]['server']})")
     fig.tight_layout()
     fig.savefig(out / "scale_latency.png", dpi=110)
     plt.close(fig)

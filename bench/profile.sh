@@ -11,6 +11,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 requests=${1:-50000}
+# Keys drawn from this many (instruction counts hardly depend on it; cache
+# misses, which they do not show, do).
+keyspace=100000
 module=$PWD/target/release/libredis_lock.so
 out=target/bench-profile
 token=0b8e4f53-3c43-4a0e-9f53-1e7d51f4a9c6
@@ -26,36 +29,37 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 profile() {
   local name=$1 prep=$2; shift 2
   local port; port=$(free_port)
-  valgrind --tool=callgrind --callgrind-out-file="$out/$name.cg" \
+  # Instrumentation starts after the preparation (callgrind_control -i on).
+  valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$out/$name.cg" \
     redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no \
     --dir "$out" --logfile "$name.log" --loadmodule "$module" >"$out/$name.valgrind.log" 2>&1 &
   local pid=$!
   for _ in $(seq 200); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.1; done
   eval "$prep"
-  redis-cli -p "$port" config resetstat >/dev/null
-  redis-benchmark -p "$port" -c 50 -P 16 -r 1000000 -n "$requests" --csv "$@" | tail -1 >"$out/$name.csv"
+  callgrind_control -i on "$pid" >/dev/null
+  redis-benchmark -p "$port" -c 50 -P 16 -r "$keyspace" -n "$requests" --csv "$@" | tail -1 >"$out/$name.csv"
   kill "$pid"
   wait "$pid" 2>/dev/null || true
 }
 
-hold_locks() { # $1 port: take lk:000000000000 … lk:000000999999 with $token
-  python3 - "$1" "$token" <<'EOF' | redis-cli -p "$1" --pipe >/dev/null
+hold_locks() { # $1 port: take every lk: key of the range with $token
+  python3 - "$1" "$token" "$keyspace" <<'EOF' | redis-cli -p "$1" --pipe >/dev/null
 import sys
-port, token = sys.argv[1], sys.argv[2].encode()
+port, token, keyspace = sys.argv[1], sys.argv[2].encode(), int(sys.argv[3])
 out = sys.stdout.buffer
-for i in range(1_000_000):
+for i in range(keyspace):
     key = b"lk:%012d" % i
     out.write(b"*5\r\n$12\r\nLOCK.ACQUIRE\r\n$%d\r\n%s\r\n$6\r\n600000\r\n$5\r\nTOKEN\r\n$%d\r\n%s\r\n"
               % (len(key), key, len(token), token))
 EOF
 }
 
-hold_strings() { # $1 port: set sk:… to $token, as the Lua recipe leaves them
-  python3 - "$1" "$token" <<'EOF' | redis-cli -p "$1" --pipe >/dev/null
+hold_strings() { # $1 port: set every sk: key of the range to $token, as the recipe leaves them
+  python3 - "$1" "$token" "$keyspace" <<'EOF' | redis-cli -p "$1" --pipe >/dev/null
 import sys
-port, token = sys.argv[1], sys.argv[2].encode()
+port, token, keyspace = sys.argv[1], sys.argv[2].encode(), int(sys.argv[3])
 out = sys.stdout.buffer
-for i in range(1_000_000):
+for i in range(keyspace):
     key = b"sk:%012d" % i
     out.write(b"*5\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n$2\r\nPX\r\n$6\r\n600000\r\n"
               % (len(key), key, len(token), token))
@@ -87,7 +91,7 @@ functions=(readQueryFromClient call RedisModuleCommandDispatcher setCommand eval
   RM_DeleteKey setKey setExpire dbDelete
   redis_module::redismodule::decode_args)
 {
-  printf "Instructions per request (callgrind, %s requests, pipeline 16, keys over 1M)\n\n" "$requests"
+  printf "Instructions per request (callgrind; %s requests, pipeline 16, 50 clients, keys over %s)\n\n" "$requests" "$keyspace"
   printf "%-40s" function
   for w in acquire acquire-token set-nx lua-acquire release lua-release; do printf "%14s" "$w"; done
   printf "\n"

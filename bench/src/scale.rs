@@ -19,6 +19,8 @@ pub struct Settings {
     pub contenders: usize,
     pub keys: usize,
     pub duration_ms: u64,
+    /// Requests of the `SET … PX` reference run (redis-benchmark).
+    pub set_requests: u64,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -31,6 +33,11 @@ pub struct Run {
     pub server_p50_us: Option<f64>,
     pub server_p99_us: Option<f64>,
     pub server_p999_us: Option<f64>,
+    /// The same server's `SET … PX` latency from a `redis-benchmark` run right
+    /// after: what any write pays for the size of the keyspace.
+    pub set_p50_us: Option<f64>,
+    pub set_p99_us: Option<f64>,
+    pub set_p999_us: Option<f64>,
 }
 
 /// Uncontended cycles: each contender has keys of its own, no hold.
@@ -57,6 +64,54 @@ pub fn load_command(settings: &Settings) -> Vec<String> {
     .iter()
     .map(|s| s.to_string())
     .collect()
+}
+
+/// The reference: plain `SET … PX` on fresh keys, 50 clients, no pipeline.
+pub fn set_command(settings: &Settings) -> Vec<String> {
+    [
+        "redis-benchmark",
+        "-h",
+        "127.0.0.1",
+        "-p",
+        "$PORT",
+        "-c",
+        "50",
+        "-r",
+        &settings.keys.to_string(),
+        "-n",
+        &settings.set_requests.to_string(),
+        "--csv",
+        "SET",
+        "scale-set:__rand_int__",
+        crate::throughput::TOKEN,
+        "PX",
+        "30000",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+fn run_set_reference(settings: &Settings, port: u16) -> Result<(), String> {
+    let argv = set_command(settings);
+    let output = std::process::Command::new(&argv[0])
+        .args(argv[1..].iter().map(|a| {
+            if a == "$PORT" {
+                port.to_string()
+            } else {
+                a.clone()
+            }
+        }))
+        .output()
+        .map_err(|e| format!("run redis-benchmark: {e}"))?;
+    if output.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "redis-benchmark failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        ))
+    }
 }
 
 /// Hold `count` locks (`held:<n>`, 1 hour leases, server-drawn tokens).
@@ -125,6 +180,9 @@ pub fn run(
             query::<()>(&mut conn, redis::cmd("CONFIG").arg("RESETSTAT"))?;
             let summary = run_load(lock_load, &argv, server.port)?;
             let [p50, p99, p999] = latency_percentiles(&mut conn, "lock.acquire")?;
+            query::<()>(&mut conn, redis::cmd("CONFIG").arg("RESETSTAT"))?;
+            run_set_reference(settings, server.port)?;
+            let [set_p50, set_p99, set_p999] = latency_percentiles(&mut conn, "set")?;
             runs.push(Run {
                 server: server.label.clone(),
                 held,
@@ -133,6 +191,9 @@ pub fn run(
                 server_p50_us: p50,
                 server_p99_us: p99,
                 server_p999_us: p999,
+                set_p50_us: set_p50,
+                set_p99_us: set_p99,
+                set_p999_us: set_p999,
             });
         }
     }
