@@ -21,9 +21,10 @@
 //! - a waiter that disconnects after being granted, before its reply: a timer
 //!   due now gives the lock back and hands it on ([`reclaim`]).
 //!
-//! Every blocked client is unblocked exactly once: with a grant or an error
-//! (`RedisModule_UnblockClient` with an [`Outcome`]), or with nothing after a
-//! timeout or a disconnect, once it has left the queue.
+//! Every blocked client is unblocked exactly once, with
+//! `RedisModule_UnblockClient`: with an [`Outcome`] (a grant, an error, or its
+//! own timeout timer running out), or with nothing after a disconnect, once
+//! it has left the queue.
 
 use std::cell::RefCell;
 use std::ffi::c_void;
@@ -45,6 +46,12 @@ struct Waiter {
     token: Option<Box<[u8]>>,
     /// The lease starts at the grant, not at the request.
     ttl_ms: i64,
+    /// The module's own timer for `WAIT timeout-ms` (none for `WAIT 0`).
+    /// Redis is not asked to time the client out: Redis 7.0 would then drop
+    /// the reply of a waiter granted in the same instant (its timeout path
+    /// skips the module's callback but still tears the client down), so every
+    /// end of a wait goes through one path, [`unblock`].
+    timeout: Option<u64>,
 }
 
 /// What a blocked client is unblocked with (its private data).
@@ -56,12 +63,16 @@ enum Outcome {
         fence: u64,
     },
     Failed(LockError),
+    /// `WAIT timeout-ms` ran out: reply null.
+    TimedOut,
 }
 
 /// What a timer is for.
 enum Wake {
     /// See whether `key` can be handed to its first waiter.
     HandOff { db: i32, key: Box<[u8]> },
+    /// End the wait of this waiter (a [`WaiterId`]) if it is still queued.
+    Timeout { waiter: WaiterId },
     /// Take the lock back from a waiter that disconnected after its grant.
     Reclaim {
         db: i32,
@@ -99,9 +110,9 @@ pub fn block(
             Some(block) => block(
                 ctx.get_raw(),
                 Some(on_unblocked),
-                Some(on_timeout),
+                None,
                 Some(free_outcome),
-                wait_ms as c_longlong,
+                0 as c_longlong,
             ),
             None => std::ptr::null_mut(),
         }
@@ -114,12 +125,15 @@ pub fn block(
             set(blocked, Some(on_disconnect));
         }
     }
+    let id = blocked as WaiterId;
+    let timeout = (wait_ms > 0).then(|| start_timer(ctx, wait_ms, Wake::Timeout { waiter: id }));
     let waiter = Waiter {
         blocked,
         token: token.map(Into::into),
         ttl_ms,
+        timeout,
     };
-    with_queues(|q| q.push(db, key, blocked as WaiterId, waiter));
+    with_queues(|q| q.push(db, key, id, waiter));
     Ok(())
 }
 
@@ -137,7 +151,7 @@ pub fn hand_off(ctx: &Context, db: i32, key: &[u8]) {
         Err(_) => {
             // Overwritten with another type: nobody can get it.
             drop(lock_key);
-            fail_waiters_of(db, key, LockError::WaitWrongType);
+            fail_waiters_of(ctx, db, key, LockError::WaitWrongType);
             return;
         }
     };
@@ -152,6 +166,7 @@ pub fn hand_off(ctx: &Context, db: i32, key: &[u8]) {
         let Some((_, waiter)) = with_queues(|q| q.pop_front(db, key)) else {
             return;
         };
+        dismiss(ctx, &waiter);
         let granted_at = store::now_ms();
         let mut drawn = [0u8; UUID_LEN];
         let token: &[u8] = match &waiter.token {
@@ -284,14 +299,23 @@ unsafe extern "C" fn on_role_changed(
             stop_timer(&ctx, timer);
         }
         for waiter in waiters {
+            dismiss(&ctx, &waiter);
             unblock(waiter.blocked, Outcome::Failed(LockError::WaitDemoted));
         }
     });
 }
 
-fn fail_waiters_of(db: i32, key: &[u8], error: LockError) {
+fn fail_waiters_of(ctx: &Context, db: i32, key: &[u8], error: LockError) {
     while let Some((_, waiter)) = with_queues(|q| q.pop_front(db, key)) {
+        dismiss(ctx, &waiter);
         unblock(waiter.blocked, Outcome::Failed(error));
+    }
+}
+
+/// A waiter leaves its queue other than by timing out: stop its timeout.
+fn dismiss(ctx: &Context, waiter: &Waiter) {
+    if let Some(timer) = waiter.timeout {
+        stop_timer(ctx, timer);
     }
 }
 
@@ -344,37 +368,10 @@ fn reply_outcome(ctx: &Context) -> bool {
     match unsafe { data.cast::<Outcome>().as_ref() } {
         Some(Outcome::Granted { token, fence, .. }) => reply::grant(ctx, token, *fence),
         Some(Outcome::Failed(error)) => reply::error(ctx, *error),
+        Some(Outcome::TimedOut) => reply::null(ctx),
         None => return false,
     }
     true
-}
-
-/// The wait ran out: leave the queue and reply null. (If the grant came in
-/// the same instant, reply with it instead.)
-unsafe extern "C" fn on_timeout(
-    ctx: *mut raw::RedisModuleCtx,
-    _argv: *mut *mut raw::RedisModuleString,
-    _argc: c_int,
-) -> c_int {
-    guarded(|| {
-        let ctx = Context::new(ctx);
-        if reply_outcome(&ctx) {
-            return;
-        }
-        let blocked = unsafe {
-            raw::RedisModule_GetBlockedClientHandle
-                .map_or(std::ptr::null_mut(), |f| f(ctx.get_raw()))
-        };
-        reply::null(&ctx);
-        if with_queues(|q| q.remove(blocked as WaiterId)).is_some() {
-            unsafe {
-                if let Some(unblock) = raw::RedisModule_UnblockClient {
-                    unblock(blocked, std::ptr::null_mut());
-                }
-            }
-        }
-    });
-    raw::Status::Ok as c_int
 }
 
 /// The waiting connection closed: leave the queue; if it was granted in the
@@ -408,7 +405,8 @@ unsafe extern "C" fn on_disconnect(
             );
             return;
         }
-        if with_queues(|q| q.remove(blocked as WaiterId)).is_some() {
+        if let Some(waiter) = with_queues(|q| q.remove(blocked as WaiterId)) {
+            dismiss(&ctx, &waiter);
             unsafe {
                 if let Some(unblock) = raw::RedisModule_UnblockClient {
                     unblock(blocked, std::ptr::null_mut());
@@ -459,6 +457,11 @@ unsafe extern "C" fn on_timer(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) 
                 store::select_db(&ctx, db);
                 hand_off(&ctx, db, &key);
                 with_queues(|q| q.forget_if_idle(db, &key));
+            }
+            Wake::Timeout { waiter } => {
+                if let Some(waiter) = with_queues(|q| q.remove(waiter)) {
+                    unblock(waiter.blocked, Outcome::TimedOut);
+                }
             }
             Wake::Reclaim {
                 db,

@@ -80,12 +80,15 @@ impl<W> WaitQueues<W> {
         Some((id, waiter))
     }
 
-    /// Take a waiter out of its queue, wherever it is.
+    /// Take a waiter out of its queue, wherever it is (and forget the key if
+    /// that left it idle).
     pub fn remove(&mut self, id: WaiterId) -> Option<W> {
         let (db, key) = self.index.remove(&id)?;
         let queue = self.by_db.get_mut(&db)?.get_mut(&key)?;
         let at = queue.waiters.iter().position(|(w, _)| *w == id)?;
-        queue.waiters.remove(at).map(|(_, w)| w)
+        let waiter = queue.waiters.remove(at).map(|(_, w)| w);
+        self.forget_if_idle(db, &key);
+        waiter
     }
 
     /// The timer armed for `key`, if any: `(timer id, due unix ms)`.

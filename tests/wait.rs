@@ -1112,3 +1112,60 @@ fn bad_wait_values_get_the_exact_error_and_change_nothing() {
     assert_eq!(release(&mut con, "k", "holder"), 1);
     assert_eq!(queued.remove(0).finish().granted().0, "w");
 }
+
+/// Redis 7.0 drops the reply of a module-blocked client that is granted in
+/// the same instant its Redis-side timeout comes due. The module times
+/// waiters out with its own timers, so a waiter whose timeout and grant
+/// coincide still gets exactly one reply, and its connection stays in step.
+#[test]
+fn a_waiter_granted_as_its_timeout_runs_out_gets_exactly_one_reply() {
+    let server = Server::start();
+    let mut holder = server.conn();
+    let mut outcomes = (0, 0);
+    for round in 0..30 {
+        let key = format!("k{round}");
+        acquire(&mut holder, &key, 30_000, Some("holder")).unwrap();
+        let mut waiter = server.conn();
+        waiter
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        let wait_key = key.clone();
+        let handle = thread::spawn(move || {
+            let reply: redis::RedisResult<Option<(String, u64)>> = redis::cmd("LOCK.ACQUIRE")
+                .arg(&wait_key)
+                .arg(30_000)
+                .arg("TOKEN")
+                .arg("w")
+                .arg("WAIT")
+                .arg(41)
+                .query(&mut waiter);
+            let pong: redis::RedisResult<String> = redis::cmd("PING").query(&mut waiter);
+            (reply, pong)
+        });
+        // Around the 41 ms timeout: some rounds grant, some time out.
+        thread::sleep(Duration::from_millis(36 + round % 10));
+        assert_eq!(release(&mut holder, &key, "holder"), 1);
+        let (reply, pong) = handle.join().unwrap();
+        let reply = reply.unwrap_or_else(|e| panic!("round {round}: no reply: {e}"));
+        assert_eq!(
+            pong.ok().as_deref(),
+            Some("PONG"),
+            "round {round}: out of step"
+        );
+        match reply {
+            Some((token, fence)) => {
+                assert_eq!(token, "w");
+                assert_eq!(info(&mut holder, &key).unwrap()["fence"], fence as i64);
+                outcomes.0 += 1;
+            }
+            None => {
+                assert_eq!(info(&mut holder, &key), None, "round {round}: stranded");
+                outcomes.1 += 1;
+            }
+        }
+    }
+    eprintln!(
+        "granted {} times, timed out {} times",
+        outcomes.0, outcomes.1
+    );
+}
