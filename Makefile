@@ -62,7 +62,7 @@ test-valkey: deps valkey ## Integration tests against Valkey 8.1
 
 lint: ## rustfmt check and clippy with warnings as errors
 	cargo fmt --all -- --check
-	cargo clippy --locked --all-targets -- -D warnings
+	cargo clippy --locked --workspace --all-targets -- -D warnings
 
 test: deps lint test-redis test-valkey bench-quick test-docker ## Everything CI runs: lint, unit, integration on Redis 7.0 and Valkey 8.1, bench-quick, the Docker image
 

@@ -5,24 +5,33 @@
 //! token or reads its clock to decide state, so it always ends up with the
 //! master's state.
 
-use std::os::raw::{c_char, c_longlong};
+use std::os::raw::c_char;
 
 use redis_module::{raw, Context, RedisString};
 
 /// A new holder: `LOCK.SETSTATE key token fence deadline-ms`.
+///
+/// Numbers go out as text formatted here (`b` buffers): Redis' own `l`
+/// conversion costs more per call, and this runs on every grant.
 pub fn granted(ctx: &Context, key: &RedisString, token: &[u8], fence: u64, deadline_ms: i64) {
     touched(ctx, key);
+    let mut fence_text = itoa::Buffer::new();
+    let fence_text = fence_text.format(fence);
+    let mut deadline_text = itoa::Buffer::new();
+    let deadline_text = deadline_text.format(deadline_ms);
     unsafe {
         if let Some(replicate) = raw::RedisModule_Replicate {
             replicate(
                 ctx.get_raw(),
                 c"LOCK.SETSTATE".as_ptr(),
-                c"sbll".as_ptr(),
+                c"sbbb".as_ptr(),
                 key.inner,
                 token.as_ptr().cast::<c_char>(),
                 token.len(),
-                fence as c_longlong,
-                deadline_ms as c_longlong,
+                fence_text.as_ptr().cast::<c_char>(),
+                fence_text.len(),
+                deadline_text.as_ptr().cast::<c_char>(),
+                deadline_text.len(),
             );
         }
     }
@@ -31,14 +40,17 @@ pub fn granted(ctx: &Context, key: &RedisString, token: &[u8], fence: u64, deadl
 /// The same holder, a new deadline: `PEXPIREAT key deadline-ms`.
 pub fn deadline_moved(ctx: &Context, key: &RedisString, deadline_ms: i64) {
     touched(ctx, key);
+    let mut deadline_text = itoa::Buffer::new();
+    let deadline_text = deadline_text.format(deadline_ms);
     unsafe {
         if let Some(replicate) = raw::RedisModule_Replicate {
             replicate(
                 ctx.get_raw(),
                 c"PEXPIREAT".as_ptr(),
-                c"sl".as_ptr(),
+                c"sb".as_ptr(),
                 key.inner,
-                deadline_ms as c_longlong,
+                deadline_text.as_ptr().cast::<c_char>(),
+                deadline_text.len(),
             );
         }
     }
