@@ -6,10 +6,10 @@ use redis_module::{Context, RedisString};
 use crate::errors::LockError;
 use crate::lock_type::Lock;
 use crate::store::LockKey;
+use crate::token::StoredToken;
 use crate::{effects, fence};
 
-/// Length of a hyphenated UUID.
-pub const UUID_LEN: usize = 36;
+pub use crate::token::UUID_LEN;
 
 /// Grant the free key `name` (open as `key`) to `token` until `deadline_ms`,
 /// with a new fence, and replicate the grant. Returns the fence.
@@ -23,7 +23,7 @@ pub fn grant(
     let fence = fence::issue().ok_or(LockError::FenceExhausted)?;
     key.set(Lock {
         fence,
-        holder_token: token.into(),
+        holder_token: StoredToken::new(token),
     })?;
     key.set_deadline(Some(deadline_ms));
     effects::granted(ctx, name, token, fence, deadline_ms);

@@ -16,6 +16,7 @@ pub mod reply;
 pub mod rules;
 pub mod startup;
 pub mod store;
+pub mod token;
 pub mod waiting;
 pub mod waitqueue;
 

@@ -11,13 +11,14 @@ use redis_module::raw;
 
 use crate::fence;
 use crate::rules;
+use crate::token::{StoredToken, UUID_LEN};
 
 /// The value of a lock key. The lease deadline is the key's own Redis TTL
 /// (one source of truth, which `PTTL` shows), so it is not stored here.
 #[derive(Debug)]
 pub struct Lock {
     pub fence: u64,
-    pub holder_token: Box<[u8]>,
+    pub holder_token: StoredToken,
 }
 
 /// Version of the RDB encoding: a lock is `[token: string buffer][fence:
@@ -65,7 +66,7 @@ unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *m
     let Ok(token) = rules::check_token(token.as_ref()) else {
         return ptr::null_mut();
     };
-    let holder_token: Box<[u8]> = token.into();
+    let holder_token = StoredToken::new(token);
     let Ok(fence) = raw::load_unsigned(rdb)
         .map_err(|_| ())
         .and_then(|f| rules::check_fence(f).map_err(|_| ()))
@@ -84,7 +85,8 @@ unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *m
 
 unsafe extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
     let lock = &*value.cast::<Lock>();
-    raw::save_slice(rdb, &lock.holder_token);
+    let mut buffer = [0u8; UUID_LEN];
+    raw::save_slice(rdb, lock.holder_token.bytes(&mut buffer));
     raw::save_unsigned(rdb, lock.fence);
 }
 
@@ -96,14 +98,16 @@ unsafe extern "C" fn aof_rewrite(
     value: *mut c_void,
 ) {
     let lock = &*value.cast::<Lock>();
+    let mut buffer = [0u8; UUID_LEN];
+    let token = lock.holder_token.bytes(&mut buffer);
     if let Some(emit) = raw::RedisModule_EmitAOF {
         emit(
             aof,
             c"LOCK.SETSTATE".as_ptr(),
             c"sbll".as_ptr(),
             key,
-            lock.holder_token.as_ptr().cast::<c_char>(),
-            lock.holder_token.len(),
+            token.as_ptr().cast::<c_char>(),
+            token.len(),
             lock.fence as c_longlong,
             -1 as c_longlong,
         );
@@ -112,21 +116,19 @@ unsafe extern "C" fn aof_rewrite(
 
 unsafe extern "C" fn mem_usage(value: *const c_void) -> usize {
     let lock = &*value.cast::<Lock>();
-    std::mem::size_of::<Lock>() + lock.holder_token.len()
+    std::mem::size_of::<Lock>() + lock.holder_token.heap_len()
 }
 
 unsafe extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
     let lock = &*value.cast::<Lock>();
+    let mut buffer = [0u8; UUID_LEN];
+    let token = lock.holder_token.bytes(&mut buffer);
     if let (Some(add_buffer), Some(add_ll), Some(end)) = (
         raw::RedisModule_DigestAddStringBuffer,
         raw::RedisModule_DigestAddLongLong,
         raw::RedisModule_DigestEndSequence,
     ) {
-        add_buffer(
-            md,
-            lock.holder_token.as_ptr().cast::<c_char>(),
-            lock.holder_token.len(),
-        );
+        add_buffer(md, token.as_ptr().cast::<c_char>(), token.len());
         add_ll(md, lock.fence as c_longlong);
         end(md);
     }

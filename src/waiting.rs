@@ -330,7 +330,8 @@ fn reclaim(ctx: &Context, db: i32, key: &[u8], token: &[u8], fence: u64) {
     let mut lock_key = LockKey::open_write(ctx, &name);
     let still_held = matches!(
         lock_key.lock(),
-        Ok(Some(lock)) if lock.fence == fence && &*lock.holder_token == token
+        Ok(Some(lock)) if lock.fence == fence
+            && lock.holder_token.bytes(&mut [0u8; UUID_LEN]) == token
     );
     if still_held {
         lock_key.delete();

@@ -22,8 +22,13 @@ pub fn run(ctx: &Context, args: &[RedisString]) -> Result<(), LockError> {
 
     let mut key = LockKey::open_write(ctx, name);
     let held = key.lock()?;
+    let mut holder = [0u8; UUID_LEN];
     let others_waiting = waiting::waiters(db, name.as_slice()) > 0;
-    match rules::decide_acquire(held.map(|l| &*l.holder_token), parsed.token, others_waiting) {
+    match rules::decide_acquire(
+        held.map(|l| l.holder_token.bytes(&mut holder)),
+        parsed.token,
+        others_waiting,
+    ) {
         AcquireDecision::Refuse => match parsed.wait_ms {
             Some(wait_ms) if can_block(ctx) => {
                 let lease_end = if held.is_some() {

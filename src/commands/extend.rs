@@ -7,6 +7,7 @@ use crate::args::parse_extend;
 use crate::errors::LockError;
 use crate::rules;
 use crate::store::{self, LockKey};
+use crate::token::UUID_LEN;
 use crate::{effects, reply, waiting};
 
 pub fn run(ctx: &Context, args: &[RedisString]) -> Result<(), LockError> {
@@ -17,7 +18,11 @@ pub fn run(ctx: &Context, args: &[RedisString]) -> Result<(), LockError> {
 
     let key = LockKey::open_write(ctx, name);
     let held = key.lock()?;
-    if rules::is_holder(held.map(|l| &*l.holder_token), parsed.token) {
+    let mut holder = [0u8; UUID_LEN];
+    if rules::is_holder(
+        held.map(|l| l.holder_token.bytes(&mut holder)),
+        parsed.token,
+    ) {
         key.set_deadline(Some(deadline_ms));
         drop(key);
         effects::deadline_moved(ctx, name, deadline_ms);

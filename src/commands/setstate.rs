@@ -12,6 +12,7 @@ use crate::args::parse_setstate;
 use crate::errors::LockError;
 use crate::lock_type::Lock;
 use crate::store::LockKey;
+use crate::token::StoredToken;
 use crate::{effects, fence, reply};
 
 pub fn run(ctx: &Context, args: &[RedisString]) -> Result<(), LockError> {
@@ -26,7 +27,7 @@ pub fn run(ctx: &Context, args: &[RedisString]) -> Result<(), LockError> {
     key.lock()?;
     key.set(Lock {
         fence: parsed.fence,
-        holder_token: parsed.token.into(),
+        holder_token: StoredToken::new(parsed.token),
     })?;
     key.set_deadline(parsed.deadline_ms);
     fence::observe(parsed.fence);

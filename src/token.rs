@@ -1,0 +1,128 @@
+//! A holder token as a lock keeps it: in as few bytes as the token allows,
+//! because a lock server may hold millions of locks.
+//!
+//! - A lowercase canonical UUID (what the server draws, and what most clients
+//!   send): its 16 bytes, formatted back to the same 36 characters on use.
+//! - Any other token of up to 22 bytes: inline.
+//! - A longer one: on the heap.
+//!
+//! Either way the lock value is one 32-byte allocation for the common tokens.
+//! No Redis types here.
+
+/// Length of a hyphenated UUID.
+pub const UUID_LEN: usize = 36;
+
+const INLINE_MAX: usize = 22;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoredToken {
+    Uuid([u8; 16]),
+    Inline { len: u8, bytes: [u8; INLINE_MAX] },
+    Heap(Box<[u8]>),
+}
+
+impl StoredToken {
+    pub fn new(token: &[u8]) -> Self {
+        if let Some(uuid) = canonical_uuid(token) {
+            return StoredToken::Uuid(uuid);
+        }
+        if token.len() <= INLINE_MAX {
+            let mut bytes = [0u8; INLINE_MAX];
+            bytes[..token.len()].copy_from_slice(token);
+            return StoredToken::Inline {
+                len: token.len() as u8,
+                bytes,
+            };
+        }
+        StoredToken::Heap(token.into())
+    }
+
+    /// The token's bytes, exactly as the client gave them; `buffer` holds the
+    /// text of a UUID.
+    pub fn bytes<'a>(&'a self, buffer: &'a mut [u8; UUID_LEN]) -> &'a [u8] {
+        match self {
+            StoredToken::Uuid(raw) => uuid::Uuid::from_bytes(*raw)
+                .hyphenated()
+                .encode_lower(buffer)
+                .as_bytes(),
+            StoredToken::Inline { len, bytes } => &bytes[..usize::from(*len)],
+            StoredToken::Heap(bytes) => bytes,
+        }
+    }
+
+    /// Bytes kept outside the lock value itself.
+    pub fn heap_len(&self) -> usize {
+        match self {
+            StoredToken::Heap(bytes) => bytes.len(),
+            _ => 0,
+        }
+    }
+}
+
+/// The 16 bytes of `token` if it is a UUID written exactly as
+/// `encode_lower` writes one (so that formatting it gives `token` back).
+fn canonical_uuid(token: &[u8]) -> Option<[u8; 16]> {
+    if token.len() != UUID_LEN {
+        return None;
+    }
+    let canonical = token.iter().enumerate().all(|(i, &b)| match i {
+        8 | 13 | 18 | 23 => b == b'-',
+        _ => b.is_ascii_digit() || (b'a'..=b'f').contains(&b),
+    });
+    if !canonical {
+        return None;
+    }
+    uuid::Uuid::try_parse_ascii(token)
+        .ok()
+        .map(|u| *u.as_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn round_trip(token: &[u8]) -> Vec<u8> {
+        let mut buffer = [0u8; UUID_LEN];
+        StoredToken::new(token).bytes(&mut buffer).to_vec()
+    }
+
+    #[test]
+    fn each_kind_of_token_is_stored_compactly_and_given_back_exactly() {
+        let uuid = b"0b8e4f53-3c43-4a0e-9f53-1e7d51f4a9c6";
+        assert!(matches!(StoredToken::new(uuid), StoredToken::Uuid(_)));
+        assert_eq!(round_trip(uuid), uuid);
+        let upper = b"0B8E4F53-3C43-4A0E-9F53-1E7D51F4A9C6";
+        assert!(matches!(StoredToken::new(upper), StoredToken::Heap(_)));
+        assert_eq!(round_trip(upper), upper);
+        assert!(matches!(
+            StoredToken::new(b"worker-1"),
+            StoredToken::Inline { .. }
+        ));
+        assert_eq!(round_trip(b"worker-1"), b"worker-1");
+        let long = [0xffu8; 256];
+        assert_eq!(StoredToken::new(&long).heap_len(), 256);
+        assert_eq!(round_trip(&long), long);
+        assert_eq!(round_trip(&[0u8; INLINE_MAX]), [0u8; INLINE_MAX]);
+        assert_eq!(round_trip(&[1u8; INLINE_MAX + 1]), [1u8; INLINE_MAX + 1]);
+    }
+
+    #[test]
+    fn a_lock_with_a_short_or_uuid_token_fits_32_bytes() {
+        assert_eq!(std::mem::size_of::<StoredToken>(), 24);
+    }
+
+    proptest! {
+        #[test]
+        fn any_token_round_trips(token in proptest::collection::vec(any::<u8>(), 1..=256)) {
+            prop_assert_eq!(round_trip(&token), token);
+        }
+
+        #[test]
+        fn any_uuid_text_round_trips(raw in any::<[u8; 16]>(), upper in any::<bool>()) {
+            let text = uuid::Uuid::from_bytes(raw).hyphenated().to_string();
+            let text = if upper { text.to_uppercase() } else { text };
+            prop_assert_eq!(round_trip(text.as_bytes()), text.as_bytes());
+        }
+    }
+}
