@@ -73,7 +73,7 @@ bench-venv: ## Install matplotlib (for the benchmark charts) into target/bench-v
 	@$(BENCH_PYTHON) -c 'import matplotlib' >/dev/null 2>&1 || { \
 	  python3 -m venv $(BENCH_VENV) && $(BENCH_VENV)/bin/pip install --quiet '$(BENCH_MATPLOTLIB)'; }
 
-bench: bench-build valkey bench-venv ## Full benchmarks on Redis and Valkey (~15 min): docs/benchmarks.md, docs/img/*.png
+bench: bench-build valkey bench-venv ## Full benchmarks on Redis and Valkey (~14 min): docs/benchmarks.md, docs/img/*.png
 	target/release/lock-bench --profile full --valkey-server $$(ls $(VALKEY_SERVER)) \
 	  --report docs/benchmarks.md --json target/bench/results.json --made-by "make bench"
 	$(BENCH_PYTHON) bench/charts.py target/bench/results.json docs/img

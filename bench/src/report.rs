@@ -28,7 +28,8 @@ pub struct Profile {
 }
 
 impl Profile {
-    /// `make bench`: about a quarter of an hour on 2 cores.
+    /// `make bench`: about 14 minutes on 2 cores, 3¼ of them in the waiting
+    /// section.
     pub fn full() -> Profile {
         Profile {
             name: "full",
@@ -57,7 +58,7 @@ impl Profile {
                 duration_ms: 3000,
                 set_requests: 200_000,
             },
-            // About 3.5 minutes: release ~0.5 s and expiry ~0.65 s per round
+            // About 195 s: release ~0.47 s and expiry ~0.63 s per round
             // of three recipes, then three 20 s fairness runs.
             waiting: waiting::Settings {
                 release_rounds: 150,
