@@ -2,8 +2,9 @@
 
     python bench/charts.py RESULTS.json OUT_DIR
 
-Writes throughput_ratios.png, contention_latency.png, memory_per_lock.png and
-scale_latency.png. It only draws: every number comes from the JSON summary.
+Writes throughput_ratios.png, contention_latency.png, memory_per_lock.png,
+scale_latency.png and handoff_latency.png. It only draws: every number comes
+from the JSON (its summary, and the raw handoff samples).
 """
 
 import json
@@ -172,12 +173,73 @@ def scale_latency(summary, out):
     plt.close(fig)
 
 
+def handoff_latency(doc, out):
+    waiting = doc["results"].get("waiting")
+    if not waiting:
+        return
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.6))
+    panels = [
+        (waiting["release"], "handoff on release: release sent → grant received"),
+        (waiting["expiry"], f"handoff after expiry ({waiting['expiry']['ttl_ms']} ms lease): "
+                            "deadline → grant received"),
+    ]
+    for ax, (run, title) in zip(axes, panels):
+        for i, recipe in enumerate(run["recipes"]):
+            xs = sorted(max(v, 1.0) / 1000.0 for v in recipe["samples_us"])
+            if not xs:
+                continue
+            ys = [(k + 1) / len(xs) for k in range(len(xs))]
+            xs, ys = [xs[0]] + xs, [0.0] + ys
+            p50, p99 = recipe["p50_us"] / 1000.0, recipe["p99_us"] / 1000.0
+            ax.step(xs, ys, where="post", color=COLORS[i % len(COLORS)],
+                    label=f"{recipe['recipe']}: p50 {p50:.3g} ms, p99 {p99:.3g} ms")
+        ax.set_xscale("log")
+        ax.set_ylim(0, 1.02)
+        ax.set_xlabel("ms (log)")
+        ax.set_ylabel(f"fraction of handoffs ({run['rounds']} per recipe)")
+        ax.set_title(title, fontsize=9)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7, loc="lower right")
+    ax = axes[2]
+    rows = doc["summary"]["fairness"]
+    fields = [("min_cycles_per_contender", "min"), ("mean_cycles_per_contender", "mean"),
+              ("max_cycles_per_contender", "max")]
+    width = 0.8 / len(fields)
+    for f, (field, name) in enumerate(fields):
+        xs = [r + f * width for r in range(len(rows))]
+        values = [row[field] for row in rows]
+        bars = ax.bar(xs, values, width=width, color=COLORS[f], label=name)
+        for bar, value in zip(bars, values):
+            ax.text(bar.get_x() + bar.get_width() / 2, bar.get_height(), f"{value:.0f}",
+                    ha="center", va="bottom", fontsize=7)
+    for r, row in enumerate(rows):
+        jain = row["jain_index"]
+        top = row["max_cycles_per_contender"]
+        ax.text(r + width, top * 1.06 + 0.5, f"Jain {jain:.3f}" if jain is not None else "",
+                ha="center", va="bottom", fontsize=8)
+    ax.set_xticks([r + width for r in range(len(rows))])
+    ax.set_xticklabels([row["strategy"] for row in rows])
+    ax.set_ylabel("lock cycles per contender")
+    ax.margins(y=0.15)
+    if rows:
+        ax.set_title(f"fairness: {rows[0]['contenders']} contenders, one key, "
+                     f"{rows[0]['duration_s']:.0f} s", fontsize=9)
+    ax.legend(fontsize=8)
+    fig.suptitle(f"Waiting for a lock: LOCK.ACQUIRE … WAIT vs SET NX PX polling vs "
+                 f"python-redis-lock's BLPOP signal ({waiting['server']})")
+    fig.tight_layout()
+    fig.savefig(out / "handoff_latency.png", dpi=110)
+    plt.close(fig)
+
+
 def main():
     results, out = Path(sys.argv[1]), Path(sys.argv[2])
     out.mkdir(parents=True, exist_ok=True)
-    summary = json.loads(results.read_text())["summary"]
+    doc = json.loads(results.read_text())
+    summary = doc["summary"]
     for chart in (throughput_ratios, contention_latency, memory_per_lock, scale_latency):
         chart(summary, out)
+    handoff_latency(doc, out)
     print(f"charts written to {out}")
 
 

@@ -64,6 +64,19 @@ pub fn load_command(
 
 /// Run `lock-load` (`argv[0]` is replaced by `binary`) against `port`.
 pub fn run_load(binary: &Path, argv: &[String], port: u16) -> Result<LoadSummary, String> {
+    run_json(binary, argv, port)
+}
+
+/// Run one of the harness' tools (`argv[0]` is replaced by `binary`, `$PORT`
+/// by `port`) and parse the one JSON object it prints.
+pub fn run_json<T: serde::de::DeserializeOwned>(
+    binary: &Path,
+    argv: &[String],
+    port: u16,
+) -> Result<T, String> {
+    let tool = binary
+        .file_name()
+        .map_or("tool".into(), |n| n.to_string_lossy().into_owned());
     let output = Command::new(binary)
         .args(argv[1..].iter().map(|a| {
             if a == "$PORT" {
@@ -76,12 +89,12 @@ pub fn run_load(binary: &Path, argv: &[String], port: u16) -> Result<LoadSummary
         .map_err(|e| format!("run {}: {e}", binary.display()))?;
     if !output.status.success() {
         return Err(format!(
-            "lock-load failed ({}): {}",
+            "{tool} failed ({}): {}",
             output.status,
             String::from_utf8_lossy(&output.stderr)
         ));
     }
-    serde_json::from_slice(&output.stdout).map_err(|e| format!("lock-load output: {e}"))
+    serde_json::from_slice(&output.stdout).map_err(|e| format!("{tool} output: {e}"))
 }
 
 pub fn run(

@@ -3,6 +3,7 @@
 //! `docs/benchmarks.md`). See `bench/README.md`.
 
 pub mod contention;
+pub mod handoff;
 pub mod load;
 pub mod machine;
 pub mod memory;
@@ -12,3 +13,4 @@ pub mod scripts;
 pub mod server;
 pub mod stats;
 pub mod throughput;
+pub mod waiting;

@@ -211,7 +211,8 @@ pub struct RetryPolicy {
 }
 
 impl RetryPolicy {
-    fn next_delay(&self, rng: &mut SmallRng) -> Duration {
+    /// The pause before the next attempt.
+    pub fn next_delay(&self, rng: &mut SmallRng) -> Duration {
         Duration::from_micros(
             rng.gen_range(self.min_ms * 1000..=self.max_ms.max(self.min_ms) * 1000),
         )

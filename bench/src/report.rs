@@ -6,6 +6,7 @@ use std::fmt::Write;
 use serde::Serialize;
 
 use crate::contention;
+use crate::handoff::{HandoffSummary, Recipe, Scenario};
 use crate::load::Strategy;
 use crate::machine::Machine;
 use crate::memory::{MemoryResults, Variant};
@@ -13,6 +14,7 @@ use crate::scale;
 use crate::scripts;
 use crate::stats::median;
 use crate::throughput::{self, Case, Sample, COMPARISONS};
+use crate::waiting::{self, WaitingResults};
 
 /// How much of everything to run.
 #[derive(Clone, Debug, Serialize)]
@@ -22,10 +24,12 @@ pub struct Profile {
     pub contention: contention::Settings,
     pub memory_locks: Vec<u64>,
     pub scale: scale::Settings,
+    pub waiting: waiting::Settings,
 }
 
 impl Profile {
-    /// `make bench`: about a quarter of an hour on 2 cores.
+    /// `make bench`: about 14 minutes on 2 cores, 3¼ of them in the waiting
+    /// section.
     pub fn full() -> Profile {
         Profile {
             name: "full",
@@ -53,6 +57,19 @@ impl Profile {
                 keys: 10_000,
                 duration_ms: 3000,
                 set_requests: 200_000,
+            },
+            // About 195 s: release ~0.47 s and expiry ~0.63 s per round
+            // of three recipes, then three 20 s fairness runs.
+            waiting: waiting::Settings {
+                release_rounds: 150,
+                hold_max_ms: 250,
+                expiry_rounds: 100,
+                expiry_ttl_ms: 100,
+                retry_min_ms: 50,
+                retry_max_ms: 250,
+                fairness_contenders: 64,
+                fairness_duration_ms: 20_000,
+                fairness_hold_ms: 1,
             },
         }
     }
@@ -86,6 +103,17 @@ impl Profile {
                 duration_ms: 300,
                 set_requests: 2_000,
             },
+            waiting: waiting::Settings {
+                release_rounds: 6,
+                hold_max_ms: 250,
+                expiry_rounds: 5,
+                expiry_ttl_ms: 100,
+                retry_min_ms: 50,
+                retry_max_ms: 250,
+                fairness_contenders: 64,
+                fairness_duration_ms: 2_000,
+                fairness_hold_ms: 1,
+            },
         }
     }
 }
@@ -111,6 +139,7 @@ pub struct Results {
     pub servers: Vec<ServerResults>,
     pub contention: Vec<contention::Run>,
     pub scale: Vec<scale::Run>,
+    pub waiting: Option<WaitingResults>,
 }
 
 // ---------------------------------------------------------------- summary
@@ -182,12 +211,45 @@ pub struct ScaleRow {
 }
 
 #[derive(Clone, Debug, Serialize)]
+pub struct HandoffRow {
+    pub scenario: Scenario,
+    pub recipe: String,
+    pub handoffs: usize,
+    pub discarded: u64,
+    pub p50_us: Option<f64>,
+    pub p90_us: Option<f64>,
+    pub p99_us: Option<f64>,
+    pub max_us: Option<f64>,
+    pub mean_us: Option<f64>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct FairnessRow {
+    pub strategy: String,
+    pub contenders: usize,
+    pub duration_s: f64,
+    pub cycles: u64,
+    pub cycles_per_s: f64,
+    pub jain_index: Option<f64>,
+    pub min_cycles_per_contender: u64,
+    pub mean_cycles_per_contender: f64,
+    pub max_cycles_per_contender: u64,
+    pub acquire_p50_us: u64,
+    pub acquire_p99_us: u64,
+    pub acquire_max_us: u64,
+    pub waiting_at_end: u64,
+    pub server_cpu_us_per_cycle: f64,
+}
+
+#[derive(Clone, Debug, Serialize)]
 pub struct Summary {
     pub throughput: Vec<ThroughputRow>,
     pub ratios: Vec<RatioRow>,
     pub contention: Vec<ContentionRow>,
     pub memory: Vec<MemoryRow>,
     pub scale: Vec<ScaleRow>,
+    pub handoff: Vec<HandoffRow>,
+    pub fairness: Vec<FairnessRow>,
 }
 
 #[derive(Serialize)]
@@ -218,6 +280,8 @@ pub fn summarise(results: &Results) -> Summary {
         contention: Vec::new(),
         memory: Vec::new(),
         scale: Vec::new(),
+        handoff: Vec::new(),
+        fairness: Vec::new(),
     };
     for server in &results.servers {
         let samples = &server.throughput;
@@ -342,6 +406,42 @@ pub fn summarise(results: &Results) -> Summary {
             set_p99_us: med_opt(runs.iter().map(|r| r.set_p99_us)),
             set_p999_us: med_opt(runs.iter().map(|r| r.set_p999_us)),
         });
+    }
+    if let Some(waiting) = &results.waiting {
+        for handoffs in [&waiting.release, &waiting.expiry] {
+            summary
+                .handoff
+                .extend(handoffs.recipes.iter().map(|r| HandoffRow {
+                    scenario: handoffs.scenario,
+                    recipe: r.recipe.clone(),
+                    handoffs: r.samples_us.len(),
+                    discarded: r.discarded,
+                    p50_us: r.p50_us,
+                    p90_us: r.p90_us,
+                    p99_us: r.p99_us,
+                    max_us: r.max_us,
+                    mean_us: r.mean_us,
+                }));
+        }
+        summary.fairness.extend(waiting.fairness.iter().map(|run| {
+            let s = &run.summary;
+            FairnessRow {
+                strategy: s.strategy.clone(),
+                contenders: s.contenders,
+                duration_s: results.profile.waiting.fairness_duration_ms as f64 / 1000.0,
+                cycles: s.cycles,
+                cycles_per_s: s.cycles_per_s,
+                jain_index: s.jain_index,
+                min_cycles_per_contender: s.min_cycles_per_contender,
+                mean_cycles_per_contender: s.cycles as f64 / s.contenders.max(1) as f64,
+                max_cycles_per_contender: s.max_cycles_per_contender,
+                acquire_p50_us: s.acquire.p50_us,
+                acquire_p99_us: s.acquire.p99_us,
+                acquire_max_us: s.acquire.max_us,
+                waiting_at_end: s.waiting_at_end,
+                server_cpu_us_per_cycle: run.server_cpu_us_per_cycle,
+            }
+        }));
     }
     summary
 }
@@ -489,6 +589,7 @@ pub fn markdown(results: &Results, img: &str) -> String {
     contention_section(&mut md, results, &summary, img);
     memory_section(&mut md, results, &summary, img);
     scale_section(&mut md, results, &summary, img);
+    waiting_section(&mut md, results, &summary, img);
     raw_section(&mut md, results);
     md
 }
@@ -979,6 +1080,213 @@ fn scale_section(md: &mut String, results: &Results, summary: &Summary, img: &st
     let _ = writeln!(md, "![ACQUIRE latency at scale]({img}/scale_latency.png)\n");
 }
 
+fn waiting_section(md: &mut String, results: &Results, summary: &Summary, img: &str) {
+    let Some(waiting) = &results.waiting else {
+        return;
+    };
+    let settings = &results.profile.waiting;
+    let opt = |v: Option<f64>| v.map_or("–".into(), micros);
+    let _ = writeln!(md, "## 5. Waiting for a lock: handoff and fairness\n");
+    let _ = writeln!(
+        md,
+        "How long a freed lock sits idle before a client that was already \
+         waiting for it has it, and who gets it under contention: \
+         `LOCK.ACQUIRE … WAIT` against the recipes clients use without it. On a \
+         fresh {} server; this section took {:.0} s (handoff on release {:.0} s, \
+         on expiry {:.0} s, fairness {:.0} s). The three ways of waiting:\n",
+        waiting.server,
+        waiting.release_s + waiting.expiry_s + waiting.fairness_s,
+        waiting.release_s,
+        waiting.expiry_s,
+        waiting.fairness_s
+    );
+    for recipe in Recipe::ALL {
+        let _ = writeln!(md, "- `{}`: {}.", recipe.name(), recipe.description());
+    }
+    let _ = writeln!(
+        md,
+        "\nThe polling recipe's release (compare-and-delete) and python-redis-lock's \
+         UNLOCK, exactly as sent:\n"
+    );
+    let _ = writeln!(
+        md,
+        "```lua\n-- compare-and-delete: KEYS = {{lock}}, ARGV = {{token}}\n{}\n\
+         -- UNLOCK: KEYS = {{lock, signal:lock}}, ARGV = {{token, signal-expire-ms}} (1000)\n{}\n```\n",
+        scripts::RELEASE,
+        scripts::SIGNAL_UNLOCK
+    );
+    let handoff_table = |md: &mut String, scenario: Scenario| {
+        let _ = writeln!(
+            md,
+            "| Recipe | Handoffs | p50 | p90 | p99 | max | mean | Not counted |"
+        );
+        let _ = writeln!(md, "| --- | --- | --- | --- | --- | --- | --- | --- |");
+        for row in summary.handoff.iter().filter(|r| r.scenario == scenario) {
+            let _ = writeln!(
+                md,
+                "| {} | {} | {} | {} | {} | {} | {} | {} |",
+                row.recipe,
+                row.handoffs,
+                opt(row.p50_us),
+                opt(row.p90_us),
+                opt(row.p99_us),
+                opt(row.max_us),
+                opt(row.mean_us),
+                row.discarded
+            );
+        }
+        let _ = writeln!(md);
+    };
+    let command = |md: &mut String, summary: &HandoffSummary| {
+        let _ = writeln!(
+            md,
+            "```sh\n{}\n```\n",
+            command_line(&waiting::handoff_command(settings, summary.scenario))
+        );
+    };
+
+    let _ = writeln!(md, "### 5.1 Handoff on release\n");
+    let _ = writeln!(
+        md,
+        "`lock-handoff` (this repo: tokio and the `redis` crate) runs one holder \
+         and one waiter, each on its own connection, in one process. Each handoff: \
+         the holder takes the lock ({} s lease); the waiter starts waiting; once it \
+         is seen waiting (`LOCK.INFO` shows it queued; its first `SET NX` was \
+         refused; `INFO clients` shows its `BLPOP` blocked), the holder keeps the \
+         lock a uniformly random 0–{} ms more, so that the release falls at a \
+         random point of a poller's schedule, and releases. A handoff runs from \
+         the instant just before the holder sends its release to the instant the \
+         waiter's grant arrives, both read from one monotonic clock. {} rounds, \
+         each running the three recipes once in turn (reversed on odd rounds), \
+         each on a key of its own. Percentiles are nearest-rank over the \
+         handoffs (the p99 of {} handoffs is the {}).\n",
+        waiting.release.ttl_ms as f64 / 1000.0,
+        settings.hold_max_ms,
+        waiting.release.rounds,
+        waiting.release.rounds,
+        rank_name(waiting.release.rounds, 0.99)
+    );
+    command(md, &waiting.release);
+    handoff_table(md, Scenario::Release);
+
+    let _ = writeln!(md, "### 5.2 Handoff after expiry\n");
+    let _ = writeln!(
+        md,
+        "The holder takes the lock with a {} ms lease and never gives it back; the \
+         waiter arrives at a uniformly random point of the lease's first half \
+         (`WAIT` waiters are checked to be queued before the deadline, polling and \
+         BLPOP waiters to have been refused). A handoff runs from the lease's \
+         deadline as the server reports it (`LOCK.INFO` `deadline`; `PEXPIRETIME` \
+         for the recipes' string key: unix milliseconds) to the instant the grant \
+         arrives, on the same host's wall clock. The deadline is a whole \
+         millisecond and the lease still holds during it (Redis' rule: a key whose \
+         deadline is now is alive), so the earliest possible grant is about 1 ms \
+         after it and each sample is good to about ±1 ms. Each round starts after a \
+         random 0–100 ms pause, so that rounds do not fall into step with the \
+         server's 100 ms cron. {} rounds, interleaved as above.\n",
+        settings.expiry_ttl_ms, waiting.expiry.rounds
+    );
+    let _ = writeln!(
+        md,
+        "Nobody signals the BLPOP recipe on expiry: its waiter wakes when its \
+         `BLPOP` times out, and python-redis-lock blocks for the lock's expire, so \
+         it retries one lease length after it started waiting. Its delay is how \
+         late in the lease the waiter arrived plus up to 100 ms for the idle \
+         server's cron (`hz 10`) to notice the timeout: here, with a {} ms lease, \
+         tens of milliseconds; with a lock expire of E seconds, anything up to E \
+         seconds. The polling recipe finds the key gone at its next poll.\n",
+        settings.expiry_ttl_ms
+    );
+    command(md, &waiting.expiry);
+    handoff_table(md, Scenario::Expiry);
+
+    let _ = writeln!(
+        md,
+        "### 5.3 Fairness: {} contenders on one key for {:.0} s\n",
+        settings.fairness_contenders,
+        settings.fairness_duration_ms as f64 / 1000.0
+    );
+    let _ = writeln!(
+        md,
+        "`lock-load` as in section 2: {} contenders, one connection each, run \
+         acquire → hold {} ms → release on one key for {:.0} s, one run per \
+         strategy (`native-poll` and `lua-poll` retry after a random {}–{} ms). \
+         **Jain** is Jain's fairness index over cycles per contender (1 = every \
+         contender got the same share); **min**, **mean** and **max** are cycles per \
+         contender; acquire latency counts the acquires granted within the run, \
+         and **waiting** is how many contenders were still waiting at the end. \
+         A polling contender that has just released starts its next cycle at \
+         once and finds the lock free while the others sleep out their retry \
+         delays, so it can win again and again; with `WAIT` nobody barges past \
+         the queue, so the releaser joins its tail and the lock goes round in \
+         arrival order.\n",
+        settings.fairness_contenders,
+        settings.fairness_hold_ms,
+        settings.fairness_duration_ms as f64 / 1000.0,
+        settings.retry_min_ms,
+        settings.retry_max_ms
+    );
+    let _ = writeln!(md, "```sh");
+    for strategy in waiting::FAIRNESS_STRATEGIES {
+        let _ = writeln!(
+            md,
+            "{}",
+            command_line(&waiting::fairness_command(settings, strategy))
+        );
+    }
+    let _ = writeln!(md, "```\n");
+    let _ = writeln!(
+        md,
+        "| Strategy | Cycles | Cycles/s | Jain | Min | Mean | Max | Acquire p50 | p99 | max | Waiting | Server CPU µs/cycle |"
+    );
+    let _ = writeln!(
+        md,
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+    );
+    for row in &summary.fairness {
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {} | {} | {:.1} | {} | {} | {} | {} | {} | {:.1} |",
+            row.strategy,
+            number(row.cycles as f64),
+            number(row.cycles_per_s),
+            row.jain_index.map_or("–".into(), |j| format!("{j:.3}")),
+            row.min_cycles_per_contender,
+            row.mean_cycles_per_contender,
+            row.max_cycles_per_contender,
+            micros(row.acquire_p50_us as f64),
+            micros(row.acquire_p99_us as f64),
+            micros(row.acquire_max_us as f64),
+            row.waiting_at_end,
+            row.server_cpu_us_per_cycle
+        );
+    }
+    let _ = writeln!(md);
+    let _ = writeln!(
+        md,
+        "![Handoff latency by recipe, and cycles per contender]({img}/handoff_latency.png)\n"
+    );
+}
+
+/// "largest", "2nd largest", … : which sample the nearest-rank percentile
+/// `q` of `n` samples is.
+fn rank_name(n: usize, q: f64) -> String {
+    let rank = ((q * n as f64 - 1e-9).ceil() as usize).clamp(1, n.max(1));
+    let k = n.max(1) - rank + 1;
+    let suffix = match (k % 10, k % 100) {
+        (_, 11..=13) => "th",
+        (1, _) => "st",
+        (2, _) => "nd",
+        (3, _) => "rd",
+        _ => "th",
+    };
+    if k == 1 {
+        "largest".into()
+    } else {
+        format!("{k}{suffix} largest")
+    }
+}
+
 fn raw_section(md: &mut String, results: &Results) {
     let _ = writeln!(md, "## Raw samples\n");
     let _ = writeln!(
@@ -1033,5 +1341,21 @@ fn raw_section(md: &mut String, results: &Results) {
             );
         }
         let _ = writeln!(md, "\n</details>");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rank_names() {
+        assert_eq!(rank_name(150, 0.99), "2nd largest");
+        assert_eq!(rank_name(100, 0.99), "2nd largest");
+        assert_eq!(rank_name(6, 0.99), "largest");
+        assert_eq!(rank_name(500, 0.99), "6th largest");
+        assert_eq!(rank_name(300, 0.99), "4th largest");
+        assert_eq!(rank_name(1000, 0.99), "11th largest");
+        assert_eq!(rank_name(2000, 0.99), "21st largest");
     }
 }

@@ -19,3 +19,12 @@ return redis.call('PEXPIRE', KEYS[1], ARGV[2]) else return 0 end";
 
 /// The single global fence counter of the recipe's global-fence variant.
 pub const GLOBAL_FENCE_KEY: &str = "lock:fence";
+
+/// python-redis-lock's UNLOCK (4.x), the release of the BLPOP-signal recipe:
+/// `KEYS = {lock, signal}`, `ARGV = {token, signal-expire-ms}`. When `ARGV[1]`
+/// holds the lock, it leaves one element in the signal list (for at most
+/// `signal-expire-ms`, so a waiter that is not yet in `BLPOP` still finds it),
+/// deletes the lock and replies 0; otherwise it replies 1.
+pub const SIGNAL_UNLOCK: &str = "if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 1 else \
+redis.call('DEL', KEYS[2]) redis.call('LPUSH', KEYS[2], 1) \
+redis.call('PEXPIRE', KEYS[2], ARGV[2]) redis.call('DEL', KEYS[1]) return 0 end";

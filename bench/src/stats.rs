@@ -16,6 +16,25 @@ pub fn median(values: &[f64]) -> Option<f64> {
     })
 }
 
+/// The nearest-rank percentile of `values` (`q` in 0..=1: the smallest value
+/// with at least `q` of the values at or below it); `None` when empty.
+pub fn percentile(values: &[f64], q: f64) -> Option<f64> {
+    if values.is_empty() {
+        return None;
+    }
+    let mut sorted = values.to_vec();
+    sorted.sort_by(|a, b| a.total_cmp(b));
+    // (Less a hair, so that 0.99 × 100 is rank 99 whatever the rounding.)
+    let rank =
+        ((q.clamp(0.0, 1.0) * sorted.len() as f64 - 1e-9).ceil() as usize).clamp(1, sorted.len());
+    Some(sorted[rank - 1])
+}
+
+/// The arithmetic mean; `None` when empty.
+pub fn mean(values: &[f64]) -> Option<f64> {
+    (!values.is_empty()).then(|| values.iter().sum::<f64>() / values.len() as f64)
+}
+
 /// Jain's fairness index of per-client counts: 1 when every client got the
 /// same share, 1/n when one client got everything. `None` when nobody got
 /// anything.
@@ -34,6 +53,19 @@ mod tests {
         assert_eq!(median(&[3.0, 1.0, 2.0]), Some(2.0));
         assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), Some(2.5));
         assert_eq!(median(&[]), None);
+    }
+
+    #[test]
+    fn nearest_rank_percentiles() {
+        let values: Vec<f64> = (1..=200).rev().map(f64::from).collect();
+        assert_eq!(percentile(&values, 0.5), Some(100.0));
+        assert_eq!(percentile(&values, 0.99), Some(198.0));
+        assert_eq!(percentile(&values, 1.0), Some(200.0));
+        assert_eq!(percentile(&values, 0.0), Some(1.0));
+        assert_eq!(percentile(&[7.0], 0.99), Some(7.0));
+        assert_eq!(percentile(&[], 0.5), None);
+        assert_eq!(mean(&[1.0, 2.0, 6.0]), Some(3.0));
+        assert_eq!(mean(&[]), None);
     }
 
     #[test]

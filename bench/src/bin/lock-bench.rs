@@ -1,6 +1,6 @@
 //! `lock-bench`: run every benchmark and write the report.
 //!
-//! `make bench` runs the full profile (about a quarter of an hour) and writes
+//! `make bench` runs the full profile (about 14 minutes) and writes
 //! `docs/benchmarks.md` and `docs/img/*.png`; `make bench-quick` runs a tiny
 //! version of everything into `target/bench-quick/`, only to show the harness
 //! works. Nothing here judges a speed.
@@ -12,7 +12,7 @@ use clap::{Parser, ValueEnum};
 use redis_lock_bench::report::{self, Profile, Results, ServerResults};
 use redis_lock_bench::server::Server;
 use redis_lock_bench::throughput::Group;
-use redis_lock_bench::{contention, machine, memory, scale, throughput};
+use redis_lock_bench::{contention, machine, memory, scale, throughput, waiting};
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
 enum ProfileName {
@@ -48,7 +48,7 @@ struct Args {
     /// The command to print as the one that made the report
     #[arg(long, default_value = "make bench")]
     made_by: String,
-    /// Only these sections (throughput, contention, memory, scale)
+    /// Only these sections (throughput, contention, memory, scale, waiting)
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
 }
@@ -70,15 +70,21 @@ fn run(args: &Args) -> Result<(), String> {
     let wanted = |section: &str| args.only.is_empty() || args.only.iter().any(|s| s == section);
     let module = std::fs::canonicalize(&args.module)
         .map_err(|e| format!("module {}: {e}", args.module.display()))?;
-    let lock_load = std::env::current_exe()
-        .map_err(|e| e.to_string())?
-        .with_file_name("lock-load");
-    if !lock_load.exists() {
-        return Err(format!(
-            "{} is missing: build the bench crate",
-            lock_load.display()
-        ));
-    }
+    let tool = |name: &str| -> Result<PathBuf, String> {
+        let path = std::env::current_exe()
+            .map_err(|e| e.to_string())?
+            .with_file_name(name);
+        if path.exists() {
+            Ok(path)
+        } else {
+            Err(format!(
+                "{} is missing: build the bench crate",
+                path.display()
+            ))
+        }
+    };
+    let lock_load = tool("lock-load")?;
+    let lock_handoff = tool("lock-handoff")?;
     std::fs::create_dir_all(&args.work_dir).map_err(|e| e.to_string())?;
     let mut progress = |step: &str| {
         eprintln!("[{:>5.0}s] {step}", started.elapsed().as_secs_f64());
@@ -96,6 +102,7 @@ fn run(args: &Args) -> Result<(), String> {
         servers: Vec::new(),
         contention: Vec::new(),
         scale: Vec::new(),
+        waiting: None,
     };
     progress(&format!(
         "load average {:.2}; busy: {}",
@@ -137,7 +144,8 @@ fn run(args: &Args) -> Result<(), String> {
     for spec in &specs {
         let wants_any = (wanted("throughput"))
             || (spec.memory && wanted("memory"))
-            || (spec.contention_and_scale && (wanted("contention") || wanted("scale")));
+            || (spec.contention_and_scale
+                && (wanted("contention") || wanted("scale") || wanted("waiting")));
         if !wants_any {
             continue;
         }
@@ -173,6 +181,16 @@ fn run(args: &Args) -> Result<(), String> {
             let small = Server::start(&spec.binary, &module, &args.work_dir)?;
             let large = Server::start(&spec.binary, &module, &args.work_dir)?;
             results.scale = scale::run(&small, &large, &lock_load, &profile.scale, &mut progress)?;
+        }
+        if spec.contention_and_scale && wanted("waiting") {
+            let fresh = Server::start(&spec.binary, &module, &args.work_dir)?;
+            results.waiting = Some(waiting::run(
+                &fresh,
+                &lock_handoff,
+                &lock_load,
+                &profile.waiting,
+                &mut progress,
+            )?);
         }
         results.servers.push(entry);
     }

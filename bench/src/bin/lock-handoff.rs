@@ -1,0 +1,124 @@
+//! `lock-handoff`: how long a lock sits idle between its holder letting go
+//! (release, or expiry of its lease) and an already waiting client having
+//! it, for `LOCK.ACQUIRE … WAIT`, `SET NX PX` polling and the BLPOP-signal
+//! recipe of python-redis-lock, interleaved round by round. Prints a
+//! summary, or one JSON object with `--json`.
+//!
+//! ```sh
+//! lock-handoff --port 6379 --scenario release --rounds 100
+//! lock-handoff --port 6379 --scenario expiry --ttl-ms 100 --rounds 100
+//! ```
+
+use clap::Parser;
+use redis_lock_bench::handoff::{self, HandoffConfig, Recipe, Scenario};
+use redis_lock_bench::load::RetryPolicy;
+
+#[derive(Parser, Debug)]
+#[command(about = "Handoff latency on release and on expiry: WAIT vs polling vs BLPOP signal")]
+struct Args {
+    #[arg(long, default_value = "127.0.0.1")]
+    host: String,
+    #[arg(long, default_value_t = 6379)]
+    port: u16,
+    /// release (the holder releases) or expiry (the holder's lease runs out)
+    #[arg(long, default_value = "release", value_parser = parse_scenario)]
+    scenario: Scenario,
+    /// Comma-separated: native-wait, setnx-poll, blpop-signal
+    #[arg(long, value_delimiter = ',', value_parser = parse_recipe,
+          default_value = "native-wait,setnx-poll,blpop-signal")]
+    recipes: Vec<Recipe>,
+    /// Handoffs per recipe (each round runs every recipe once)
+    #[arg(long, default_value_t = 50)]
+    rounds: usize,
+    /// Release: the holder keeps the lock a random 0..=this many ms after
+    /// the waiter is seen waiting
+    #[arg(long, default_value_t = 250)]
+    hold_max_ms: u64,
+    /// Lease of every grant; with expiry, the holder's lease that runs out
+    /// (and the BLPOP timeout, as python-redis-lock uses the lock's expire)
+    #[arg(long, default_value_t = 30000)]
+    ttl_ms: u64,
+    /// Polling delay after a refusal: uniform in [min, max] ms (redsync: 50-250)
+    #[arg(long, default_value_t = 50)]
+    retry_min_ms: u64,
+    #[arg(long, default_value_t = 250)]
+    retry_max_ms: u64,
+    /// Lifetime of the BLPOP recipe's signal list (python-redis-lock: 1000)
+    #[arg(long, default_value_t = 1000)]
+    signal_expire_ms: u64,
+    #[arg(long, default_value = "handoff:")]
+    key_prefix: String,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Print the summary as one JSON object (with every sample)
+    #[arg(long)]
+    json: bool,
+}
+
+fn parse_scenario(name: &str) -> Result<Scenario, String> {
+    Scenario::parse(name).ok_or_else(|| format!("unknown scenario {name:?}: release or expiry"))
+}
+
+fn parse_recipe(name: &str) -> Result<Recipe, String> {
+    Recipe::parse(name).ok_or_else(|| {
+        let known: Vec<&str> = Recipe::ALL.iter().map(|r| r.name()).collect();
+        format!("unknown recipe {name:?}; known: {}", known.join(", "))
+    })
+}
+
+fn main() {
+    let args = Args::parse();
+    let config = HandoffConfig {
+        url: format!("redis://{}:{}/", args.host, args.port),
+        scenario: args.scenario,
+        recipes: args.recipes,
+        rounds: args.rounds,
+        hold_max_ms: args.hold_max_ms,
+        ttl_ms: args.ttl_ms,
+        retry: RetryPolicy {
+            min_ms: args.retry_min_ms,
+            max_ms: args.retry_max_ms,
+        },
+        signal_expire_ms: args.signal_expire_ms,
+        key_prefix: args.key_prefix,
+        seed: args.seed,
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let summary = match runtime.block_on(handoff::run(config)) {
+        Ok(summary) => summary,
+        Err(error) => {
+            eprintln!("lock-handoff: {error}");
+            std::process::exit(1);
+        }
+    };
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string(&summary).expect("summary as JSON")
+        );
+        return;
+    }
+    let ms = |us: Option<f64>| us.map_or("–".to_string(), |us| format!("{:.3}", us / 1000.0));
+    println!(
+        "{} handoffs, {} rounds in {:.1} s (ms):",
+        summary.scenario.name(),
+        summary.rounds,
+        summary.elapsed_s
+    );
+    for r in &summary.recipes {
+        println!(
+            "  {:<13} n={:<4} p50={:>9} p90={:>9} p99={:>9} max={:>9} discarded={}",
+            r.recipe,
+            r.samples_us.len(),
+            ms(r.p50_us),
+            ms(r.p90_us),
+            ms(r.p99_us),
+            ms(r.max_us),
+            r.discarded
+        );
+    }
+}
