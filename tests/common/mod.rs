@@ -5,11 +5,12 @@
 //! [`payload`] (`use common::payload::*;`).
 #![allow(dead_code)]
 
+use std::collections::HashSet;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
@@ -117,8 +118,18 @@ impl Server {
                 }
             }
             if let Ok(mut con) = self.try_connect() {
-                if redis::cmd("PING").query::<String>(&mut con).is_ok() {
-                    return true;
+                // Answered by the process this server just started, not by
+                // anything else on the port.
+                let ours = self
+                    .child
+                    .as_ref()
+                    .map(|c| format!("process_id:{}\r\n", c.id()));
+                let info: redis::RedisResult<String> =
+                    redis::cmd("INFO").arg("server").query(&mut con);
+                if let (Ok(info), Some(ours)) = (info, ours) {
+                    if info.contains(&ours) {
+                        return true;
+                    }
                 }
             }
             sleep(Duration::from_millis(10));
@@ -204,6 +215,16 @@ impl Server {
 impl Drop for Server {
     fn drop(&mut self) {
         self.kill();
+        if std::thread::panicking() {
+            let log = self.log();
+            let tail: Vec<&str> = log.lines().rev().take(40).collect();
+            let tail: Vec<&str> = tail.into_iter().rev().collect();
+            eprintln!(
+                "--- last lines of the server log (port {}) ---\n{}",
+                self.port,
+                tail.join("\n")
+            );
+        }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
@@ -243,11 +264,21 @@ pub fn promote(con: &mut Connection) {
         .expect("REPLICAOF NO ONE");
 }
 
+/// A free port that no other server of this test process has had: a test
+/// that kills and restarts its server keeps its port, and must never find
+/// another test's server there.
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("find a free port")
+    static HANDED_OUT: Mutex<Option<HashSet<u16>>> = Mutex::new(None);
+    loop {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("find a free port");
+        let mut handed_out = HANDED_OUT.lock().unwrap_or_else(|e| e.into_inner());
+        if handed_out.get_or_insert_with(HashSet::new).insert(port) {
+            return port;
+        }
+    }
 }
 
 /// Poll `cond` every 10 ms until it holds; panic after `timeout`.
