@@ -334,9 +334,7 @@ fn next_fence_is_above_h_after_debug_reload() {
 
 #[test]
 fn next_fence_is_above_h_on_a_promoted_replica_that_saw_h_replicated() {
-    let master = start_master();
-    let replica = Server::start();
-    replica.replicate_from(&master);
+    let (master, replica) = pair();
     let mut m = master.conn();
     restore_lock_at_h(&mut m, "k", "t");
     let _: i64 = redis::cmd("DEL").arg("k").query(&mut m).unwrap();
@@ -349,9 +347,7 @@ fn next_fence_is_above_h_on_a_promoted_replica_that_saw_h_replicated() {
 
 #[test]
 fn next_fence_on_a_promoted_replica_is_above_the_last_replicated_grant() {
-    let master = start_master();
-    let replica = Server::start();
-    replica.replicate_from(&master);
+    let (master, replica) = pair();
     let mut m = master.conn();
     restore_lock_at_h(&mut m, "k", "t");
     assert_eq!(release(&mut m, "k", "t"), 1);

@@ -10,14 +10,6 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-/// A master and a replica that has synced with it.
-fn pair() -> (Server, Server) {
-    let master = start_master();
-    let replica = Server::start();
-    replica.replicate_from(&master);
-    (master, replica)
-}
-
 /// Run `write` on the master while the replica is busy in `DEBUG SLEEP`, so
 /// that the replica applies it a few hundred ms late: a deadline the replica
 /// computed from its own clock would then differ from the master's.

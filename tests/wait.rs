@@ -791,9 +791,7 @@ fn assert_replica_agrees(master: &Server, replica: &Server, key: &str, fence: u6
 
 #[test]
 fn replica_agrees_with_the_master_after_handoff_on_release() {
-    let master = start_master();
-    let replica = Server::start();
-    replica.replicate_from(&master);
+    let (master, replica) = pair();
     let mut m = master.conn();
     let (_, mut queued) = held_with_waiters(&master, &mut m, "k", &["w1", "w2"]);
     assert_eq!(release(&mut m, "k", "holder"), 1);
@@ -811,9 +809,7 @@ fn replica_agrees_with_the_master_after_handoff_on_release() {
 
 #[test]
 fn replica_agrees_with_the_master_after_handoff_on_expiry() {
-    let master = start_master();
-    let replica = Server::start();
-    replica.replicate_from(&master);
+    let (master, replica) = pair();
     let mut m = master.conn();
     no_active_expire(&mut m);
     acquire(&mut m, "k", 1_500, Some("holder")).unwrap();
@@ -829,9 +825,7 @@ fn replica_agrees_with_the_master_after_handoff_on_expiry() {
 
 #[test]
 fn wait_on_a_replica_fails_with_readonly() {
-    let master = start_master();
-    let replica = Server::start();
-    replica.replicate_from(&master);
+    let (_master, replica) = pair();
     let mut r = replica.conn();
     let cmd = acquire_cmd("k", 1_000, Some("t"), Some("1000"));
     let error = error_of(&mut r, &cmd);

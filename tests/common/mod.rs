@@ -235,6 +235,14 @@ pub fn start_master() -> Server {
     Server::start_with(&["--repl-diskless-sync-delay", "0"])
 }
 
+/// A master and a replica that has synced with it.
+pub fn pair() -> (Server, Server) {
+    let master = start_master();
+    let replica = Server::start();
+    replica.replicate_from(&master);
+    (master, replica)
+}
+
 /// Wait (bounded) until `replica` has a live link to its master and has
 /// applied everything `master` had sent when this was called, by replication
 /// offsets. Not `WAIT`: it counts only the writes of the connection it runs
