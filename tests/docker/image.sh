@@ -85,7 +85,9 @@ doc 'docker stop $NAME' >/dev/null
 doc 'docker rm $NAME' >/dev/null
 doc 'docker run -d --name $NAME --network $NET -v $VOLUME:/data -e REDIS_PASSWORD $IMAGE' >/dev/null
 wait_healthy "$NAME"
-docker logs "$NAME" 2>&1 | grep -q "DB loaded from incr file appendonly.aof" ||
+# Not `docker logs | grep -q`: under pipefail, grep quitting at the first match
+# can fail the pipeline with SIGPIPE.
+grep -q "DB loaded from incr file appendonly.aof" <<<"$(docker logs "$NAME" 2>&1)" ||
   fail "the new container did not load the AOF: $(docker logs "$NAME" 2>&1 | tail -5)"
 doc 'docker exec $NAME redis-cli LOCK.INFO nightly' >"$WORK/info"
 expect_eq "nightly's fence after the restart" "$(field fence <"$WORK/info")" "$fence"
