@@ -124,10 +124,15 @@ impl Server {
                     .child
                     .as_ref()
                     .map(|c| format!("process_id:{}\r\n", c.id()));
-                let info: redis::RedisResult<String> =
-                    redis::cmd("INFO").arg("server").query(&mut con);
+                // Redis accepts connections while it still loads the RDB or
+                // AOF and answers commands with LOADING until it is done;
+                // INFO is one of the few it serves meanwhile.
+                let info: redis::RedisResult<String> = redis::cmd("INFO")
+                    .arg("server")
+                    .arg("persistence")
+                    .query(&mut con);
                 if let (Ok(info), Some(ours)) = (info, ours) {
-                    if info.contains(&ours) {
+                    if info.contains(&ours) && info.contains("\nloading:0\r\n") {
                         return true;
                     }
                 }
