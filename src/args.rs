@@ -25,7 +25,7 @@ impl ArgBytes for &str {
     }
 }
 
-/// `LOCK.ACQUIRE key ttl-ms [TOKEN token] [WAIT timeout-ms]`
+/// `LOCK.ACQUIRE key ttl-ms [TOKEN token] [WAIT timeout-ms] [SESSION]`
 #[derive(Debug, PartialEq, Eq)]
 pub struct AcquireArgs<'a> {
     pub ttl_ms: i64,
@@ -33,6 +33,8 @@ pub struct AcquireArgs<'a> {
     pub token: Option<&'a [u8]>,
     /// `None`: do not wait. `Some(0)`: wait without a time limit.
     pub wait_ms: Option<i64>,
+    /// Also release the lock when the acquiring connection closes.
+    pub session: bool,
 }
 
 /// `LOCK.EXTEND key token ttl-ms`
@@ -48,8 +50,10 @@ pub struct ReleaseArgs<'a> {
     pub token: &'a [u8],
 }
 
-/// `LOCK.SETSTATE key token fence deadline-ms`: the effect of a grant, as the
-/// master replicates it and the AOF records it.
+/// `LOCK.SETSTATE key token fence deadline-ms [granted-ms extends]`: the
+/// state of a lock after a grant or an extension, as the master replicates it
+/// and the AOF records it. (The short form, from before the hold policy,
+/// means a grant now with no extensions.)
 #[derive(Debug, PartialEq, Eq)]
 pub struct SetStateArgs<'a> {
     pub token: &'a [u8],
@@ -57,6 +61,9 @@ pub struct SetStateArgs<'a> {
     /// Absolute unix time in ms, or `None` (sent as -1) for no expiry, which
     /// an AOF rewrite uses because Redis appends the key's `PEXPIREAT` itself.
     pub deadline_ms: Option<i64>,
+    /// When the holder was granted the lock (unix ms); `None` in the short form.
+    pub granted_ms: Option<i64>,
+    pub extends: u32,
 }
 
 pub fn parse_acquire<A: ArgBytes>(args: &[A]) -> Result<AcquireArgs<'_>, LockError> {
@@ -66,6 +73,7 @@ pub fn parse_acquire<A: ArgBytes>(args: &[A]) -> Result<AcquireArgs<'_>, LockErr
     let ttl_ms = parse_ttl(args[2].bytes())?;
     let mut token = None;
     let mut wait_ms = None;
+    let mut session = false;
     let mut rest = args[3..].iter();
     while let Some(option) = rest.next() {
         if option.bytes().eq_ignore_ascii_case(b"TOKEN") {
@@ -81,6 +89,11 @@ pub fn parse_acquire<A: ArgBytes>(args: &[A]) -> Result<AcquireArgs<'_>, LockErr
             }
             let value = parse_i64(value.bytes()).ok_or(LockError::WaitNotInteger)?;
             wait_ms = Some(rules::check_wait(value)?);
+        } else if option.bytes().eq_ignore_ascii_case(b"SESSION") {
+            if session {
+                return Err(LockError::SyntaxRepeatedSession);
+            }
+            session = true;
         } else {
             return Err(LockError::SyntaxUnknownOption);
         }
@@ -89,6 +102,7 @@ pub fn parse_acquire<A: ArgBytes>(args: &[A]) -> Result<AcquireArgs<'_>, LockErr
         ttl_ms,
         token,
         wait_ms,
+        session,
     })
 }
 
@@ -119,7 +133,7 @@ pub fn parse_info<A: ArgBytes>(args: &[A]) -> Result<(), LockError> {
 }
 
 pub fn parse_setstate<A: ArgBytes>(args: &[A]) -> Result<SetStateArgs<'_>, LockError> {
-    if args.len() != 5 {
+    if args.len() != 5 && args.len() != 7 {
         return Err(LockError::AritySetState);
     }
     let token = rules::check_token(args[2].bytes())?;
@@ -132,10 +146,25 @@ pub fn parse_setstate<A: ArgBytes>(args: &[A]) -> Result<SetStateArgs<'_>, LockE
         Some(d) if d >= 0 => Some(d),
         _ => return Err(LockError::DeadlineInvalid),
     };
+    let (granted_ms, extends) = match args.get(5..7) {
+        Some([granted, extends]) => (
+            Some(
+                parse_i64(granted.bytes())
+                    .filter(|g| *g >= 0)
+                    .ok_or(LockError::GrantedInvalid)?,
+            ),
+            parse_i64(extends.bytes())
+                .and_then(|e| u32::try_from(e).ok())
+                .ok_or(LockError::ExtendsInvalid)?,
+        ),
+        _ => (None, 0),
+    };
     Ok(SetStateArgs {
         token,
         fence,
         deadline_ms,
+        granted_ms,
+        extends,
     })
 }
 
@@ -175,7 +204,7 @@ pub fn parse_i64(bytes: &[u8]) -> Option<i64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rules::{MAX_FENCE, MAX_TTL_MS};
+    use crate::rules::MAX_FENCE;
 
     #[test]
     fn integers_are_read_as_redis_reads_them() {
@@ -211,9 +240,12 @@ mod tests {
             AcquireArgs {
                 ttl_ms: 30000,
                 token: None,
-                wait_ms: None
+                wait_ms: None,
+                session: false,
             }
         );
+        let a = parse_acquire(&["LOCK.ACQUIRE", "k", "5", "session", "WAIT", "0"]).unwrap();
+        assert_eq!((a.session, a.wait_ms), (true, Some(0)));
         let a = parse_acquire(&["LOCK.ACQUIRE", "k", "5", "wait", "0", "TOKEN", "me"]).unwrap();
         assert_eq!((a.token, a.wait_ms), (Some(&b"me"[..]), Some(0)));
         let a = parse_acquire(&["LOCK.ACQUIRE", "k", "5", "WAIT", "2500"]).unwrap();
@@ -243,12 +275,8 @@ mod tests {
             (vec!["LOCK.ACQUIRE", "k", "0"], LockError::TtlNotPositive),
             (vec!["LOCK.ACQUIRE", "k", "-1"], LockError::TtlNotPositive),
             (
-                vec!["LOCK.ACQUIRE", "k", "86400001"],
-                LockError::TtlTooLarge,
-            ),
-            (
-                vec!["LOCK.ACQUIRE", "k", "9223372036854775807"],
-                LockError::TtlTooLarge,
+                vec!["LOCK.ACQUIRE", "k", "10", "SESSION", "SESSION"],
+                LockError::SyntaxRepeatedSession,
             ),
             (
                 vec!["LOCK.ACQUIRE", "k", "10", "TOKEN"],
@@ -345,10 +373,13 @@ mod tests {
             parse_extend(&["LOCK.EXTEND", "k", "t", "0"]),
             Err(LockError::TtlNotPositive)
         );
-        let too_long = (MAX_TTL_MS + 1).to_string();
+        // The configured maximum (lock.max-ttl-ms) is the command's check.
         assert_eq!(
-            parse_extend(&["LOCK.EXTEND", "k", "t", too_long.as_str()]),
-            Err(LockError::TtlTooLarge)
+            parse_extend(&["LOCK.EXTEND", "k", "t", "9223372036854775807"]),
+            Ok(ExtendArgs {
+                token: b"t",
+                ttl_ms: i64::MAX
+            })
         );
 
         assert_eq!(
@@ -384,8 +415,37 @@ mod tests {
             SetStateArgs {
                 token: b"t",
                 fence: 7,
-                deadline_ms: Some(1_700_000_000_000)
+                deadline_ms: Some(1_700_000_000_000),
+                granted_ms: None,
+                extends: 0,
             }
+        );
+        let s = parse_setstate(&[
+            "LOCK.SETSTATE",
+            "k",
+            "t",
+            "7",
+            "1700000000000",
+            "1699999999000",
+            "3",
+        ])
+        .unwrap();
+        assert_eq!((s.granted_ms, s.extends), (Some(1_699_999_999_000), 3));
+        for (granted, extends, want) in [
+            ("-1", "0", LockError::GrantedInvalid),
+            ("x", "0", LockError::GrantedInvalid),
+            ("1", "-1", LockError::ExtendsInvalid),
+            ("1", "4294967296", LockError::ExtendsInvalid),
+            ("1", "many", LockError::ExtendsInvalid),
+        ] {
+            assert_eq!(
+                parse_setstate(&["LOCK.SETSTATE", "k", "t", "7", "1", granted, extends]),
+                Err(want)
+            );
+        }
+        assert_eq!(
+            parse_setstate(&["LOCK.SETSTATE", "k", "t", "7", "1", "1"]),
+            Err(LockError::AritySetState)
         );
         let s = parse_setstate(&["LOCK.SETSTATE", "k", "t", "7", "-1"]).unwrap();
         assert_eq!(s.deadline_ms, None);

@@ -5,60 +5,73 @@
 //! token or reads its clock to decide state, so it always ends up with the
 //! master's state.
 
+use std::ffi::CStr;
 use std::os::raw::c_char;
 
 use redis_module::{raw, Context, RedisString};
 
-/// A new holder: `LOCK.SETSTATE key token fence deadline-ms`.
-///
+/// A lock's whole state: `LOCK.SETSTATE key token fence deadline-ms
+/// granted-ms extends`.
+pub struct LockState<'a> {
+    pub token: &'a [u8],
+    pub fence: u64,
+    pub deadline_ms: i64,
+    pub granted_ms: i64,
+    pub extends: u32,
+}
+
+/// A new holder. Also fires the `lock.acquired` keyspace event.
+pub fn granted(ctx: &Context, key: &RedisString, state: &LockState) {
+    touched(ctx, key);
+    replicate_state(ctx, key, state);
+    notify(ctx, c"lock.acquired", key);
+}
+
+/// The same holder, a new deadline (EXTEND, or ACQUIRE renewing): the whole
+/// state again, since the extension count changed too. Fires `lock.extended`.
+pub fn extended(ctx: &Context, key: &RedisString, state: &LockState) {
+    touched(ctx, key);
+    replicate_state(ctx, key, state);
+    notify(ctx, c"lock.extended", key);
+}
+
 /// Numbers go out as text formatted here (`b` buffers): Redis' own `l`
 /// conversion costs more per call, and this runs on every grant.
-pub fn granted(ctx: &Context, key: &RedisString, token: &[u8], fence: u64, deadline_ms: i64) {
-    touched(ctx, key);
-    let mut fence_text = itoa::Buffer::new();
-    let fence_text = fence_text.format(fence);
-    let mut deadline_text = itoa::Buffer::new();
-    let deadline_text = deadline_text.format(deadline_ms);
+fn replicate_state(ctx: &Context, key: &RedisString, state: &LockState) {
+    let mut fence = itoa::Buffer::new();
+    let fence = fence.format(state.fence);
+    let mut deadline = itoa::Buffer::new();
+    let deadline = deadline.format(state.deadline_ms);
+    let mut granted = itoa::Buffer::new();
+    let granted = granted.format(state.granted_ms);
+    let mut extends = itoa::Buffer::new();
+    let extends = extends.format(state.extends);
     unsafe {
         if let Some(replicate) = raw::RedisModule_Replicate {
             replicate(
                 ctx.get_raw(),
                 c"LOCK.SETSTATE".as_ptr(),
-                c"sbbb".as_ptr(),
+                c"sbbbbb".as_ptr(),
                 key.inner,
-                token.as_ptr().cast::<c_char>(),
-                token.len(),
-                fence_text.as_ptr().cast::<c_char>(),
-                fence_text.len(),
-                deadline_text.as_ptr().cast::<c_char>(),
-                deadline_text.len(),
+                state.token.as_ptr().cast::<c_char>(),
+                state.token.len(),
+                fence.as_ptr().cast::<c_char>(),
+                fence.len(),
+                deadline.as_ptr().cast::<c_char>(),
+                deadline.len(),
+                granted.as_ptr().cast::<c_char>(),
+                granted.len(),
+                extends.as_ptr().cast::<c_char>(),
+                extends.len(),
             );
         }
     }
 }
 
-/// The same holder, a new deadline: `PEXPIREAT key deadline-ms`.
-pub fn deadline_moved(ctx: &Context, key: &RedisString, deadline_ms: i64) {
-    touched(ctx, key);
-    let mut deadline_text = itoa::Buffer::new();
-    let deadline_text = deadline_text.format(deadline_ms);
-    unsafe {
-        if let Some(replicate) = raw::RedisModule_Replicate {
-            replicate(
-                ctx.get_raw(),
-                c"PEXPIREAT".as_ptr(),
-                c"sb".as_ptr(),
-                key.inner,
-                deadline_text.as_ptr().cast::<c_char>(),
-                deadline_text.len(),
-            );
-        }
-    }
-}
-
-/// The lock is gone: `DEL key`.
+/// The lock is gone: `DEL key`. Fires `lock.released`.
 pub fn released(ctx: &Context, key: &RedisString) {
     touched(ctx, key);
+    notify(ctx, c"lock.released", key);
     unsafe {
         if let Some(replicate) = raw::RedisModule_Replicate {
             replicate(ctx.get_raw(), c"DEL".as_ptr(), c"s".as_ptr(), key.inner);
@@ -71,6 +84,27 @@ pub fn released(ctx: &Context, key: &RedisString) {
 pub fn applied_verbatim(ctx: &Context, key: &RedisString) {
     touched(ctx, key);
     ctx.replicate_verbatim();
+}
+
+/// The lock went to the first waiter (after its `lock.acquired`).
+pub fn handed_off(ctx: &Context, key: &RedisString) {
+    notify(ctx, c"lock.handoff", key);
+}
+
+/// A module keyspace event (`notify-keyspace-events` flag `d`). Only the
+/// master's own changes fire them: a replica applies `LOCK.SETSTATE`
+/// silently.
+pub fn notify(ctx: &Context, event: &CStr, key: &RedisString) {
+    unsafe {
+        if let Some(notify) = raw::RedisModule_NotifyKeyspaceEvent {
+            notify(
+                ctx.get_raw(),
+                raw::REDISMODULE_NOTIFY_MODULE,
+                event.as_ptr(),
+                key.inner,
+            );
+        }
+    }
 }
 
 /// Wake `WATCH`: the module turns off Redis' implicit signal on every key

@@ -6,7 +6,7 @@
 
 use std::ffi::CStr;
 
-use crate::rules::{MAX_TOKEN_LEN, MAX_TTL_MS, MAX_WAIT_MS};
+use crate::rules::{MAX_TOKEN_LEN, MAX_WAIT_MS};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LockError {
@@ -25,6 +25,8 @@ pub enum LockError {
     SyntaxMissingWait,
     /// `WAIT` given twice.
     SyntaxRepeatedWait,
+    /// `SESSION` given twice.
+    SyntaxRepeatedSession,
     WaitNotInteger,
     WaitNegative,
     WaitTooLarge,
@@ -45,11 +47,20 @@ pub enum LockError {
     TokenLength,
     FenceInvalid,
     DeadlineInvalid,
+    GrantedInvalid,
+    ExtendsInvalid,
     /// The next fence would pass 2^53 - 1.
     FenceExhausted,
     WrongType,
     /// `LOCK.SETSTATE` sent by a normal client rather than the master or the AOF.
     SetStateInternal,
+    /// EXTEND (or a renewing ACQUIRE) would carry the lease past
+    /// `lock.max-hold-ms` since the grant.
+    HoldLimit,
+    /// The holder has already extended `lock.max-extends` times.
+    ExtendLimit,
+    /// `WAIT` on a key whose queue already holds `lock.max-waiters` clients.
+    WaitersLimit,
     /// A bug: a panic was caught before it could reach Redis.
     Internal,
 }
@@ -69,6 +80,9 @@ impl LockError {
             LockError::SyntaxMissingToken => c"ERR syntax error: TOKEN needs a value",
             LockError::SyntaxMissingWait => c"ERR syntax error: WAIT needs a value",
             LockError::SyntaxRepeatedWait => c"ERR syntax error: WAIT is given more than once",
+            LockError::SyntaxRepeatedSession => {
+                c"ERR syntax error: SESSION is given more than once"
+            }
             LockError::WaitNotInteger => c"ERR timeout-ms is not an integer or out of range",
             LockError::WaitNegative => c"ERR timeout-ms must be 0 (no limit) or greater",
             LockError::WaitTooLarge => {
@@ -83,13 +97,17 @@ impl LockError {
             }
             LockError::TtlNotInteger => c"ERR ttl-ms is not an integer or out of range",
             LockError::TtlNotPositive => c"ERR ttl-ms must be greater than 0",
-            LockError::TtlTooLarge => c"ERR ttl-ms exceeds the maximum of 86400000 (24 hours)",
+            LockError::TtlTooLarge => {
+                c"ERR ttl-ms exceeds lock.max-ttl-ms (CONFIG GET lock.max-ttl-ms shows it)"
+            }
             LockError::TtlOverflow => c"ERR ttl-ms overflows when added to the current time",
             LockError::TokenLength => c"ERR token must be 1 to 256 bytes long",
             LockError::FenceInvalid => c"ERR fence must be an integer from 1 to 9007199254740991",
             LockError::DeadlineInvalid => {
                 c"ERR deadline-ms must be -1 or a unix time in milliseconds"
             }
+            LockError::GrantedInvalid => c"ERR granted-ms must be a unix time in milliseconds",
+            LockError::ExtendsInvalid => c"ERR extends must be an integer from 0 to 4294967295",
             LockError::FenceExhausted => {
                 c"ERR fence space exhausted: the next fence would exceed 2^53-1"
             }
@@ -99,6 +117,13 @@ impl LockError {
             LockError::SetStateInternal => {
                 c"ERR LOCK.SETSTATE is internal: only the replication link and AOF loading may call it"
             }
+            LockError::HoldLimit => {
+                c"LIMIT lock.max-hold-ms reached: the lease was not extended and ends at its current deadline"
+            }
+            LockError::ExtendLimit => {
+                c"LIMIT lock.max-extends reached: the lease was not extended and ends at its current deadline"
+            }
+            LockError::WaitersLimit => c"LIMIT lock.max-waiters reached: too many clients wait for this key",
             LockError::Internal => c"ERR internal error in redis-lock (see the server log)",
         }
     }
@@ -119,7 +144,6 @@ impl std::fmt::Display for LockError {
 impl std::error::Error for LockError {}
 
 // The limits are spelled out in the messages; keep the two in step.
-const _: () = assert!(MAX_TTL_MS == 86_400_000);
 const _: () = assert!(MAX_TOKEN_LEN == 256);
 const _: () = assert!(MAX_WAIT_MS == 31_536_000_000);
 
@@ -127,7 +151,13 @@ const _: () = assert!(MAX_WAIT_MS == 31_536_000_000);
 mod tests {
     use super::*;
 
-    const ALL: [LockError; 27] = [
+    const ALL: [LockError; 33] = [
+        LockError::GrantedInvalid,
+        LockError::ExtendsInvalid,
+        LockError::SyntaxRepeatedSession,
+        LockError::HoldLimit,
+        LockError::ExtendLimit,
+        LockError::WaitersLimit,
         LockError::ReadOnlyReplica,
         LockError::SyntaxMissingWait,
         LockError::SyntaxRepeatedWait,
@@ -187,6 +217,12 @@ mod tests {
             | LockError::FenceExhausted
             | LockError::WrongType
             | LockError::SetStateInternal
+            | LockError::SyntaxRepeatedSession
+            | LockError::GrantedInvalid
+            | LockError::ExtendsInvalid
+            | LockError::HoldLimit
+            | LockError::ExtendLimit
+            | LockError::WaitersLimit
             | LockError::Internal => {}
         }
     }
@@ -197,7 +233,7 @@ mod tests {
         assert_eq!(distinct.len(), ALL.len(), "ALL lists a variant twice");
         for e in ALL {
             let s = e.as_str();
-            let coded = ["ERR ", "WRONGTYPE ", "READONLY "];
+            let coded = ["ERR ", "WRONGTYPE ", "READONLY ", "LIMIT "];
             assert!(coded.iter().any(|c| s.starts_with(c)), "{s}");
             assert!(!s.contains('\n') && !s.contains('\r'), "{s}");
         }
@@ -205,9 +241,7 @@ mod tests {
 
     #[test]
     fn limits_in_messages_match_the_constants() {
-        assert!(LockError::TtlTooLarge
-            .as_str()
-            .contains(&MAX_TTL_MS.to_string()));
+        assert!(LockError::TtlTooLarge.as_str().contains("lock.max-ttl-ms"));
         assert!(LockError::TokenLength
             .as_str()
             .contains(&MAX_TOKEN_LEN.to_string()));

@@ -5,15 +5,19 @@
 
 pub mod args;
 pub mod commands;
+pub mod config;
 pub mod effects;
 pub mod errors;
 pub mod events;
+pub mod expiry;
 pub mod fence;
 pub mod grant;
 pub mod lock_type;
+pub mod metrics;
 pub mod model;
 pub mod reply;
 pub mod rules;
+pub mod session;
 pub mod startup;
 pub mod store;
 pub mod token;
@@ -24,6 +28,7 @@ use redis_module::{redis_module, Context, RedisResult, RedisString};
 
 use commands::{acquire, extend, info, release, run, setstate};
 use events::on_key_event;
+use expiry::on_expired;
 use lock_type::LOCK_TYPE;
 use startup::init;
 
@@ -77,5 +82,6 @@ redis_module! {
     ],
     event_handlers: [
         [@GENERIC @EVICTED: on_key_event],
+        [@EXPIRED: on_expired],
     ],
 }

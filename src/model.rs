@@ -52,6 +52,7 @@ impl LockTable {
     ) -> Result<Option<u64>, LockError> {
         rules::check_ttl(ttl_ms)?;
         rules::check_token(token)?;
+        rules::check_ttl_limit(ttl_ms, rules::DEFAULT_MAX_TTL_MS)?;
         let deadline_ms = rules::deadline_ms(now_ms, ttl_ms)?;
         let holder = self.live(key, now_ms).map(|l| l.holder_token.as_slice());
         match rules::decide_acquire(holder, Some(token), false) {
@@ -87,6 +88,7 @@ impl LockTable {
     ) -> Result<bool, LockError> {
         rules::check_token(token)?;
         rules::check_ttl(ttl_ms)?;
+        rules::check_ttl_limit(ttl_ms, rules::DEFAULT_MAX_TTL_MS)?;
         let deadline_ms = rules::deadline_ms(now_ms, ttl_ms)?;
         let holder = self.live(key, now_ms).map(|l| l.holder_token.as_slice());
         if !rules::is_holder(holder, token) {

@@ -9,10 +9,15 @@ use crate::errors::LockError;
 /// Largest fence handed out: 2^53 - 1, so JavaScript and JSON read it exactly.
 pub const MAX_FENCE: u64 = (1 << 53) - 1;
 
-/// Largest `ttl-ms` accepted by ACQUIRE and EXTEND: 24 hours. A holder that needs
-/// longer extends its lease; a larger value is far more often a unit mistake
-/// (seconds or microseconds sent as milliseconds) than a real need.
-pub const MAX_TTL_MS: i64 = 86_400_000;
+/// Default of `lock.max-ttl-ms`, the largest `ttl-ms` ACQUIRE and EXTEND
+/// accept: 24 hours. A holder that needs longer extends its lease; a larger
+/// value is far more often a unit mistake (seconds or microseconds sent as
+/// milliseconds) than a real need.
+pub const DEFAULT_MAX_TTL_MS: i64 = 86_400_000;
+
+/// The most `lock.max-ttl-ms`, `lock.max-hold-ms` and `lock.expiry-delay-ms`
+/// may be set to: 365 days.
+pub const CEILING_MS: i64 = 31_536_000_000;
 
 /// Largest `WAIT timeout-ms`: 365 days. `0` waits without a limit.
 pub const MAX_WAIT_MS: i64 = 31_536_000_000;
@@ -75,15 +80,56 @@ pub fn is_live(deadline_ms: i64, now_ms: i64) -> bool {
     now_ms <= deadline_ms
 }
 
-/// A TTL must be in `1..=MAX_TTL_MS`.
+/// A TTL must be positive (the configured maximum is checked by
+/// [`check_ttl_limit`], once the command knows it).
 pub fn check_ttl(ttl_ms: i64) -> Result<i64, LockError> {
     if ttl_ms <= 0 {
         Err(LockError::TtlNotPositive)
-    } else if ttl_ms > MAX_TTL_MS {
+    } else {
+        Ok(ttl_ms)
+    }
+}
+
+/// A TTL must not exceed `lock.max-ttl-ms`.
+pub fn check_ttl_limit(ttl_ms: i64, max_ttl_ms: i64) -> Result<i64, LockError> {
+    if ttl_ms > max_ttl_ms {
         Err(LockError::TtlTooLarge)
     } else {
         Ok(ttl_ms)
     }
+}
+
+/// The hold policy: how long and how often a holder may keep its lease going
+/// (`lock.max-hold-ms`, `lock.max-extends`); 0 means no limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct HoldPolicy {
+    pub max_hold_ms: i64,
+    pub max_extends: u32,
+}
+
+/// May a holder granted at `granted_ms`, that has extended `extends` times,
+/// move its deadline to `new_deadline_ms`? An extension that would carry the
+/// lease past the hold limit is refused whole (the lease keeps its current
+/// deadline), so a holder learns of the limit while it still holds the lock.
+pub fn check_extend(
+    granted_ms: i64,
+    extends: u32,
+    new_deadline_ms: i64,
+    policy: HoldPolicy,
+) -> Result<(), LockError> {
+    if policy.max_extends > 0 && extends >= policy.max_extends {
+        return Err(LockError::ExtendLimit);
+    }
+    if policy.max_hold_ms > 0 && new_deadline_ms > granted_ms.saturating_add(policy.max_hold_ms) {
+        return Err(LockError::HoldLimit);
+    }
+    Ok(())
+}
+
+/// Lock-delay (`lock.expiry-delay-ms`): a lock that expired while held at
+/// `expired_at_ms` may not be granted again before this time.
+pub fn embargo_until(expired_at_ms: i64, delay_ms: i64) -> i64 {
+    expired_at_ms.saturating_add(delay_ms)
 }
 
 /// A WAIT timeout must be in `0..=MAX_WAIT_MS`; 0 means no limit.
@@ -187,8 +233,12 @@ mod tests {
         assert_eq!(check_ttl(0), Err(LockError::TtlNotPositive));
         assert_eq!(check_ttl(-5), Err(LockError::TtlNotPositive));
         assert_eq!(check_ttl(1), Ok(1));
-        assert_eq!(check_ttl(MAX_TTL_MS), Ok(MAX_TTL_MS));
-        assert_eq!(check_ttl(MAX_TTL_MS + 1), Err(LockError::TtlTooLarge));
+        assert_eq!(
+            check_ttl(DEFAULT_MAX_TTL_MS + 1),
+            Ok(DEFAULT_MAX_TTL_MS + 1)
+        );
+        assert_eq!(check_ttl_limit(1000, 1000), Ok(1000));
+        assert_eq!(check_ttl_limit(1001, 1000), Err(LockError::TtlTooLarge));
         assert_eq!(deadline_ms(i64::MAX - 1, 2), Err(LockError::TtlOverflow));
         assert_eq!(deadline_ms(1_000, 2), Ok(1_002));
     }
@@ -210,5 +260,39 @@ mod tests {
         assert_eq!(check_fence(1), Ok(1));
         assert_eq!(check_fence(MAX_FENCE), Ok(MAX_FENCE));
         assert_eq!(check_fence(MAX_FENCE + 1), Err(LockError::FenceInvalid));
+    }
+
+    #[test]
+    fn hold_policy_limits_extends_and_total_hold() {
+        let none = HoldPolicy::default();
+        assert_eq!(check_extend(0, 1_000_000, i64::MAX, none), Ok(()));
+
+        let extends = HoldPolicy {
+            max_hold_ms: 0,
+            max_extends: 2,
+        };
+        assert_eq!(check_extend(0, 0, 10, extends), Ok(()));
+        assert_eq!(check_extend(0, 1, 10, extends), Ok(()));
+        assert_eq!(check_extend(0, 2, 10, extends), Err(LockError::ExtendLimit));
+
+        let hold = HoldPolicy {
+            max_hold_ms: 5_000,
+            max_extends: 0,
+        };
+        // Exactly at the limit is allowed; one ms past it is not.
+        assert_eq!(check_extend(1_000, 9, 6_000, hold), Ok(()));
+        assert_eq!(
+            check_extend(1_000, 9, 6_001, hold),
+            Err(LockError::HoldLimit)
+        );
+        // No overflow for a grant time near the end of time.
+        assert_eq!(check_extend(i64::MAX - 1, 0, i64::MAX, hold), Ok(()));
+    }
+
+    #[test]
+    fn embargo_starts_at_the_expiry() {
+        assert_eq!(embargo_until(10_000, 0), 10_000);
+        assert_eq!(embargo_until(10_000, 2_500), 12_500);
+        assert_eq!(embargo_until(i64::MAX, 1), i64::MAX);
     }
 }

@@ -61,6 +61,20 @@ impl LockKey {
         }
     }
 
+    /// The lock on the key, to change in place (its deadline mirror and
+    /// extension count); `None` when the key is free or not a lock.
+    pub fn lock_mut(&mut self) -> Option<&mut Lock> {
+        if !self.writable || !matches!(self.lock(), Ok(Some(_))) {
+            return None;
+        }
+        unsafe {
+            raw::RedisModule_ModuleTypeGetValue
+                .map_or(std::ptr::null_mut(), |f| f(self.key))
+                .cast::<Lock>()
+                .as_mut()
+        }
+    }
+
     /// Put `lock` in the key, replacing whatever lock was there (and its TTL:
     /// call [`LockKey::set_deadline`] after). `&mut`: it frees the old value,
     /// so no `&Lock` from [`LockKey::lock`] may outlive it.

@@ -27,6 +27,7 @@
 //! it has left the queue.
 
 use std::cell::RefCell;
+use std::collections::HashSet;
 use std::ffi::c_void;
 use std::os::raw::{c_int, c_longlong};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -35,10 +36,10 @@ use redis_module::{raw, Context, ContextFlags};
 
 use crate::errors::LockError;
 use crate::grant::{draw_token, grant, UUID_LEN};
-use crate::rules;
+use crate::metrics::{self, Counter};
 use crate::store::{self, LockKey};
 use crate::waitqueue::{WaitQueues, WaiterId};
-use crate::{effects, reply};
+use crate::{config, effects, expiry, reply};
 
 struct Waiter {
     blocked: *mut raw::RedisModuleBlockedClient,
@@ -46,6 +47,8 @@ struct Waiter {
     token: Option<Box<[u8]>>,
     /// The lease starts at the grant, not at the request.
     ttl_ms: i64,
+    /// `SESSION`: the waiting client's id, to bind the lock to once granted.
+    session: Option<u64>,
     /// The module's own timer for `WAIT timeout-ms` (none for `WAIT 0`).
     /// Redis is not asked to time the client out: Redis 7.0 would then drop
     /// the reply of a waiter granted in the same instant (its timeout path
@@ -82,8 +85,20 @@ enum Wake {
     },
 }
 
+/// Why a key is being handed over: for `INFO lock`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cause {
+    /// The holder released it (RELEASE, or its SESSION connection closed).
+    Release,
+    /// A timer: the lease may have run out, or the key was deleted or
+    /// flushed.
+    Timer,
+}
+
 thread_local! {
     static QUEUES: RefCell<WaitQueues<Waiter>> = RefCell::new(WaitQueues::new());
+    /// Keys with waiters whose lease ran out, until their handoff.
+    static EXPIRED: RefCell<HashSet<(i32, Box<[u8]>)>> = RefCell::new(HashSet::new());
 }
 
 fn with_queues<T>(f: impl FnOnce(&mut WaitQueues<Waiter>) -> T) -> T {
@@ -95,8 +110,22 @@ pub fn waiters(db: i32, key: &[u8]) -> usize {
     with_queues(|q| q.len(db, key))
 }
 
+/// Clients waiting, over all keys.
+pub fn total_waiters() -> usize {
+    with_queues(|q| q.total())
+}
+
+/// The lease on `key` ran out (see [`crate::expiry`]): if clients wait for
+/// it, its handoff counts as a handoff on expiry.
+pub fn lease_expired(db: i32, key: &[u8]) {
+    if waiters(db, key) > 0 {
+        EXPIRED.with(|e| e.borrow_mut().insert((db, key.into())));
+    }
+}
+
 /// Block the calling client at the tail of `key`'s queue for at most
-/// `wait_ms` (0: no limit).
+/// `wait_ms` (0: no limit). With `session` (its client id), the lock it is
+/// granted is bound to its connection.
 pub fn block(
     ctx: &Context,
     db: i32,
@@ -104,7 +133,13 @@ pub fn block(
     token: Option<&[u8]>,
     ttl_ms: i64,
     wait_ms: i64,
+    session: Option<u64>,
 ) -> Result<(), LockError> {
+    let max = config::max_waiters();
+    if max > 0 && waiters(db, key) >= max {
+        metrics::count(Counter::WaitsRefused);
+        return Err(LockError::WaitersLimit);
+    }
     let blocked = unsafe {
         match raw::RedisModule_BlockClient {
             Some(block) => block(
@@ -131,16 +166,18 @@ pub fn block(
         blocked,
         token: token.map(Into::into),
         ttl_ms,
+        session,
         timeout,
     };
     with_queues(|q| q.push(db, key, id, waiter));
+    metrics::count(Counter::Waits);
     Ok(())
 }
 
 /// Hand `key` to the head of its queue if the key is free; when a live lock
-/// holds it, make sure a timer looks again at its deadline. Only a master
-/// hands over; a replica receives the result.
-pub fn hand_off(ctx: &Context, db: i32, key: &[u8]) {
+/// holds it, or a lock-delay is in force, make sure a timer looks again when
+/// it ends. Only a master hands over; a replica receives the result.
+pub fn hand_off(ctx: &Context, db: i32, key: &[u8], cause: Cause) {
     if waiters(db, key) == 0 || !ctx.get_flags().contains(ContextFlags::MASTER) {
         return;
     }
@@ -162,22 +199,39 @@ pub fn hand_off(ctx: &Context, db: i32, key: &[u8]) {
         }
         return;
     }
+    if let Some(until) = expiry::delayed_until(db, key, store::now_ms()) {
+        drop(lock_key);
+        wake_at(ctx, db, key, until - 1);
+        return;
+    }
+    let expired = EXPIRED.with(|e| e.borrow_mut().remove(&(db, Box::<[u8]>::from(key))));
     loop {
         let Some((_, waiter)) = with_queues(|q| q.pop_front(db, key)) else {
             return;
         };
         dismiss(ctx, &waiter);
-        let granted_at = store::now_ms();
         let mut drawn = [0u8; UUID_LEN];
         let token: &[u8] = match &waiter.token {
             Some(token) => token,
             None => draw_token(&mut drawn),
         };
-        let outcome = rules::deadline_ms(granted_at, waiter.ttl_ms).and_then(|deadline| {
-            grant(ctx, &mut lock_key, &name, token, deadline).map(|fence| (fence, deadline))
-        });
+        let outcome = grant(
+            ctx,
+            &mut lock_key,
+            &name,
+            token,
+            waiter.ttl_ms,
+            waiter.session,
+        );
         match outcome {
             Ok((fence, deadline)) => {
+                effects::handed_off(ctx, &name);
+                metrics::count(Counter::GrantsAfterWait);
+                if cause == Cause::Release {
+                    metrics::count(Counter::HandoffsOnRelease);
+                } else if expired {
+                    metrics::count(Counter::HandoffsOnExpiry);
+                }
                 unblock(
                     waiter.blocked,
                     Outcome::Granted {
@@ -273,6 +327,7 @@ unsafe extern "C" fn on_flush(
         }
         let flushed = unsafe { &*data.cast::<raw::RedisModuleFlushInfo>() };
         let db = (flushed.dbnum >= 0).then_some(flushed.dbnum);
+        expiry::forget(db);
         let ctx = Context::new(ctx);
         for (db, key) in with_queues(|q| q.keys_with_waiters(db)) {
             store::select_db(&ctx, db);
@@ -295,6 +350,7 @@ unsafe extern "C" fn on_role_changed(
         }
         let ctx = Context::new(ctx);
         let (waiters, timers) = with_queues(|q| q.drain());
+        EXPIRED.with(|e| e.borrow_mut().clear());
         for timer in timers {
             stop_timer(&ctx, timer);
         }
@@ -337,7 +393,7 @@ fn reclaim(ctx: &Context, db: i32, key: &[u8], token: &[u8], fence: u64) {
         lock_key.delete();
         drop(lock_key);
         effects::released(ctx, &name);
-        hand_off(ctx, db, key);
+        hand_off(ctx, db, key, Cause::Release);
     }
 }
 
@@ -456,11 +512,14 @@ unsafe extern "C" fn on_timer(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) 
             Wake::HandOff { db, key } => {
                 with_queues(|q| q.set_timer(db, &key, None));
                 store::select_db(&ctx, db);
-                hand_off(&ctx, db, &key);
+                hand_off(&ctx, db, &key, Cause::Timer);
                 with_queues(|q| q.forget_if_idle(db, &key));
+                // Its waiters may all have left before the lease ran out.
+                EXPIRED.with(|e| e.borrow_mut().remove(&(db, key)));
             }
             Wake::Timeout { waiter } => {
                 if let Some(waiter) = with_queues(|q| q.remove(waiter)) {
+                    metrics::count(Counter::WaitTimeouts);
                     unblock(waiter.blocked, Outcome::TimedOut);
                 }
             }

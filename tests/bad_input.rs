@@ -14,7 +14,8 @@ const REPEATED_TOKEN: &str = "ERR syntax error: TOKEN is given more than once";
 const MISSING_TOKEN: &str = "ERR syntax error: TOKEN needs a value";
 const TTL_NOT_INTEGER: &str = "ERR ttl-ms is not an integer or out of range";
 const TTL_NOT_POSITIVE: &str = "ERR ttl-ms must be greater than 0";
-const TTL_TOO_LARGE: &str = "ERR ttl-ms exceeds the maximum of 86400000 (24 hours)";
+const TTL_TOO_LARGE: &str =
+    "ERR ttl-ms exceeds lock.max-ttl-ms (CONFIG GET lock.max-ttl-ms shows it)";
 const TOKEN_LENGTH: &str = "ERR token must be 1 to 256 bytes long";
 const SETSTATE_INTERNAL: &str =
     "ERR LOCK.SETSTATE is internal: only the replication link and AOF loading may call it";

@@ -136,7 +136,7 @@ fn expired_lease_is_free_and_stale_holder_gets_0() {
 }
 
 #[test]
-fn info_reports_fence_ttl_deadline_waiters_and_never_the_token() {
+fn info_reports_fence_ttl_deadline_grant_extends_waiters_and_never_the_token() {
     let server = Server::start();
     let mut con = server.conn();
     assert_eq!(info(&mut con, "k"), None);
@@ -148,7 +148,16 @@ fn info_reports_fence_ttl_deadline_waiters_and_never_the_token() {
     assert!(info["ttl"] > 9_000 && info["ttl"] <= 10_000);
     assert!(info["deadline"] >= before_ms + 10_000 && info["deadline"] <= after_ms + 10_000);
     assert_eq!(info["waiters"], 0);
-    assert_eq!(info.len(), 4);
+    assert!(info["granted"] >= before_ms && info["granted"] <= after_ms);
+    assert_eq!(info["extends"], 0);
+    assert_eq!(info.len(), 6);
+    assert_eq!(extend(&mut con, "k", "secret-token", 10_000), 1);
+    // A renewal by the holder counts as an extension too.
+    acquire(&mut con, "k", 10_000, Some("secret-token")).unwrap();
+    let again = crate::info(&mut con, "k").unwrap();
+    assert_eq!(again["extends"], 2);
+    assert_eq!(again["granted"], info["granted"]);
+    assert_eq!(again["fence"], fence as i64);
     let raw: Value = redis::cmd("LOCK.INFO").arg("k").query(&mut con).unwrap();
     assert!(!format!("{raw:?}").contains("secret-token"));
 }
@@ -176,10 +185,10 @@ fn info_is_a_map_on_resp3_and_a_flat_array_on_resp2() {
         String::from_utf8_lossy(&buf[..n]).to_string()
     };
     let resp3 = read_reply("3");
-    assert!(resp3.starts_with("%4\r\n"), "{resp3:?}");
+    assert!(resp3.starts_with("%6\r\n"), "{resp3:?}");
     assert!(resp3.contains("$5\r\nfence\r\n:"), "{resp3:?}");
     let resp2 = read_reply("2");
-    assert!(resp2.starts_with("*8\r\n"), "{resp2:?}");
+    assert!(resp2.starts_with("*12\r\n"), "{resp2:?}");
     assert!(resp2.contains("$7\r\nwaiters\r\n:0\r\n"), "{resp2:?}");
 }
 
@@ -312,7 +321,7 @@ fn works_inside_multi_exec() {
     assert_eq!(grant.0, "a");
     assert_eq!(refused, None);
     assert_eq!(extended, 1);
-    assert_eq!(info_reply.len(), 8);
+    assert_eq!(info_reply.len(), 12);
     assert_eq!(released, 1);
     assert_eq!(info(&mut con, "k"), None);
 }

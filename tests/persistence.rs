@@ -222,13 +222,16 @@ fn aof_rewrite_without_rdb_preamble_writes_setstate_and_absolute_pexpireat() {
         .filter(|c| name_of(c) == "LOCK.SETSTATE")
         .collect();
     assert_eq!(setstate.len(), 1, "{commands:?}");
+    let granted = info(&mut con, "k").unwrap()["granted"];
     assert_eq!(
         setstate[0][1..],
         [
             b"k".to_vec(),
             b"aof-token".to_vec(),
             fence.to_string().into_bytes(),
-            b"-1".to_vec()
+            deadline.to_string().into_bytes(),
+            granted.to_string().into_bytes(),
+            b"0".to_vec()
         ],
         "{:?}",
         setstate[0]
@@ -297,8 +300,14 @@ fn aof_records_effects_only_and_loadaof_reproduces_the_keyspace() {
     for forbidden in ["LOCK.ACQUIRE", "LOCK.EXTEND", "LOCK.RELEASE", "LOCK.INFO"] {
         assert_eq!(count(forbidden), 0, "{forbidden} in the AOF: {commands:?}");
     }
-    assert_eq!(count("LOCK.SETSTATE"), grants, "{commands:?}");
-    assert_eq!(count("PEXPIREAT"), deadline_moves, "{commands:?}");
+    // Extensions (EXTEND, and ACQUIRE by the holder) carry the whole state
+    // too, since their count changes.
+    assert_eq!(
+        count("LOCK.SETSTATE"),
+        grants + deadline_moves,
+        "{commands:?}"
+    );
+    assert_eq!(count("PEXPIREAT"), 0, "{commands:?}");
     assert_eq!(count("DEL"), releases, "{commands:?}");
     // Each grant carries the absolute deadline the lock got.
     let drawn = commands
@@ -681,6 +690,14 @@ fn restore_of_hand_made_invalid_payloads_is_refused() {
     extra_field.pop();
     extra_field.extend([0x02, 0x01, 0x00]);
 
+    // Encoding 2: header, token, fence, then `tail` and EOF.
+    let v2 = |tail: &[u8]| {
+        let mut body = kit.fields(2, token, fence);
+        body.extend(tail);
+        body.push(0x00);
+        body
+    };
+
     let cases: Vec<(&str, Vec<u8>)> = vec![
         ("token length 0", kit.body(1, b"", fence)),
         ("token length 257", kit.body(1, &long, fence)),
@@ -690,7 +707,28 @@ fn restore_of_hand_made_invalid_payloads_is_refused() {
         ("fence 2^53", kit.body(1, token, MAX_FENCE + 1)),
         ("fence u64::MAX", kit.body(1, token, u64::MAX)),
         ("encoding version 0", kit.body(0, token, fence)),
-        ("encoding version 2", kit.body(2, token, fence)),
+        ("encoding version 3", kit.body(3, token, fence)),
+        (
+            "encoding 2 without extends",
+            v2(&kit.v2_tail(1, u64::MAX, 0)[..12]),
+        ),
+        (
+            "encoding 2, granted < 0",
+            v2(&kit.v2_tail((-5i64) as u64, u64::MAX, 0)),
+        ),
+        (
+            "encoding 2, deadline < -1",
+            v2(&kit.v2_tail(1, (-2i64) as u64, 0)),
+        ),
+        (
+            "encoding 2, extends 2^32",
+            v2(&kit.v2_tail(1, u64::MAX, 1 << 32)),
+        ),
+        ("encoding 2 body with encoding 1", {
+            let mut b = kit.header_with_encver(1);
+            b.extend(&v2(&kit.v2_tail(1, u64::MAX, 0))[10..]);
+            b
+        }),
         ("encoding version 1023", kit.body(1023, token, fence)),
         ("token sent as an unsigned", token_as_unsigned),
         ("fence sent as a string", fence_as_string),

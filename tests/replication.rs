@@ -377,18 +377,25 @@ fn replication_stream_carries_effects_with_absolute_values_only() {
             "{cmd:?}: deadline not in [{from}, {to}]"
         );
     };
-    let setstate = |cmd: &[String], key: &str, token: &str, fence: u64| {
-        assert_eq!(cmd.len(), 5, "{cmd:?}");
+    // `LOCK.SETSTATE key token fence deadline granted extends`.
+    let setstate = |cmd: &[String], key: &str, token: &str, fence: u64, extends: &str| {
+        assert_eq!(cmd.len(), 7, "{cmd:?}");
         assert_eq!(&cmd[..4], ["LOCK.SETSTATE", key, token, &fence.to_string()]);
+        assert_eq!(cmd[6], extends, "{cmd:?}");
     };
-    setstate(&effects[0], "auto", &auto_token, auto_fence);
+    setstate(&effects[0], "auto", &auto_token, auto_fence, "0");
     deadline_in(&effects[0], 4, t0 + 10_000, t1 + 10_000);
-    setstate(&effects[1], "mine", "mine-token", mine_fence);
+    deadline_in(&effects[0], 5, t0, t1);
+    setstate(&effects[1], "mine", "mine-token", mine_fence, "0");
     deadline_in(&effects[1], 4, t1 + 20_000, t2 + 20_000);
-    assert_eq!(&effects[2][..2], ["PEXPIREAT", "mine"], "{effects:?}");
-    deadline_in(&effects[2], 2, t3 + 30_000, t4 + 30_000);
-    assert_eq!(&effects[3][..2], ["PEXPIREAT", "mine"], "{effects:?}");
-    deadline_in(&effects[3], 2, t4 + 40_000, t5 + 40_000);
+    deadline_in(&effects[1], 5, t1, t2);
+    // Extend and renew: the same grant time, one more extension each.
+    setstate(&effects[2], "mine", "mine-token", mine_fence, "1");
+    deadline_in(&effects[2], 4, t3 + 30_000, t4 + 30_000);
+    assert_eq!(effects[2][5], effects[1][5]);
+    setstate(&effects[3], "mine", "mine-token", mine_fence, "2");
+    deadline_in(&effects[3], 4, t4 + 40_000, t5 + 40_000);
+    assert_eq!(effects[3][5], effects[1][5]);
     assert_eq!(effects[4], ["DEL", "auto"]);
     assert_eq!(effects[5], ["DEL", "mine"]);
 }

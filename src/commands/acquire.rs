@@ -1,40 +1,52 @@
-//! `LOCK.ACQUIRE key ttl-ms [TOKEN token] [WAIT timeout-ms]` → `[token, fence]`,
-//! or null when the key is busy (another holder, or others queued before the
-//! caller). With `WAIT`, a busy key queues the caller instead (see
-//! [`crate::waiting`]).
+//! `LOCK.ACQUIRE key ttl-ms [TOKEN token] [WAIT timeout-ms] [SESSION]` →
+//! `[token, fence]`, or null when the key is busy (another holder, others
+//! queued before the caller, or a lock-delay after an expiry). With `WAIT`, a
+//! busy key queues the caller instead (see [`crate::waiting`]); with
+//! `SESSION`, the lock is also released when the connection closes (see
+//! [`crate::session`]).
 
 use redis_module::{Context, ContextFlags, RedisString};
 
 use crate::args::parse_acquire;
 use crate::errors::LockError;
-use crate::grant::{draw_token, grant, UUID_LEN};
+use crate::grant::{draw_token, extend_lease, grant, UUID_LEN};
+use crate::metrics::{self, Counter};
 use crate::rules::{self, AcquireDecision};
 use crate::store::{self, LockKey};
-use crate::{effects, reply, waiting};
+use crate::{config, expiry, reply, session, waiting};
 
 pub fn run(ctx: &Context, args: &[RedisString]) -> Result<(), LockError> {
     let parsed = parse_acquire(args)?;
     super::refuse_local_write_on_replica(ctx)?;
+    rules::check_ttl_limit(parsed.ttl_ms, config::max_ttl_ms())?;
     let name = &args[1];
-    let now_ms = store::now_ms();
-    let deadline_ms = rules::deadline_ms(now_ms, parsed.ttl_ms)?;
     let db = store::selected_db(ctx);
+    let session = parsed.session.then(|| session::client_id(ctx));
 
     let mut key = LockKey::open_write(ctx, name);
     let held = key.lock()?;
     let mut holder = [0u8; UUID_LEN];
     let others_waiting = waiting::waiters(db, name.as_slice()) > 0;
+    // Looked up after opening the key: opening expires a lease that ran out,
+    // which is what starts a lock-delay.
+    let now_ms = store::now_ms();
+    let delayed = match held {
+        None => expiry::delayed_until(db, name.as_slice(), now_ms),
+        Some(_) => None,
+    };
     match rules::decide_acquire(
         held.map(|l| l.holder_token.bytes(&mut holder)),
         parsed.token,
-        others_waiting,
+        others_waiting || delayed.is_some(),
     ) {
         AcquireDecision::Refuse => match parsed.wait_ms {
             Some(wait_ms) if can_block(ctx) => {
-                let lease_end = if held.is_some() {
-                    key.deadline()
-                } else {
-                    Some(now_ms)
+                // Make sure someone hands the key over: at the holder's
+                // deadline, when the lock-delay ends, or now if the key is
+                // free and only queued for.
+                let lease_end = match held {
+                    Some(_) => key.deadline(),
+                    None => Some(delayed.map_or(now_ms, |until| until - 1)),
                 };
                 drop(key);
                 waiting::block(
@@ -44,24 +56,27 @@ pub fn run(ctx: &Context, args: &[RedisString]) -> Result<(), LockError> {
                     parsed.token,
                     parsed.ttl_ms,
                     wait_ms,
+                    session,
                 )?;
-                // Make sure someone hands the key over: at the holder's
-                // deadline, or now if it is free and only queued for.
                 if let Some(at) = lease_end {
                     waiting::wake_at(ctx, db, name.as_slice(), at);
                 }
             }
-            _ => reply::null(ctx),
+            _ => {
+                metrics::count(Counter::Refused);
+                reply::null(ctx);
+            }
         },
         AcquireDecision::Renew => {
-            let fence = held.map_or(0, |l| l.fence);
-            key.set_deadline(Some(deadline_ms));
-            drop(key);
-            effects::deadline_moved(ctx, name, deadline_ms);
-            // A shorter lease brings the handoff to waiters forward.
-            waiting::wake_at(ctx, db, name.as_slice(), deadline_ms);
             // Renew is only decided for a caller-supplied token.
-            reply::grant(ctx, parsed.token.unwrap_or_default(), fence);
+            let token = parsed.token.unwrap_or_default();
+            let fence = extend_lease(ctx, &mut key, name, token, parsed.ttl_ms)?;
+            drop(key);
+            metrics::count(Counter::Renewals);
+            if let Some(client) = session {
+                session::bind(ctx, client, db, name.as_slice(), fence);
+            }
+            reply::grant(ctx, token, fence);
         }
         AcquireDecision::Grant => {
             let mut drawn = [0u8; UUID_LEN];
@@ -69,7 +84,7 @@ pub fn run(ctx: &Context, args: &[RedisString]) -> Result<(), LockError> {
                 Some(token) => token,
                 None => draw_token(&mut drawn),
             };
-            let fence = grant(ctx, &mut key, name, token, deadline_ms)?;
+            let (fence, _) = grant(ctx, &mut key, name, token, parsed.ttl_ms, session)?;
             reply::grant(ctx, token, fence);
         }
     }

@@ -1,5 +1,6 @@
 //! `LOCK.INFO key` → null when free; otherwise a map of `fence`, `ttl` (ms
-//! left, -1 without expiry), `deadline` (unix ms, -1 without expiry) and
+//! left, -1 without expiry), `deadline` (unix ms, -1 without expiry),
+//! `granted` (unix ms of the grant), `extends` (extensions since) and
 //! `waiters`. It never shows the token.
 
 use redis_module::{Context, RedisString};
@@ -24,6 +25,8 @@ pub fn run(ctx: &Context, args: &[RedisString]) -> Result<(), LockError> {
             (c"fence", lock.fence as i64),
             (c"ttl", ttl),
             (c"deadline", deadline.unwrap_or(-1)),
+            (c"granted", lock.granted_ms),
+            (c"extends", i64::from(lock.extends)),
             (
                 c"waiters",
                 waiting::waiters(store::selected_db(ctx), args[1].as_slice()) as i64,

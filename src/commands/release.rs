@@ -5,6 +5,7 @@ use redis_module::{Context, RedisString};
 
 use crate::args::parse_release;
 use crate::errors::LockError;
+use crate::metrics::{self, Counter};
 use crate::rules;
 use crate::store::{self, LockKey};
 use crate::token::UUID_LEN;
@@ -22,17 +23,19 @@ pub fn run(ctx: &Context, args: &[RedisString]) -> Result<(), LockError> {
         held.map(|l| l.holder_token.bytes(&mut holder)),
         parsed.token,
     ) {
+        metrics::count(Counter::StaleReleases);
         reply::integer(ctx, 0);
         return Ok(());
     }
     key.delete();
     drop(key);
     effects::released(ctx, name);
+    metrics::count(Counter::Releases);
     // Within this command: the next holder's grant replicates right after
     // the release, and the key is never free while someone waits.
     let db = store::selected_db(ctx);
     if waiting::waiters(db, name.as_slice()) > 0 {
-        waiting::hand_off(ctx, db, name.as_slice());
+        waiting::hand_off(ctx, db, name.as_slice(), waiting::Cause::Release);
     }
     reply::integer(ctx, 1);
     Ok(())

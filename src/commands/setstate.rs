@@ -1,4 +1,5 @@
-//! `LOCK.SETSTATE key token fence deadline-ms`: a grant as its effect.
+//! `LOCK.SETSTATE key token fence deadline-ms [granted-ms extends]`: a
+//! grant or an extension as its effect.
 //!
 //! The master replicates every grant as this command, and the AOF records it,
 //! with every value explicit, so a replica or a replay reaches the same state
@@ -11,8 +12,7 @@ use redis_module::{Context, ContextFlags, RedisString};
 use crate::args::parse_setstate;
 use crate::errors::LockError;
 use crate::lock_type::Lock;
-use crate::store::LockKey;
-use crate::token::StoredToken;
+use crate::store::{self, LockKey};
 use crate::{effects, fence, reply};
 
 pub fn run(ctx: &Context, args: &[RedisString]) -> Result<(), LockError> {
@@ -25,10 +25,13 @@ pub fn run(ctx: &Context, args: &[RedisString]) -> Result<(), LockError> {
 
     let mut key = LockKey::open_write(ctx, name);
     key.lock()?;
-    key.set(Lock {
-        fence: parsed.fence,
-        holder_token: StoredToken::new(parsed.token),
-    })?;
+    key.set(Lock::new(
+        parsed.token,
+        parsed.fence,
+        parsed.granted_ms.unwrap_or_else(store::now_ms),
+        parsed.deadline_ms.unwrap_or(-1),
+        parsed.extends,
+    ))?;
     key.set_deadline(parsed.deadline_ms);
     fence::observe(parsed.fence);
     effects::applied_verbatim(ctx, name);

@@ -2,7 +2,7 @@
 //! hand-made lock payloads (valid ones with any token and fence, and broken
 //! ones for the loader).
 
-use super::{acquire, release, Connection, Value};
+use super::{acquire, now_ms, release, Connection, Value};
 
 /// 2^53 - 1, the largest fence.
 pub const MAX_FENCE: u64 = (1 << 53) - 1;
@@ -58,15 +58,26 @@ pub fn skip_checksum(con: &mut Connection, on: bool) {
         .expect("DEBUG SET-SKIP-CHECKSUM-VALIDATION");
 }
 
-/// Where a lock's fence sits, counted from the end of its DUMP payload:
-/// `02 81 <fence: 8 bytes BE>`, the module EOF opcode `00`, 2 bytes RDB
-/// version, 8 bytes CRC64 (LE).
-const FENCE_FROM_END: usize = 8 + 2 + 1 + 8;
-
-/// The fence stored in a lock's DUMP payload.
+/// The fence stored in a lock's DUMP payload: right after the token.
 pub fn fence_in_payload(payload: &[u8]) -> u64 {
-    let at = payload.len() - FENCE_FROM_END;
-    u64::from_be_bytes(payload[at..at + 8].try_into().unwrap())
+    assert_eq!(payload[10], 0x05, "token opcode: {payload:02x?}");
+    let (token_len, used) = rdb_len_decode(&payload[11..]);
+    let at = 11 + used + token_len as usize;
+    assert_eq!(&payload[at..at + 2], &[0x02, 0x81], "fence: {payload:02x?}");
+    u64::from_be_bytes(payload[at + 2..at + 10].try_into().unwrap())
+}
+
+/// Decode an RDB length: (value, bytes used).
+pub fn rdb_len_decode(bytes: &[u8]) -> (u64, usize) {
+    match bytes[0] >> 6 {
+        0 => (u64::from(bytes[0] & 0x3f), 1),
+        1 => ((u64::from(bytes[0] & 0x3f) << 8) | u64::from(bytes[1]), 2),
+        _ if bytes[0] == 0x80 => (
+            u64::from(u32::from_be_bytes(bytes[1..5].try_into().unwrap())),
+            5,
+        ),
+        _ => (u64::from_be_bytes(bytes[1..9].try_into().unwrap()), 9),
+    }
 }
 
 /// A valid DUMP payload of a lock held by `token` with fence `fence`, built
@@ -75,10 +86,12 @@ pub fn lock_payload(con: &mut Connection, token: &str, fence: u64) -> Vec<u8> {
     PayloadKit::learn(con).lock(token.as_bytes(), fence)
 }
 
-/// Builds lock payloads the way this server DUMPs them:
+/// Builds lock payloads the way this server DUMPs them (encoding 2):
 /// `[type][0x81 module-id (8 bytes, encver in the low 10 bits)]`
-/// `[0x05 len token][0x02 0x81 fence (8 bytes BE)][0x00 EOF]`
-/// `[rdb version (2 bytes LE)][crc64 (8 bytes LE)]`.
+/// `[0x05 len token][0x02 0x81 fence (8 bytes BE)]`
+/// `[0x02 0x81 granted-ms][0x02 0x81 deadline-ms][0x02 len extends]`
+/// `[0x00 EOF][rdb version (2 bytes LE)][crc64 (8 bytes LE)]`;
+/// encoding 1 stops after the fence.
 pub struct PayloadKit {
     /// Type byte, 0x81, module id: the first 10 bytes of a real DUMP.
     pub header: [u8; 10],
@@ -97,10 +110,14 @@ impl PayloadKit {
         assert_eq!(real[1], 0x81, "module id is a 64-bit length: {real:02x?}");
         assert_eq!(&real[10..12], &[0x05, 3], "token opcode: {real:02x?}");
         assert_eq!(&real[15..17], &[0x02, 0x81], "fence opcode: {real:02x?}");
-        assert_eq!(real[25], 0x00, "EOF opcode: {real:02x?}");
-        assert_eq!(n, 26 + 10);
+        // Redis saves a signed value as the bits of an unsigned one.
+        assert_eq!(&real[25..27], &[0x02, 0x81], "granted opcode: {real:02x?}");
+        assert_eq!(&real[35..37], &[0x02, 0x81], "deadline opcode: {real:02x?}");
+        assert_eq!(&real[45..47], &[0x02, 0x00], "extends: {real:02x?}");
+        assert_eq!(real[47], 0x00, "EOF opcode: {real:02x?}");
+        assert_eq!(n, 48 + 10);
         let id = u64::from_be_bytes(real[2..10].try_into().unwrap());
-        assert_eq!(id & 1023, 1, "encoding version: {real:02x?}");
+        assert_eq!(id & 1023, 2, "encoding version: {real:02x?}");
         assert_eq!(fence_in_payload(&real), real_fence, "{real:02x?}");
         assert_eq!(
             crc64(&real[..n - 8]).to_le_bytes(),
@@ -121,15 +138,38 @@ impl PayloadKit {
         header
     }
 
-    /// The payload body up to and including the EOF opcode.
+    /// The payload body up to and including the EOF opcode, laid out as
+    /// encoding 1 (token, fence) or, for any other `encver`, as encoding 2
+    /// (granted now, deadline unknown, no extensions).
     pub fn body(&self, encver: u64, token: &[u8], fence: u64) -> Vec<u8> {
+        let mut body = self.fields(encver, token, fence);
+        if encver != 1 {
+            body.extend(self.v2_tail(now_ms() as u64, u64::MAX, 0));
+        }
+        body.push(0x00);
+        body
+    }
+
+    /// Encoding 2's fields after the fence: granted-ms, deadline-ms (as
+    /// the unsigned bits of the signed value) and extends.
+    pub fn v2_tail(&self, granted: u64, deadline: u64, extends: u64) -> Vec<u8> {
+        let mut tail = vec![0x02];
+        tail.extend(rdb_len(granted));
+        tail.push(0x02);
+        tail.extend(rdb_len(deadline));
+        tail.push(0x02);
+        tail.extend(rdb_len(extends));
+        tail
+    }
+
+    /// Header, token and fence: what both encodings begin with.
+    pub fn fields(&self, encver: u64, token: &[u8], fence: u64) -> Vec<u8> {
         let mut body = self.header_with_encver(encver);
         body.push(0x05);
         body.extend(rdb_len(token.len() as u64));
         body.extend(token);
         body.extend([0x02, 0x81]);
         body.extend(fence.to_be_bytes());
-        body.push(0x00);
         body
     }
 
@@ -144,7 +184,7 @@ impl PayloadKit {
 
     /// A valid payload of a lock held by `token` with fence `fence`.
     pub fn lock(&self, token: &[u8], fence: u64) -> Vec<u8> {
-        self.seal(&self.body(1, token, fence))
+        self.seal(&self.body(2, token, fence))
     }
 }
 

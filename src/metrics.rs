@@ -1,0 +1,160 @@
+//! Counters and gauges for `INFO lock` (what redis_exporter scrapes).
+//!
+//! Counters count since the server started; they are per server, like
+//! Redis' own (`INFO stats`), and a replica counts only what it does itself
+//! (it grants nothing, but it does see locks expire once its master tells it).
+//! Each is a relaxed atomic add: one instruction on the hot path, no lock.
+
+use std::ffi::CStr;
+use std::os::raw::c_int;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+
+use redis_module::raw;
+
+use crate::{fence, waiting};
+
+/// One counter per line of `INFO lock`, in the order shown.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Counter {
+    /// Every new holder: immediate grants and handoffs to waiters.
+    Grants,
+    /// ACQUIRE replied null: the key was held, or others queued for it.
+    Refused,
+    /// ACQUIRE renewed by its holder (same token, same fence).
+    Renewals,
+    /// Clients that blocked in a wait queue.
+    Waits,
+    /// Waiters that were granted the lock.
+    GrantsAfterWait,
+    /// Handoffs to a waiter at a release (RELEASE or a session's disconnect).
+    HandoffsOnRelease,
+    /// Handoffs to a waiter after the holder's lease ran out.
+    HandoffsOnExpiry,
+    /// Waiters whose `WAIT timeout-ms` ran out.
+    WaitTimeouts,
+    /// WAIT refused because the key's queue was full (`lock.max-waiters`).
+    WaitsRefused,
+    Releases,
+    /// RELEASE with a token that does not hold the lock (or any more).
+    StaleReleases,
+    Extends,
+    /// EXTEND with a token that does not hold the lock (or any more).
+    StaleExtends,
+    /// EXTEND (or renewal) refused by `lock.max-hold-ms` or `lock.max-extends`.
+    ExtendsLimited,
+    /// Leases that ran out while held: a holder was too slow or died.
+    Expiries,
+    /// Locks released because the acquiring connection closed (`SESSION`).
+    SessionReleases,
+}
+
+const COUNTERS: [(Counter, &CStr); 16] = [
+    (Counter::Grants, c"grants"),
+    (Counter::Refused, c"refused"),
+    (Counter::Renewals, c"renewals"),
+    (Counter::Waits, c"waits"),
+    (Counter::GrantsAfterWait, c"grants_after_wait"),
+    (Counter::HandoffsOnRelease, c"handoffs_on_release"),
+    (Counter::HandoffsOnExpiry, c"handoffs_on_expiry"),
+    (Counter::WaitTimeouts, c"wait_timeouts"),
+    (Counter::WaitsRefused, c"waits_refused"),
+    (Counter::Releases, c"releases"),
+    (Counter::StaleReleases, c"stale_releases"),
+    (Counter::Extends, c"extends"),
+    (Counter::StaleExtends, c"stale_extends"),
+    (Counter::ExtendsLimited, c"extends_limited"),
+    (Counter::Expiries, c"expiries"),
+    (Counter::SessionReleases, c"session_releases"),
+];
+
+#[allow(clippy::declare_interior_mutable_const)]
+const ZERO: AtomicU64 = AtomicU64::new(0);
+static VALUES: [AtomicU64; COUNTERS.len()] = [ZERO; COUNTERS.len()];
+
+pub fn count(counter: Counter) {
+    VALUES[counter as usize].fetch_add(1, Ordering::Relaxed);
+}
+
+pub fn get(counter: Counter) -> u64 {
+    VALUES[counter as usize].load(Ordering::Relaxed)
+}
+
+/// Lock values in memory: created by a grant, `LOCK.SETSTATE` or an RDB
+/// load, gone when Redis frees them (release, expiry, `DEL`, flush, …).
+static LOCK_VALUES: AtomicI64 = AtomicI64::new(0);
+
+pub fn lock_created() {
+    LOCK_VALUES.fetch_add(1, Ordering::Relaxed);
+}
+
+pub fn lock_freed() {
+    LOCK_VALUES.fetch_sub(1, Ordering::Relaxed);
+}
+
+/// Set when `maxmemory-policy` can evict lock keys (see
+/// [`crate::config::policy_evicts_locks`]).
+static EVICTION_RISK: AtomicBool = AtomicBool::new(false);
+
+pub fn set_eviction_risk(at_risk: bool) {
+    EVICTION_RISK.store(at_risk, Ordering::Relaxed);
+}
+
+/// Make [`info`] the module's `INFO` callback (in place of the crate's
+/// default one, which the module macro registers first).
+pub fn register_info(ctx: &redis_module::Context) {
+    unsafe {
+        if let Some(register) = raw::RedisModule_RegisterInfoFunc {
+            register(ctx.get_raw(), Some(info));
+        }
+    }
+}
+
+/// The `lock` section of `INFO`. Redis prefixes each field with the module
+/// name: `lock_grants:12`.
+unsafe extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_int) {
+    let gauges = [
+        (c"locks", LOCK_VALUES.load(Ordering::Relaxed).max(0)),
+        (c"waiters", waiting::total_waiters() as i64),
+        (c"fence_high_water", fence::high_water() as i64),
+        (
+            c"eviction_risk",
+            i64::from(EVICTION_RISK.load(Ordering::Relaxed)),
+        ),
+    ];
+    let counters = COUNTERS.map(|(counter, name)| (name, get(counter) as i64));
+    unsafe {
+        let (Some(section), Some(field)) = (
+            raw::RedisModule_InfoAddSection,
+            raw::RedisModule_InfoAddFieldLongLong,
+        ) else {
+            return;
+        };
+        // "": the module's default section, named after it (`INFO lock`).
+        section(ctx, c"".as_ptr());
+        for (name, value) in gauges.iter().chain(counters.iter()) {
+            field(ctx, name.as_ptr(), *value);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counters_are_listed_in_enum_order() {
+        for (i, (counter, _)) in COUNTERS.iter().enumerate() {
+            assert_eq!(*counter as usize, i, "{counter:?}");
+        }
+        let names: std::collections::HashSet<&CStr> = COUNTERS.iter().map(|c| c.1).collect();
+        assert_eq!(names.len(), COUNTERS.len());
+    }
+
+    #[test]
+    fn count_adds_one_to_its_own_counter() {
+        let before = (get(Counter::Expiries), get(Counter::Grants));
+        count(Counter::Expiries);
+        assert_eq!(get(Counter::Expiries), before.0 + 1);
+        assert!(get(Counter::Grants) >= before.1);
+    }
+}
