@@ -515,7 +515,9 @@ unsafe extern "C" fn on_timer(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) 
                 hand_off(&ctx, db, &key, Cause::Timer);
                 with_queues(|q| q.forget_if_idle(db, &key));
                 // Its waiters may all have left before the lease ran out.
-                EXPIRED.with(|e| e.borrow_mut().remove(&(db, key)));
+                if waiters(db, &key) == 0 {
+                    EXPIRED.with(|e| e.borrow_mut().remove(&(db, key)));
+                }
             }
             Wake::Timeout { waiter } => {
                 if let Some(waiter) = with_queues(|q| q.remove(waiter)) {
