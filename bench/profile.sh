@@ -14,8 +14,8 @@ requests=${1:-50000}
 # Keys drawn from this many (instruction counts hardly depend on it; cache
 # misses, which they do not show, do).
 keyspace=100000
-module=$PWD/target/release/libredis_lock.so
-out=target/bench-profile
+module=${LOCK_MODULE:-$PWD/target/release/libredis_lock.so}
+out=${PROFILE_OUT:-target/bench-profile}
 token=0b8e4f53-3c43-4a0e-9f53-1e7d51f4a9c6
 acquire_lua="if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return {ARGV[1], redis.call('INCR', KEYS[2])} end return false"
 release_lua="if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end"
