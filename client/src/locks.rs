@@ -101,6 +101,8 @@ impl Locks {
     /// The reply must come before the lease's deadline minus the safety
     /// margin; otherwise this gives up with [`Error::Connection`] and
     /// releases in the background, in case the grant happened.
+    /// Dropping this future after the command was sent can leave a grant
+    /// nobody holds a guard for: it then lasts until its ttl runs out.
     pub async fn acquire(&self, key: &str, ttl: Duration) -> Result<Option<Guard>> {
         let ttl = sent_ttl(ttl)?;
         let margin = self.options.margin_for(ttl)?;

@@ -39,7 +39,8 @@ impl LockOptions {
     /// client's monotonic clock from the moment the acquire or the last
     /// successful extend was *sent*, so it is never later than the server's.
     /// The margin covers the time your code needs to notice the loss and stop
-    /// touching the resource. Default: a tenth of the ttl. It must be less
+    /// touching the resource, and a server clock that runs faster than this
+    /// client's (Redis expires keys by its own clock). Default: a tenth of the ttl. It must be less
     /// than half of the ttl, so that the extends (every ttl/3) have room.
     pub fn safety_margin(mut self, margin: Duration) -> Self {
         self.safety_margin = Some(margin);

@@ -308,6 +308,16 @@ pub struct RedlockGuard {
     lease: Lease,
 }
 
+impl std::fmt::Debug for RedlockGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedlockGuard")
+            .field("key", &self.key)
+            .field("fences", &self.fences)
+            .field("lost", &self.lease.lost_signal().is_lost())
+            .finish()
+    }
+}
+
 impl RedlockGuard {
     /// The locked key.
     pub fn key(&self) -> &str {
