@@ -186,7 +186,7 @@ async fn with_lock_runs_once_across_eight_concurrent_tasks() {
                 locks
                     .with_lock("nightly-billing", 2 * SEC, |held| async move {
                         // Hold the lock long enough for every rival to try.
-                        tokio::time::sleep(Duration::from_millis(500)).await;
+                        tokio::time::sleep(SEC).await;
                         assert!(ledger.lock().await.write(held.fence), "stale fence");
                         held.fence
                     })
@@ -260,13 +260,11 @@ async fn acquire_wait_times_out_without_disturbing_other_guards() {
     // A short lease on the same Locks: its extends must not queue behind the
     // blocked wait (which has its own connection).
     let short = locks
-        .acquire("short", Duration::from_millis(300))
+        .acquire("short", Duration::from_millis(600))
         .await
         .unwrap()
         .unwrap();
-    let waited = locks
-        .acquire_wait("busy", SEC, Duration::from_millis(1500))
-        .await;
+    let waited = locks.acquire_wait("busy", SEC, 2 * SEC).await;
     assert!(matches!(waited, Err(Error::TimedOut)), "got {waited:?}");
     assert!(
         !short.is_lost(),
