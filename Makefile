@@ -15,8 +15,12 @@ BENCH_VENV := target/bench-venv
 BENCH_PYTHON := $(BENCH_VENV)/bin/python
 BENCH_MATPLOTLIB := matplotlib==3.9.*
 BENCH_QUICK_DIR := target/bench-quick
+# The client crate (client/) and its examples: redis-py for the Python one.
+CLIENT_VENV := target/client-venv
+CLIENT_REDIS_PY := redis==5.2.1
+MODULE_DEBUG := target/debug/libredis_lock.so
 
-.PHONY: help deps build run test test-redis test-valkey valkey unit lint fmt clean \
+.PHONY: help deps build run test test-redis test-valkey test-client valkey unit lint fmt clean \
 	bench bench-quick bench-build bench-venv bench-profile
 
 help: ## List the targets
@@ -64,7 +68,15 @@ lint: ## rustfmt check and clippy with warnings as errors
 	cargo fmt --all -- --check
 	cargo clippy --locked --workspace --all-targets -- -D warnings
 
-test: deps lint test-redis test-valkey bench-quick test-docker ## Everything CI runs: lint, unit, integration on Redis 7.0 and Valkey 8.1, bench-quick, the Docker image
+test-client: deps ## The Rust client crate: its tests (real servers, Redlock, a cluster), rustdoc, the billing examples (Rust, Python)
+	cargo build --locked --lib -p redis-lock
+	LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) cargo test --locked -p redis-lock-client -- --test-threads 2
+	RUSTDOCFLAGS="-D warnings" cargo doc --locked --quiet -p redis-lock-client --no-deps
+	@$(CLIENT_VENV)/bin/python -c 'import redis' >/dev/null 2>&1 || { \
+	  python3 -m venv $(CLIENT_VENV) && $(CLIENT_VENV)/bin/pip install --quiet '$(CLIENT_REDIS_PY)'; }
+	LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) EXAMPLES_PYTHON=$(CLIENT_VENV)/bin/python bash examples/run-billing.sh
+
+test: deps lint test-redis test-valkey test-client bench-quick test-docker ## Everything CI runs: lint, unit, integration on Redis 7.0 and Valkey 8.1, the client crate, bench-quick, the Docker image
 
 bench-build: build ## Build the module and the benchmark harness (lock-bench, lock-load) in release mode
 	cargo build --release --locked -p redis-lock-bench

@@ -1,0 +1,82 @@
+//! Tuning knobs shared by [`Locks`](crate::Locks) and
+//! [`Redlock`](crate::Redlock).
+
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+
+/// The largest ttl the module accepts: 24 hours.
+pub const MAX_TTL: Duration = Duration::from_millis(86_400_000);
+
+/// How a guard's watchdog behaves.
+///
+/// ```
+/// use std::time::Duration;
+/// use redis_lock_client::LockOptions;
+///
+/// let options = LockOptions::default()
+///     .safety_margin(Duration::from_millis(200))
+///     .release_timeout(Duration::from_secs(1));
+/// ```
+#[derive(Debug, Clone)]
+pub struct LockOptions {
+    pub(crate) safety_margin: Option<Duration>,
+    pub(crate) release_timeout: Duration,
+}
+
+impl Default for LockOptions {
+    fn default() -> Self {
+        LockOptions {
+            safety_margin: None,
+            release_timeout: Duration::from_secs(2),
+        }
+    }
+}
+
+impl LockOptions {
+    /// How long before the lease's deadline [`Guard::lost`](crate::Guard::lost)
+    /// fires when no extend has succeeded. The deadline is counted on this
+    /// client's monotonic clock from the moment the acquire or the last
+    /// successful extend was *sent*, so it is never later than the server's.
+    /// The margin covers the time your code needs to notice the loss and stop
+    /// touching the resource, and a server clock that runs faster than this
+    /// client's (Redis expires keys by its own clock). Default: a tenth of the ttl. It must be less
+    /// than half of the ttl, so that the extends (every ttl/3) have room.
+    pub fn safety_margin(mut self, margin: Duration) -> Self {
+        self.safety_margin = Some(margin);
+        self
+    }
+
+    /// Bound on a release (explicit, or the best-effort one on drop).
+    /// Default: 2 s.
+    pub fn release_timeout(mut self, timeout: Duration) -> Self {
+        self.release_timeout = timeout;
+        self
+    }
+
+    /// The margin for this ttl, checked.
+    pub(crate) fn margin_for(&self, ttl: Duration) -> Result<Duration> {
+        let margin = self.safety_margin.unwrap_or(ttl / 10);
+        if margin >= ttl / 2 {
+            return Err(Error::InvalidArgument(
+                "the safety margin must be less than half of the ttl",
+            ));
+        }
+        Ok(margin)
+    }
+}
+
+/// The ttl as the whole milliseconds the module takes, checked against its
+/// range (1 ms to 24 h).
+pub(crate) fn ttl_ms(ttl: Duration) -> Result<u64> {
+    if ttl < Duration::from_millis(1) || ttl > MAX_TTL {
+        return Err(Error::InvalidArgument("the ttl must be 1 ms to 24 hours"));
+    }
+    Ok(ttl.as_millis() as u64)
+}
+
+/// The ttl as sent: whole milliseconds, so the client's deadline never runs
+/// past the server's because of a fraction the server did not see.
+pub(crate) fn sent_ttl(ttl: Duration) -> Result<Duration> {
+    Ok(Duration::from_millis(ttl_ms(ttl)?))
+}

@@ -1,0 +1,85 @@
+//! A 3-master Redis Cluster with the module on every master: the lock
+//! commands route by their key, across many slots.
+
+mod common;
+
+use std::time::Duration;
+
+use common::Cluster;
+use redis::cluster::ClusterClient;
+use redis_lock_client::Locks;
+
+const SEC: Duration = Duration::from_secs(1);
+
+fn dbsize(con: &mut redis::Connection) -> i64 {
+    redis::cmd("DBSIZE").query(con).expect("DBSIZE")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acquire_and_release_across_many_slots() {
+    let cluster = Cluster::start();
+    let client = ClusterClient::new(cluster.urls()).unwrap();
+    let locks = Locks::connect_cluster(client.clone()).await.unwrap();
+    let rival = Locks::connect_cluster(client).await.unwrap();
+
+    let keys: Vec<String> = (0..300).map(|i| format!("lock:{i}")).collect();
+    let mut guards = Vec::new();
+    for key in &keys {
+        let guard = locks
+            .acquire(key, 10 * SEC)
+            .await
+            .unwrap()
+            .unwrap_or_else(|| panic!("{key} is free"));
+        guards.push(guard);
+    }
+    // Every master holds a share of the locks, and they add up.
+    let per_node: Vec<i64> = cluster
+        .nodes
+        .iter()
+        .map(|n| dbsize(&mut n.conn()))
+        .collect();
+    assert!(
+        per_node.iter().all(|&n| n > 0),
+        "keys on every master: {per_node:?}"
+    );
+    assert_eq!(per_node.iter().sum::<i64>(), keys.len() as i64);
+
+    // Held for anyone else, through the same routing.
+    for key in keys.iter().step_by(37) {
+        assert!(
+            rival.acquire(key, SEC).await.unwrap().is_none(),
+            "{key} is held"
+        );
+    }
+    for guard in guards {
+        assert!(guard.release().await.unwrap());
+    }
+    let per_node: Vec<i64> = cluster
+        .nodes
+        .iter()
+        .map(|n| dbsize(&mut n.conn()))
+        .collect();
+    assert_eq!(per_node, vec![0, 0, 0]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiting_and_the_watchdog_work_in_a_cluster() {
+    let cluster = Cluster::start();
+    let client = ClusterClient::new(cluster.urls()).unwrap();
+    let locks = Locks::connect_cluster(client).await.unwrap();
+    let holder = locks.acquire("{billing}", SEC).await.unwrap().unwrap();
+    let waiter = {
+        let locks = locks.clone();
+        tokio::spawn(async move { locks.acquire_wait("{billing}", SEC, 10 * SEC).await })
+    };
+    // The holder outlives its ttl twice over: the watchdog extends through
+    // the cluster connection.
+    tokio::time::sleep(2 * SEC).await;
+    assert!(!holder.is_lost());
+    assert!(!waiter.is_finished(), "still waiting");
+    let fence = holder.fence();
+    assert!(holder.release().await.unwrap());
+    let next = waiter.await.unwrap().expect("handed the lock");
+    assert!(next.fence() > fence);
+    assert!(next.release().await.unwrap());
+}
