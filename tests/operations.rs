@@ -679,3 +679,46 @@ fn session_binding_survives_pruning_of_stale_entries() {
     wait_for("every session lock is released", || dbsize(&mut con) == 0);
     assert_eq!(lock_info(&mut con)["session_releases"], 20);
 }
+
+// ---------------------------------------------------------------------------
+// The hold state travels with the lock
+
+#[test]
+fn grant_time_and_extension_count_reach_replicas_and_survive_reloads() {
+    let (master, replica) = pair();
+    let mut m = master.conn();
+    let mut r = replica.conn();
+    acquire(&mut m, "k", 60_000, Some("t")).unwrap();
+    assert_eq!(extend(&mut m, "k", "t", 60_000), 1);
+    assert!(acquire(&mut m, "k", 60_000, Some("t")).is_some());
+    let on_master = info(&mut m, "k").unwrap();
+    assert_eq!(on_master["extends"], 2);
+    sync_replica(&master, &replica);
+    let on_replica = info(&mut r, "k").unwrap();
+    for field in ["fence", "granted", "extends", "deadline"] {
+        assert_eq!(on_replica[field], on_master[field], "{field}");
+    }
+    assert_eq!(digest(&mut m), digest(&mut r));
+
+    // A promoted replica enforces the same limit on the same count.
+    promote(&mut r);
+    config_set(&mut r, "lock.max-extends", "2").unwrap();
+    let mut third = redis::cmd("LOCK.EXTEND");
+    third.arg("k").arg("t").arg(60_000);
+    assert!(error_of(&mut r, &third).starts_with("LIMIT lock.max-extends"));
+
+    // RDB (DEBUG RELOAD) and AOF (rewrite, then DEBUG LOADAOF) keep them.
+    let _: () = redis::cmd("DEBUG").arg("RELOAD").query(&mut m).unwrap();
+    let reloaded = info(&mut m, "k").unwrap();
+    for field in ["fence", "granted", "extends", "deadline"] {
+        assert_eq!(reloaded[field], on_master[field], "{field}");
+    }
+    config_set(&mut m, "appendonly", "yes").unwrap();
+    wait_for_aof_rewrite(&mut m);
+    rewrite_aof(&mut m);
+    let _: () = redis::cmd("DEBUG").arg("LOADAOF").query(&mut m).unwrap();
+    let reloaded = info(&mut m, "k").unwrap();
+    for field in ["fence", "granted", "extends", "deadline"] {
+        assert_eq!(reloaded[field], on_master[field], "{field}");
+    }
+}
