@@ -39,6 +39,8 @@ pub enum LockError {
     WaitDemoted,
     /// The key was overwritten with another type while the client waited.
     WaitWrongType,
+    /// The waiter's ACL user lost access to the key while it waited.
+    WaitNoPerm,
     TtlNotInteger,
     TtlNotPositive,
     TtlTooLarge,
@@ -94,6 +96,9 @@ impl LockError {
             }
             LockError::WaitWrongType => {
                 c"WRONGTYPE the key was overwritten with another type while the client waited"
+            }
+            LockError::WaitNoPerm => {
+                c"NOPERM this user lost access to the key while the client waited for the lock"
             }
             LockError::TtlNotInteger => c"ERR ttl-ms is not an integer or out of range",
             LockError::TtlNotPositive => c"ERR ttl-ms must be greater than 0",
@@ -151,7 +156,8 @@ const _: () = assert!(MAX_WAIT_MS == 31_536_000_000);
 mod tests {
     use super::*;
 
-    const ALL: [LockError; 33] = [
+    const ALL: [LockError; 34] = [
+        LockError::WaitNoPerm,
         LockError::GrantedInvalid,
         LockError::ExtendsInvalid,
         LockError::SyntaxRepeatedSession,
@@ -207,6 +213,7 @@ mod tests {
             | LockError::ReadOnlyReplica
             | LockError::WaitDemoted
             | LockError::WaitWrongType
+            | LockError::WaitNoPerm
             | LockError::TtlNotInteger
             | LockError::TtlNotPositive
             | LockError::TtlTooLarge
@@ -233,7 +240,7 @@ mod tests {
         assert_eq!(distinct.len(), ALL.len(), "ALL lists a variant twice");
         for e in ALL {
             let s = e.as_str();
-            let coded = ["ERR ", "WRONGTYPE ", "READONLY ", "LIMIT "];
+            let coded = ["ERR ", "WRONGTYPE ", "READONLY ", "LIMIT ", "NOPERM "];
             assert!(coded.iter().any(|c| s.starts_with(c)), "{s}");
             assert!(!s.contains('\n') && !s.contains('\r'), "{s}");
         }

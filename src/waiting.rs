@@ -32,7 +32,7 @@ use std::ffi::c_void;
 use std::os::raw::{c_int, c_longlong};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use redis_module::{raw, Context, ContextFlags};
+use redis_module::{raw, Context, ContextFlags, RedisString};
 
 use crate::errors::LockError;
 use crate::grant::{draw_token, grant, UUID_LEN};
@@ -49,6 +49,9 @@ struct Waiter {
     ttl_ms: i64,
     /// `SESSION`: the waiting client's id, to bind the lock to once granted.
     session: Option<u64>,
+    /// The ACL user the client waits as: its access to the key is checked
+    /// again at the grant, since an operator may have revoked it meanwhile.
+    user: Option<Box<[u8]>>,
     /// The module's own timer for `WAIT timeout-ms` (none for `WAIT 0`).
     /// Redis is not asked to time the client out: Redis 7.0 would then drop
     /// the reply of a waiter granted in the same instant (its timeout path
@@ -167,6 +170,7 @@ pub fn block(
         token: token.map(Into::into),
         ttl_ms,
         session,
+        user: current_user(ctx),
         timeout,
     };
     with_queues(|q| q.push(db, key, id, waiter));
@@ -210,6 +214,10 @@ pub fn hand_off(ctx: &Context, db: i32, key: &[u8], cause: Cause) {
             return;
         };
         dismiss(ctx, &waiter);
+        if !may_access(ctx, waiter.user.as_deref(), &name) {
+            unblock(waiter.blocked, Outcome::Failed(LockError::WaitNoPerm));
+            continue;
+        }
         let mut drawn = [0u8; UUID_LEN];
         let token: &[u8] = match &waiter.token {
             Some(token) => token,
@@ -251,6 +259,55 @@ pub fn hand_off(ctx: &Context, db: i32, key: &[u8], cause: Cause) {
             // try the next one.
             Err(error) => unblock(waiter.blocked, Outcome::Failed(error)),
         }
+    }
+}
+
+/// The name of the ACL user the calling client runs as.
+fn current_user(ctx: &Context) -> Option<Box<[u8]>> {
+    unsafe {
+        let (Some(user_name), Some(ptr_len), Some(free)) = (
+            raw::RedisModule_GetCurrentUserName,
+            raw::RedisModule_StringPtrLen,
+            raw::RedisModule_FreeString,
+        ) else {
+            return None;
+        };
+        let name = user_name(ctx.get_raw());
+        if name.is_null() {
+            return None;
+        }
+        let mut len = 0usize;
+        let bytes = ptr_len(name, &mut len);
+        let owned = (!bytes.is_null())
+            .then(|| Box::from(std::slice::from_raw_parts(bytes.cast::<u8>(), len)));
+        free(ctx.get_raw(), name);
+        owned
+    }
+}
+
+/// Whether `user` may still read and write `key`: an operator may have
+/// changed its key patterns (`ACL SETUSER … resetkeys`) while it waited. A
+/// user that no longer exists may not (Redis closes its clients anyway).
+fn may_access(ctx: &Context, user: Option<&[u8]>, key: &RedisString) -> bool {
+    let Some(user) = user else {
+        return true;
+    };
+    let name = ctx.create_string(user);
+    unsafe {
+        let (Some(lookup), Some(check), Some(free)) = (
+            raw::RedisModule_GetModuleUserFromUserName,
+            raw::RedisModule_ACLCheckKeyPermissions,
+            raw::RedisModule_FreeModuleUser,
+        ) else {
+            return true;
+        };
+        let acl_user = lookup(name.inner);
+        if acl_user.is_null() {
+            return false;
+        }
+        let allowed = check(acl_user, key.inner, 0) == raw::Status::Ok as c_int;
+        free(acl_user);
+        allowed
     }
 }
 
