@@ -19,6 +19,7 @@ out=${PROFILE_OUT:-target/bench-profile}
 token=0b8e4f53-3c43-4a0e-9f53-1e7d51f4a9c6
 acquire_lua="if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return {ARGV[1], redis.call('INCR', KEYS[2])} end return false"
 release_lua="if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end"
+extend_lua="if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) else return 0 end"
 command -v valgrind >/dev/null || { echo "valgrind is missing: apt-get install -y valgrind"; exit 1; }
 rm -rf "$out" && mkdir -p "$out"
 
@@ -75,6 +76,9 @@ profile lua-acquire 'sha=$(redis-cli -p $port script load "$acquire_lua")' \
 profile release 'hold_locks $port' LOCK.RELEASE 'lk:__rand_int__' "$token"
 profile lua-release 'hold_strings $port; redis-cli -p $port script load "$release_lua" >/dev/null' \
   EVALSHA d02e481a9c91ceec59c5822a58a49d5d5d7ac80b 1 'sk:__rand_int__' "$token"
+profile extend 'hold_locks $port' LOCK.EXTEND 'lk:__rand_int__' "$token" 600000
+profile lua-extend 'hold_strings $port; redis-cli -p $port script load "$extend_lua" >/dev/null' \
+  EVALSHA 3c47f94dc28d90f47ce03eabe2ebe59e85e54bf1 1 'sk:__rand_int__' "$token" 600000
 
 # Inclusive instructions per request of FUNCTION in a callgrind file.
 per_request() { # $1 file, $2 function
@@ -85,19 +89,20 @@ per_request() { # $1 file, $2 function
       END { if (!found) printf "-" }'
 }
 
+workloads=(acquire acquire-token set-nx lua-acquire release lua-release extend lua-extend)
 functions=(readQueryFromClient call RedisModuleCommandDispatcher setCommand evalShaCommand
   RM_Replicate lookupCommandByCString moduleCreateArgvFromUserFormat RM_ModuleTypeSetValue
   RM_SetAbsExpire RM_OpenKey RM_ReplyWithArray RM_ReplyWithStringBuffer RM_ReplyWithLongLong
-  RM_DeleteKey setKey setExpire dbDelete
+  RM_DeleteKey setKey setExpire dbDelete pexpireCommand
   redis_module::redismodule::decode_args)
 {
   printf "Instructions per request (callgrind; %s requests, pipeline 16, 50 clients, keys over %s)\n\n" "$requests" "$keyspace"
   printf "%-40s" function
-  for w in acquire acquire-token set-nx lua-acquire release lua-release; do printf "%14s" "$w"; done
+  for w in "${workloads[@]}"; do printf "%14s" "$w"; done
   printf "\n"
   for f in "${functions[@]}"; do
     printf "%-40s" "$f"
-    for w in acquire acquire-token set-nx lua-acquire release lua-release; do
+    for w in "${workloads[@]}"; do
       printf "%14s" "$(per_request "$out/$w.cg" "$f")"
     done
     printf "\n"

@@ -50,10 +50,11 @@ pub struct ReleaseArgs<'a> {
     pub token: &'a [u8],
 }
 
-/// `LOCK.SETSTATE key token fence deadline-ms [granted-ms extends]`: the
+/// `LOCK.SETSTATE key token fence deadline-ms [granted-ms [extends]]`: the
 /// state of a lock after a grant or an extension, as the master replicates it
-/// and the AOF records it. (The short form, from before the hold policy,
-/// means a grant now with no extensions.)
+/// and the AOF records it. `extends` left out is 0 (a grant). Without
+/// `granted-ms` (the form of version 0.1, before the hold policy), the grant
+/// time is taken as the time the command is applied.
 #[derive(Debug, PartialEq, Eq)]
 pub struct SetStateArgs<'a> {
     pub token: &'a [u8],
@@ -133,7 +134,7 @@ pub fn parse_info<A: ArgBytes>(args: &[A]) -> Result<(), LockError> {
 }
 
 pub fn parse_setstate<A: ArgBytes>(args: &[A]) -> Result<SetStateArgs<'_>, LockError> {
-    if args.len() != 5 && args.len() != 7 {
+    if !(5..=7).contains(&args.len()) {
         return Err(LockError::AritySetState);
     }
     let token = rules::check_token(args[2].bytes())?;
@@ -146,18 +147,19 @@ pub fn parse_setstate<A: ArgBytes>(args: &[A]) -> Result<SetStateArgs<'_>, LockE
         Some(d) if d >= 0 => Some(d),
         _ => return Err(LockError::DeadlineInvalid),
     };
-    let (granted_ms, extends) = match args.get(5..7) {
-        Some([granted, extends]) => (
-            Some(
-                parse_i64(granted.bytes())
-                    .filter(|g| *g >= 0)
-                    .ok_or(LockError::GrantedInvalid)?,
-            ),
-            parse_i64(extends.bytes())
-                .and_then(|e| u32::try_from(e).ok())
-                .ok_or(LockError::ExtendsInvalid)?,
+    let granted_ms = match args.get(5) {
+        Some(granted) => Some(
+            parse_i64(granted.bytes())
+                .filter(|g| *g >= 0)
+                .ok_or(LockError::GrantedInvalid)?,
         ),
-        _ => (None, 0),
+        None => None,
+    };
+    let extends = match args.get(6) {
+        Some(extends) => parse_i64(extends.bytes())
+            .and_then(|e| u32::try_from(e).ok())
+            .ok_or(LockError::ExtendsInvalid)?,
+        None => 0,
     };
     Ok(SetStateArgs {
         token,
@@ -443,8 +445,10 @@ mod tests {
                 Err(want)
             );
         }
+        let grant = parse_setstate(&["LOCK.SETSTATE", "k", "t", "7", "1", "2"]).unwrap();
+        assert_eq!((grant.granted_ms, grant.extends), (Some(2), 0));
         assert_eq!(
-            parse_setstate(&["LOCK.SETSTATE", "k", "t", "7", "1", "1"]),
+            parse_setstate(&["LOCK.SETSTATE", "k", "t", "7", "1", "2", "3", "4"]),
             Err(LockError::AritySetState)
         );
         let s = parse_setstate(&["LOCK.SETSTATE", "k", "t", "7", "-1"]).unwrap();
