@@ -634,10 +634,10 @@ fn a_session_lock_still_ends_at_its_ttl() {
     assert!(info(&mut con, "k").is_none());
     // The holder's connection is still open; a new holder is not disturbed
     // when it closes.
-    acquire(&mut con, "k", 60_000, Some("new")).unwrap();
+    let (_, fence) = acquire(&mut con, "k", 60_000, Some("new")).unwrap();
     drop(holder);
     thread::sleep(Duration::from_millis(300));
-    assert_eq!(info(&mut con, "k").map(|i| i["fence"]).is_some(), true);
+    assert_eq!(info(&mut con, "k").map(|i| i["fence"]), Some(fence as i64));
     assert_eq!(lock_info(&mut con)["session_releases"], 0);
 }
 
