@@ -38,11 +38,12 @@ sed -n 's/^redis> //p' tests/docker/transcript.txt >"$WORK/session"
 doc 'docker exec -i $NAME redis-cli --no-raw' <"$WORK/session" >"$WORK/session.out"
 check_transcript tests/docker/transcript.txt "$WORK/session.out"
 # FENCES: the anonymous grant, worker-1's grant, LOCK.INFO's fence.
-# MILLIS: LOCK.INFO's ttl and deadline.
+# MILLIS: LOCK.INFO's ttl, deadline and grant time.
 expect_gt "worker-1's fence over the first grant's" "${FENCES[1]}" "${FENCES[0]}"
 expect_eq "LOCK.INFO's fence" "${FENCES[2]}" "${FENCES[1]}"
 expect_gt "ttl after LOCK.EXTEND to 120000 ms" "${MILLIS[0]}" 30000
 expect_gt "deadline (unix ms)" "${MILLIS[1]}" 1700000000000
+expect_gt "deadline after the grant" "${MILLIS[1]}" "${MILLIS[2]}"
 [[ $(<README.md) == *"$(<tests/docker/transcript.txt)"* ]] ||
   fail "README.md must contain tests/docker/transcript.txt verbatim"
 
