@@ -68,12 +68,13 @@ expect_eq "PING over the network without it" \
 step "without a password, protected mode lets in only the container itself; module arguments"
 OPEN=$NAME-open
 CONTAINERS+=("$OPEN")
-docker run -d --name "$OPEN" --network "$NET" -e REDIS_LOCK_MODULE_ARGS="first second" "$IMAGE" >/dev/null
+docker run -d --name "$OPEN" --network "$NET" -e REDIS_LOCK_MODULE_ARGS="max-ttl-ms 60000" "$IMAGE" >/dev/null
 wait_healthy "$OPEN"
 expect_eq "PING from another container" \
   "$(timeout 30 docker exec "$NAME" /usr/bin/redis-cli -h "$OPEN" PING | tr -d '\r' | cut -c1-50)" \
   "DENIED Redis is running in protected mode because "
-expect_eq "module arguments in MODULE LIST" "$(cli "$OPEN" MODULE LIST | sed -n '8,9p' | paste -sd ' ')" "first second"
+expect_eq "module arguments in MODULE LIST" "$(cli "$OPEN" MODULE LIST | sed -n '8,9p' | paste -sd ' ')" "max-ttl-ms 60000"
+expect_eq "lock.max-ttl-ms set by them" "$(cli "$OPEN" CONFIG GET lock.max-ttl-ms | sed -n 2p)" 60000
 docker rm -f -v "$OPEN" >/dev/null
 
 step "restart on the same volume: the lock, its lease and its fence come back from the AOF"
