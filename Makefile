@@ -62,8 +62,9 @@ test-redis: deps ## Integration tests against Redis (redis-server on PATH, Debia
 test-valkey: deps valkey ## Integration tests against Valkey 8.1
 	LOCK_TEST_SERVER=$$(ls $(VALKEY_SERVER)) cargo test --locked --test '*' -- --test-threads 4 --skip cluster_
 
-test-cluster: deps ## Redis Cluster, 3 masters + 3 replicas: locks on all slots, MOVED, reshard, CLUSTER FAILOVER and kill -9 under load (< 1 min)
+test-cluster: deps valkey ## Redis Cluster, 3 masters + 3 replicas, on Redis and Valkey: all slots, MOVED, reshard, CLUSTER FAILOVER and kill -9 under load (~1 min)
 	cargo test --locked --test cluster -- --test-threads 1 --nocapture
+	LOCK_TEST_SERVER=$$(ls $(VALKEY_SERVER)) cargo test --locked --test cluster -- --test-threads 1 --nocapture
 
 cluster-long: deps ## The Redis Cluster tests with more load and 3 failover rounds (~2 min)
 	LOCK_CLUSTER_SECONDS=5 LOCK_CLUSTER_ROUNDS=3 cargo test --locked --test cluster -- --test-threads 1 --nocapture
@@ -82,7 +83,7 @@ fuzz: deps ## cargo-fuzz on the argument parsers and the lock model (FUZZ_SECOND
 	  echo "fuzz $$t: $$(grep -E '^Done [0-9]+ runs' target/fuzz-$$t.log || echo 'no summary') (log target/fuzz-$$t.log)"; \
 	  if [ $$rc != 0 ]; then tail -40 target/fuzz-$$t.log; echo "fuzz $$t: crash, see fuzz/artifacts/$$t/"; exit 1; fi; \
 	done
-	LOCK_FUZZ_RESTORES=30000 LOCK_DIFF_OPS=20000 cargo test --locked --test fuzz_restore --test model_diff -- --nocapture
+	LOCK_FUZZ_RESTORES=200000 LOCK_DIFF_OPS=20000 cargo test --locked --test fuzz_restore --test model_diff -- --nocapture
 
 lint: ## rustfmt check and clippy with warnings as errors
 	cargo fmt --all -- --check

@@ -484,7 +484,10 @@ struct LoadReport {
     grants: Vec<Grant>,
     refused: u64,
     errors: u64,
+    /// RELEASE answered 0 while the lease had to be live.
     release_lost: u64,
+    /// RELEASE answered 0 after the lease could have run out.
+    release_late: u64,
 }
 
 const LOAD_KEYS: usize = 48;
@@ -519,8 +522,14 @@ fn run_load(
                     .query::<i64>(&mut con);
                 let released = match released {
                     Ok(1) => Some(release_sent),
-                    Ok(_) => {
+                    Ok(_) if Instant::now() < sent + Duration::from_millis(LOAD_TTL_MS) => {
+                        // Answered while the lease had to be live: lost.
                         report.release_lost += 1;
+                        None
+                    }
+                    Ok(_) => {
+                        // Delayed past the lease (a failover pauses clients).
+                        report.release_late += 1;
                         None
                     }
                     Err(_) => {
@@ -625,8 +634,30 @@ fn under_load(cluster: &mut Cluster, fault: impl FnOnce(&mut Cluster)) -> LoadRe
         merged.refused += r.refused;
         merged.errors += r.errors;
         merged.release_lost += r.release_lost;
+        merged.release_late += r.release_late;
     }
     merged
+}
+
+/// Take 2-minute leases on fresh keys (over all slots) until `stop`, keeping
+/// them; returns each granted key with its fence.
+fn hold_leases(urls: Vec<String>, stop: Arc<AtomicBool>) -> Vec<(String, u64)> {
+    let mut con = cluster_client(urls.clone());
+    let mut held = Vec::new();
+    let mut n = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        let key = format!("hold:{n}");
+        n += 1;
+        match cluster_acquire(&mut con, &key, 120_000, "holder") {
+            Ok(Some((_, fence))) => held.push((key, fence)),
+            Ok(None) => panic!("{key} is new, yet refused"),
+            Err(_) => {
+                thread::sleep(Duration::from_millis(50));
+                con = cluster_client(urls.clone());
+            }
+        }
+    }
+    held
 }
 
 /// The replica of the master that serves `slot`.
@@ -637,6 +668,21 @@ fn replica_of(cluster: &mut Cluster, master: &NodeLine) -> NodeLine {
         .into_iter()
         .find(|n| n.master_id.as_deref() == Some(master.id.as_str()) && !n.failed)
         .unwrap_or_else(|| panic!("no replica of {}", master.port))
+}
+
+fn pid_of(server: &Server) -> u32 {
+    info_field(&mut server.conn(), "server", "process_id")
+        .parse()
+        .unwrap()
+}
+
+fn signal(pid: u32, name: &str) {
+    let status = Command::new("kill")
+        .arg(format!("-{name}"))
+        .arg(pid.to_string())
+        .status()
+        .expect("run kill");
+    assert!(status.success(), "kill -{name} {pid}");
 }
 
 fn role(server: &Server) -> String {
@@ -669,11 +715,13 @@ fn cluster_coordinated_failover_under_load_never_repeats_a_fence_or_grants_twice
     let (doubles, violations) = check_history(&report.grants);
     println!(
         "cluster CLUSTER FAILOVER: {rounds} failovers, {} grants, {} refused, {} errors, \
-         {} releases found the lock gone, {doubles} double grants, {} fence violations",
+         {} releases found a live lock gone ({} after its lease), {doubles} double grants, \
+         {} fence violations",
         report.grants.len(),
         report.refused,
         report.errors,
         report.release_lost,
+        report.release_late,
         violations.len()
     );
     assert!(violations.is_empty(), "{violations:#?}");
@@ -694,6 +742,19 @@ fn cluster_master_kill_under_load_never_repeats_a_fence() {
     let seconds = env_u64("LOCK_CLUSTER_SECONDS", 2);
     let rounds = env_u64("LOCK_CLUSTER_ROUNDS", 1).min(2);
     let mut recovery = Vec::new();
+    // Besides the workers, a holder takes long leases on fresh keys and keeps
+    // them: after the kill, any it was granted that the promoted replica
+    // lacks is a grant lost to async replication.
+    let stop_holder = Arc::new(AtomicBool::new(false));
+    let holder = {
+        let urls: Vec<String> = cluster
+            .live_ports()
+            .iter()
+            .map(|p| format!("redis://127.0.0.1:{p}/"))
+            .collect();
+        let stop = stop_holder.clone();
+        thread::spawn(move || hold_leases(urls, stop))
+    };
     let report = under_load(&mut cluster, |cluster| {
         for _ in 0..rounds {
             thread::sleep(Duration::from_secs(seconds));
@@ -711,8 +772,23 @@ fn cluster_master_kill_under_load_never_repeats_a_fence() {
                 .expect("a master with a replica")
                 .clone();
             let replica = replica_of(cluster, &master);
+            // Make the replica miss what the master grants from now on:
+            // stopped, it reads nothing, and a 32 MB write fills the kernel's
+            // socket buffers to it, so later grants wait in the master's own
+            // memory and die with it. (Stopping the replica alone loses
+            // nothing: whatever reached the kernel arrives after SIGCONT.)
+            let replica_pid = pid_of(cluster.node(replica.port));
+            signal(replica_pid, "STOP");
+            let tag = &key_per_slot()[usize::from(master.slots[0].0)];
+            let _: () = redis::cmd("SET")
+                .arg(format!("{{{tag}}}ballast"))
+                .arg(vec![b'x'; 32 << 20])
+                .query(&mut cluster.node(master.port).conn())
+                .expect("SET ballast");
+            thread::sleep(Duration::from_millis(300));
             let killed = Instant::now();
             cluster.node_mut(master.port).kill();
+            signal(replica_pid, "CONT");
             let promoted = cluster.node(replica.port);
             wait_until(Duration::from_secs(30), || role(promoted) == "master");
             cluster.wait_healthy(Duration::from_secs(30));
@@ -720,15 +796,42 @@ fn cluster_master_kill_under_load_never_repeats_a_fence() {
         }
         thread::sleep(Duration::from_secs(seconds));
     });
+    stop_holder.store(true, Ordering::Relaxed);
+    let held = holder.join().expect("holder panicked");
+    // Each lease the holder was granted: still there with its fence, or lost.
+    // A lost one is granted again to another token (a double grant), and the
+    // new fence must be above the lost one.
+    let mut con = cluster.client();
+    let mut lost = 0;
+    for (key, fence) in &held {
+        match cluster_info(&mut con, key) {
+            Some(info) => assert_eq!(info["fence"] as u64, *fence, "{key}"),
+            None => {
+                lost += 1;
+                let (_, again) = cluster_acquire(&mut con, key, 1_000, "second")
+                    .unwrap()
+                    .expect("a lost lease is free");
+                assert!(again > *fence, "{key}: fence {again} after a lost {fence}");
+            }
+        }
+    }
+    println!(
+        "cluster kill -9 of a master: {} long leases granted, {lost} lost with the killed master \
+         and granted again (each with a higher fence)",
+        held.len()
+    );
+    assert!(held.len() > 100, "too few long leases to prove anything");
+    assert!(lost > 0, "the fault lost no grant: it proves nothing");
     let (doubles, violations) = check_history(&report.grants);
     println!(
         "cluster kill -9 of a master: {rounds} kills, healthy again after {recovery:?}, {} grants, \
-         {} refused, {} errors, {} releases found the lock gone, {doubles} double grants \
+         {} refused, {} errors, {} releases found a live lock gone ({} after its lease), {doubles} double grants \
          (async replication), {} fence violations",
         report.grants.len(),
         report.refused,
         report.errors,
         report.release_lost,
+        report.release_late,
         violations.len()
     );
     assert!(violations.is_empty(), "{violations:#?}");
