@@ -676,12 +676,14 @@ fn pid_of(server: &Server) -> u32 {
         .unwrap()
 }
 
+/// `kill -<name> <pid>` through the shell's builtin (a minimal Debian has no
+/// procps, hence no /usr/bin/kill).
 fn signal(pid: u32, name: &str) {
-    let status = Command::new("kill")
-        .arg(format!("-{name}"))
-        .arg(pid.to_string())
+    let status = Command::new("sh")
+        .arg("-c")
+        .arg(format!("kill -{name} {pid}"))
         .status()
-        .expect("run kill");
+        .expect("run sh -c kill");
     assert!(status.success(), "kill -{name} {pid}");
 }
 
