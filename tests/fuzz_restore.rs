@@ -35,6 +35,38 @@ fn reseal(body: &[u8], rdb_version: [u8; 2]) -> Vec<u8> {
     p
 }
 
+/// An RDB length in its plain forms (6-bit, 14-bit, 32-bit, 64-bit), or
+/// `None` for the special encodings (integers, LZF) and short input.
+fn plain_len(bytes: &[u8]) -> Option<(u64, &[u8])> {
+    let (&first, rest) = bytes.split_first()?;
+    let take = |n: usize| -> Option<(u64, &[u8])> {
+        let (be, rest) = (rest.get(..n)?, &rest[n..]);
+        Some((be.iter().fold(0u64, |v, &b| v << 8 | u64::from(b)), rest))
+    };
+    match first {
+        0x00..=0x3f => Some((u64::from(first), rest)),
+        0x40..=0x7f => {
+            let (&second, rest) = rest.split_first()?;
+            Some((u64::from(first & 0x3f) << 8 | u64::from(second), rest))
+        }
+        0x80 => take(4),
+        0x81 => take(8),
+        _ => None,
+    }
+}
+
+/// Token and fence of a lock body that has the plain layout the module
+/// writes, after the seed's own `header` (type, module id, encoding version):
+/// `05 <len> <token> 02 <fence> 00`. `None` for anything else.
+fn decode(body: &[u8], header: &[u8]) -> Option<(Vec<u8>, u64)> {
+    let rest = body.strip_prefix(header)?.strip_prefix(&[0x05])?;
+    let (len, rest) = plain_len(rest)?;
+    let len = usize::try_from(len).ok().filter(|&l| l <= rest.len())?;
+    let (token, rest) = rest.split_at(len);
+    let (fence, rest) = plain_len(rest.strip_prefix(&[0x02])?)?;
+    (rest == [0x00]).then(|| (token.to_vec(), fence))
+}
+
 const INTERESTING: [u8; 10] = [0x00, 0x01, 0x02, 0x05, 0x3f, 0x40, 0x7f, 0x80, 0x81, 0xff];
 
 /// One to four mutations of `body`.
@@ -167,7 +199,7 @@ fn restore_of_mutated_lock_payloads_never_crashes_and_keeps_locks_consistent() {
         .try_into()
         .unwrap();
     let (mut accepted, mut refused, mut reloads, mut restarts) = (0usize, 0usize, 0usize, 0usize);
-    let mut other_type = 0usize;
+    let (mut other_type, mut decoded) = (0usize, 0usize);
     let mut errors: HashMap<String, usize> = HashMap::new();
     // Accepted keys on the current server, with their fences.
     let mut kept: Vec<(String, i64)> = Vec::new();
@@ -178,7 +210,10 @@ fn restore_of_mutated_lock_payloads_never_crashes_and_keeps_locks_consistent() {
         let fence_at = original.len() - 10 - 9;
         let mut body = body_of(original).to_vec();
         mutate(&mut rng, &mut body, fence_at);
-        let payload = if rng.gen_range(0..20) == 0 {
+        // What a correct loader must make of it, when the layout is plain.
+        let expected = decode(&body, &original[..10]);
+        let version_kept = rng.gen_range(0..20) != 0;
+        let payload = if !version_kept {
             // Now and then a wrong RDB version, or no trailer at all.
             let v = [rng.gen(), rng.gen()];
             reseal(&body, v)
@@ -197,6 +232,15 @@ fn restore_of_mutated_lock_payloads_never_crashes_and_keeps_locks_consistent() {
             panic!(
                 "RESTORE #{n} (seed {seed}) took the server down; payload {payload:02x?} in {path}\n{}",
                 server.log()
+            );
+        }
+        if let (Some((token, fence)), true) = (&expected, version_kept) {
+            let valid = (1..=256).contains(&token.len()) && (1..=MAX_FENCE).contains(fence);
+            assert_eq!(
+                result.is_ok(),
+                valid,
+                "RESTORE #{n}: token of {} bytes, fence {fence}: {result:?} {payload:02x?}",
+                token.len()
             );
         }
         match result {
@@ -257,6 +301,18 @@ fn restore_of_mutated_lock_payloads_never_crashes_and_keeps_locks_consistent() {
                         "{e} with high water {high_water}"
                     ),
                 }
+                if let Some((token, want)) = &expected {
+                    // The holder is exactly the token in the payload.
+                    decoded += 1;
+                    assert_eq!(fence as u64, *want, "{payload:02x?}");
+                    let copy = format!("{key}:copy");
+                    let released: i64 = redis::cmd("LOCK.RELEASE")
+                        .arg(&copy)
+                        .arg(token.as_slice())
+                        .query(&mut con)
+                        .unwrap();
+                    assert_eq!(released, 1, "token {token:02x?} does not hold {copy}");
+                }
                 kept.push((key, fence));
             }
         }
@@ -280,7 +336,8 @@ fn restore_of_mutated_lock_payloads_never_crashes_and_keeps_locks_consistent() {
     let mut errors: Vec<(String, usize)> = errors.into_iter().collect();
     errors.sort_by_key(|e| std::cmp::Reverse(e.1));
     println!(
-        "fuzz_restore: {runs} RESTOREs, {accepted} accepted as locks (all consistent), \
+        "fuzz_restore: {runs} RESTOREs, {accepted} accepted as locks (all consistent; \
+         {decoded} decoded here and held by exactly the payload's token and fence), \
          {other_type} loaded as another type, {refused} refused, \
          {reloads} DEBUG RELOADs, {restarts} fresh servers after the fence space ran out, 0 crashes; \
          refusals: {errors:?}"
