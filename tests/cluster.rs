@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 use common::payload::{crc64, dump};
 use common::*;
 use redis::cluster::{ClusterClient, ClusterConnection};
-use redis::cluster_routing::get_slot;
+use redis::cluster_routing::{get_slot, Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 
 const SLOTS: u16 = 16384;
 
@@ -639,17 +639,35 @@ fn under_load(cluster: &mut Cluster, fault: impl FnOnce(&mut Cluster)) -> LoadRe
     merged
 }
 
-/// Take 2-minute leases on fresh keys (over all slots) until `stop`, keeping
-/// them; returns each granted key with its fence.
-fn hold_leases(urls: Vec<String>, stop: Arc<AtomicBool>) -> Vec<(String, u64)> {
+/// A lease the holder was granted, and whether `WAIT 1` saw it reach a
+/// replica (`None`: the holder did not ask).
+type Held = (String, u64, Option<bool>);
+
+/// Take 2-minute leases on fresh keys `<prefix>:<n>` (over all slots) until
+/// `stop`, keeping them. With `wait`, each grant is followed by `WAIT 1 200`
+/// on the master that granted it.
+fn hold_leases(urls: Vec<String>, stop: Arc<AtomicBool>, prefix: &str, wait: bool) -> Vec<Held> {
     let mut con = cluster_client(urls.clone());
     let mut held = Vec::new();
     let mut n = 0u64;
     while !stop.load(Ordering::Relaxed) {
-        let key = format!("hold:{n}");
+        let key = format!("{prefix}:{n}");
         n += 1;
         match cluster_acquire(&mut con, &key, 120_000, "holder") {
-            Ok(Some((_, fence))) => held.push((key, fence)),
+            Ok(Some((_, fence))) => {
+                // The promoted replica of a killed master has no replica of
+                // its own, so a WAIT that lands there never counts a grant
+                // the old master made.
+                let acked = wait.then(|| {
+                    let route = Route::new(get_slot(key.as_bytes()), SlotAddr::Master);
+                    let reply = con.route_command(
+                        redis::cmd("WAIT").arg(1).arg(200),
+                        RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route)),
+                    );
+                    matches!(reply, Ok(Value::Int(r)) if r >= 1)
+                });
+                held.push((key, fence, acked));
+            }
             Ok(None) => panic!("{key} is new, yet refused"),
             Err(_) => {
                 thread::sleep(Duration::from_millis(50));
@@ -748,15 +766,20 @@ fn cluster_master_kill_under_load_never_repeats_a_fence() {
     // them: after the kill, any it was granted that the promoted replica
     // lacks is a grant lost to async replication.
     let stop_holder = Arc::new(AtomicBool::new(false));
-    let holder = {
-        let urls: Vec<String> = cluster
-            .live_ports()
-            .iter()
-            .map(|p| format!("redis://127.0.0.1:{p}/"))
-            .collect();
-        let stop = stop_holder.clone();
-        thread::spawn(move || hold_leases(urls, stop))
-    };
+    let urls: Vec<String> = cluster
+        .live_ports()
+        .iter()
+        .map(|p| format!("redis://127.0.0.1:{p}/"))
+        .collect();
+    // A second holder asks `WAIT 1` after each grant: the grants a replica
+    // acknowledged must all survive.
+    let holders: Vec<_> = [("hold", false), ("whold", true)]
+        .into_iter()
+        .map(|(prefix, wait)| {
+            let (urls, stop) = (urls.clone(), stop_holder.clone());
+            thread::spawn(move || hold_leases(urls, stop, prefix, wait))
+        })
+        .collect();
     let report = under_load(&mut cluster, |cluster| {
         for _ in 0..rounds {
             thread::sleep(Duration::from_secs(seconds));
@@ -799,17 +822,25 @@ fn cluster_master_kill_under_load_never_repeats_a_fence() {
         thread::sleep(Duration::from_secs(seconds));
     });
     stop_holder.store(true, Ordering::Relaxed);
-    let held = holder.join().expect("holder panicked");
-    // Each lease the holder was granted: still there with its fence, or lost.
-    // A lost one is granted again to another token (a double grant), and the
-    // new fence must be above the lost one.
+    let held: Vec<Held> = holders
+        .into_iter()
+        .flat_map(|h| h.join().expect("holder panicked"))
+        .collect();
+    // Each lease the holders were granted: still there with its fence, or
+    // lost. A lost one is granted again to another token (a double grant),
+    // and the new fence must be above the lost one.
     let mut con = cluster.client();
-    let mut lost = 0;
-    for (key, fence) in &held {
+    let (mut lost, mut lost_acked, mut lost_unacked) = (0, 0, 0);
+    for (key, fence, acked) in &held {
         match cluster_info(&mut con, key) {
             Some(info) => assert_eq!(info["fence"] as u64, *fence, "{key}"),
             None => {
                 lost += 1;
+                match acked {
+                    Some(true) => lost_acked += 1,
+                    Some(false) => lost_unacked += 1,
+                    None => {}
+                }
                 let (_, again) = cluster_acquire(&mut con, key, 1_000, "second")
                     .unwrap()
                     .expect("a lost lease is free");
@@ -817,12 +848,17 @@ fn cluster_master_kill_under_load_never_repeats_a_fence() {
             }
         }
     }
+    let with_wait: Vec<&Held> = held.iter().filter(|h| h.2.is_some()).collect();
+    let acked = with_wait.iter().filter(|h| h.2 == Some(true)).count();
     println!(
         "cluster kill -9 of a master: {} long leases granted, {lost} lost with the killed master \
-         and granted again (each with a higher fence)",
-        held.len()
+         and granted again (each with a higher fence); with WAIT 1: {} granted, {acked} \
+         acknowledged by a replica, of which {lost_acked} lost; {lost_unacked} unacknowledged lost",
+        held.len(),
+        with_wait.len()
     );
     assert!(held.len() > 100, "too few long leases to prove anything");
+    assert_eq!(lost_acked, 0, "a grant WAIT saw on a replica was lost");
     assert!(lost > 0, "the fault lost no grant: it proves nothing");
     let (doubles, violations) = check_history(&report.grants);
     println!(
