@@ -26,7 +26,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::payload::{crc64, dump};
+use common::payload::{crc64, dump, fence_in_payload, rdb_len_decode};
 use common::*;
 use redis::cluster::{ClusterClient, ClusterConnection};
 use redis::cluster_routing::{get_slot, Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
@@ -301,7 +301,10 @@ fn migrate_slot(cluster: &mut Cluster, slot: u16, target: &NodeLine) {
 /// `payload` (a real DUMP of a lock) with another fence, resealed.
 fn with_fence(payload: &[u8], fence: u64) -> Vec<u8> {
     let n = payload.len();
-    let at = n - (8 + 2 + 1 + 8);
+    // The fence follows the token: `[0x05 len token][0x02 0x81 fence]`.
+    assert!(fence_in_payload(payload) > 0);
+    let (token_len, used) = rdb_len_decode(&payload[11..]);
+    let at = 11 + used + token_len as usize + 2;
     let mut body = payload[..n - 8].to_vec();
     body[at..at + 8].copy_from_slice(&fence.to_be_bytes());
     let crc = crc64(&body);
