@@ -15,9 +15,12 @@ BENCH_VENV := target/bench-venv
 BENCH_PYTHON := $(BENCH_VENV)/bin/python
 BENCH_MATPLOTLIB := matplotlib==3.9.*
 BENCH_QUICK_DIR := target/bench-quick
+# The fault-injection harness (chaos/); e.g. CHAOS_ARGS="--seed 7 --scenarios 2".
+CHAOS := target/release/lock-chaos
+CHAOS_ARGS ?=
 
 .PHONY: help deps build run test test-redis test-valkey valkey unit lint fmt clean \
-	bench bench-quick bench-build bench-venv bench-profile
+	bench bench-quick bench-build bench-venv bench-profile chaos chaos-quick chaos-build
 
 help: ## List the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -64,7 +67,7 @@ lint: ## rustfmt check and clippy with warnings as errors
 	cargo fmt --all -- --check
 	cargo clippy --locked --workspace --all-targets -- -D warnings
 
-test: deps lint test-redis test-valkey bench-quick test-docker ## Everything CI runs: lint, unit, integration on Redis 7.0 and Valkey 8.1, bench-quick, the Docker image
+test: deps lint test-redis test-valkey bench-quick chaos-quick test-docker ## Everything CI runs: lint, unit, integration on Redis 7.0 and Valkey 8.1, bench-quick, the Docker image
 
 bench-build: build ## Build the module and the benchmark harness (lock-bench, lock-load) in release mode
 	cargo build --release --locked -p redis-lock-bench
@@ -91,6 +94,17 @@ bench-quick: bench-build valkey bench-venv ## A tiny run of every benchmark (< 2
 
 bench-profile: bench-build ## Instructions per request of ACQUIRE/RELEASE vs SET NX PX and Lua, by function (callgrind, a few minutes)
 	bash bench/profile.sh
+
+chaos-build: build ## Build the module and the fault-injection harness (lock-chaos) in release mode
+	cargo build --release --locked -p redis-lock-chaos
+
+chaos: chaos-build ## Every fault scenario, 1-7 (~15 min; 7 needs root for network namespaces): target/chaos/summary.md
+	cargo test --release --locked -p redis-lock-chaos --quiet
+	$(CHAOS) $(CHAOS_ARGS) --report target/chaos/summary.md
+
+chaos-quick: chaos-build ## Fault scenarios 1-6, shortened (~1-2 min); fails on any violation that counts
+	cargo test --release --locked -p redis-lock-chaos --quiet
+	$(CHAOS) --quick --scenarios 1,2,3,4,5,6 $(CHAOS_ARGS) --report target/chaos/summary-quick.md
 
 fmt: ## Format the code
 	cargo fmt --all

@@ -207,6 +207,12 @@ impl Recorder {
         workers
     }
 
+    /// A copy of the history recorded so far.
+    pub fn snapshot(&self) -> Vec<Event> {
+        let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        state.events.clone()
+    }
+
     /// Take the history recorded so far, leaving the recorder empty.
     pub fn take(&self) -> Vec<Event> {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
