@@ -102,6 +102,7 @@ fn run(args: &[String]) -> Result<(), String> {
         ));
     }
     std::fs::create_dir_all(&out).map_err(|e| format!("create {}: {e}", out.display()))?;
+    let _ = std::fs::remove_dir_all(out.join("servers"));
     let ctx = Ctx {
         cfg: server::Config {
             binary,
@@ -133,7 +134,16 @@ fn run(args: &[String]) -> Result<(), String> {
             7 => failover::failover(&ctx),
             other => Err(format!("no scenario {other}")),
         };
-        let mut rep = result.map_err(|e| format!("scenario {id}: {e}"))?;
+        // A scenario that could not go on (a server died, say) is a
+        // violation, and the other scenarios still run.
+        let mut rep = result.unwrap_or_else(|e| {
+            let mut rep = Report::new(&ctx, id, "(aborted)");
+            rep.verdict.scenario.push(format!("scenario aborted: {e}"));
+            rep
+        });
+        rep.verdict
+            .scenario
+            .extend(server::crashes(&ctx.cfg.work, &format!("s{id}-")));
         rep.seconds = t.elapsed().as_secs_f64();
         for note in &rep.notes {
             println!("    {note}");

@@ -185,6 +185,14 @@ impl Server {
         self.spawn()
     }
 
+    /// The process has not exited.
+    pub fn is_alive(&mut self) -> bool {
+        match self.child.as_mut() {
+            Some(child) => matches!(child.try_wait(), Ok(None)),
+            None => false,
+        }
+    }
+
     pub fn signal(&self, sig: i32) {
         if let Some(pid) = self.pid() {
             // SAFETY: sends a signal to the server process we spawned.
@@ -268,4 +276,31 @@ pub fn digests_agree(master: &str, replicas: &[String], timeout: Duration) -> Ve
 
 pub fn module_path(root: &Path) -> PathBuf {
     root.join("target/release/libredis_lock.so")
+}
+
+/// Servers under `work` whose directory starts with `prefix` and whose log
+/// has a crash report: one message each, with the assertion or signal line.
+pub fn crashes(work: &Path, prefix: &str) -> Vec<String> {
+    let Ok(dirs) = std::fs::read_dir(work) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for dir in dirs.flatten() {
+        let name = dir.file_name().to_string_lossy().to_string();
+        if !name.starts_with(prefix) {
+            continue;
+        }
+        let log = dir.path().join("server.log");
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        if text.contains("REDIS BUG REPORT START") {
+            let why = text
+                .lines()
+                .find(|l| l.contains("==> ") || l.contains("crashed by signal"))
+                .unwrap_or("crash report")
+                .to_string();
+            out.push(format!("server crashed ({}): {why}", log.display()));
+        }
+    }
+    out.sort();
+    out
 }
