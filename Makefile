@@ -98,7 +98,7 @@ bench-profile: bench-build ## Instructions per request of ACQUIRE/RELEASE vs SET
 chaos-build: build ## Build the module and the fault-injection harness (lock-chaos) in release mode
 	cargo build --release --locked -p redis-lock-chaos
 
-chaos: chaos-build ## Every fault scenario, 1-7 (~15 min; 7 needs root for network namespaces): target/chaos/summary.md
+chaos: chaos-build ## Every fault scenario, 1-7 (~7 min; 7 needs root, ip netns and iptables): target/chaos/summary.md
 	cargo test --release --locked -p redis-lock-chaos --quiet
 	$(CHAOS) $(CHAOS_ARGS) --report target/chaos/summary.md
 
