@@ -9,18 +9,22 @@ use std::time::Duration;
 
 use common::*;
 
-/// Found by chaos scenario 3 (paused server, `CLIENT PAUSE ... ALL`):
-/// redis-server 7.0.15 aborted with `db.c:191 'de != NULL' is not true`
-/// (dbAdd), from `RM_ModuleTypeSetValue` called by the module's expiry timer.
-/// While writes are paused, Redis does not delete an expired key: a lookup
-/// reports it missing but leaves it in the keyspace. The timer that hands an
-/// expired lock to its first waiter opens the key, finds it "empty", and sets
-/// a new value, so Redis adds a key that is still in the dict, and asserts.
+/// Found by chaos scenario 3 (paused server, `CLIENT PAUSE ... ALL`): the
+/// module's expiry timer hands a lock to its waiter while writes are paused.
+/// - Redis 7.0.15 aborts with `db.c:191 'de != NULL' is not true` (dbAdd),
+///   from `RM_ModuleTypeSetValue` in the timer: while writes are paused,
+///   Redis does not delete an expired key (a lookup reports it missing but
+///   leaves it in the keyspace), so the timer, finding the key "empty", sets a
+///   new value and Redis adds a key that is still in the dict.
+/// - Valkey 8.1.8 aborts with `server.c:3495 '!isPausedActions(PAUSE_ACTION_REPLICA)
+///   || ...' is not true` in `moduleFreeContext` after the timer: the module
+///   propagated a write during the pause. Valkey propagates only with a
+///   replica or the AOF, hence `--appendonly yes` here.
 #[test]
 #[ignore = "open bug: expiry handoff during CLIENT PAUSE crashes the server (chaos scenario 3)"]
 fn expiry_handoff_during_client_pause_keeps_the_server_alive() {
     for mode in ["WRITE", "ALL"] {
-        let mut server = Server::start();
+        let mut server = Server::start_with(&["--appendonly", "yes"]);
         let mut holder = server.conn();
         assert!(acquire(&mut holder, "paused", 200, Some("holder")).is_some());
         // A waiter queues behind the holder, on its own connection.
@@ -47,10 +51,10 @@ fn expiry_handoff_during_client_pause_keeps_the_server_alive() {
             .query(&mut holder)
             .expect("CLIENT PAUSE");
         thread::sleep(Duration::from_millis(1300));
+        let log = server.log();
         assert!(
-            server.is_running(),
-            "CLIENT PAUSE {mode}: the server died during the pause:\n{}",
-            server.log()
+            server.is_running() && !log.contains("BUG REPORT START"),
+            "CLIENT PAUSE {mode}: the server crashed during the pause:\n{log}"
         );
         let granted = waited.join().expect("waiter thread");
         let (token, _fence) = granted

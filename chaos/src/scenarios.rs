@@ -755,10 +755,13 @@ pub fn persistence(ctx: &Ctx) -> Result<Report, String> {
 
 // ---------------------------------------------------------------- scenario 6
 
+/// Effects with absolute times, and framing. Valkey 8 propagates an expiry
+/// as `UNLINK` (`lazyfree-lazy-expire yes`), the same effect as `DEL`.
 const STREAM_ALLOWED: &[&str] = &[
     "lock.setstate",
     "pexpireat",
     "del",
+    "unlink",
     "select",
     "ping",
     "multi",

@@ -292,7 +292,7 @@ pub fn crashes(work: &Path, prefix: &str) -> Vec<String> {
         }
         let log = dir.path().join("server.log");
         let text = std::fs::read_to_string(&log).unwrap_or_default();
-        if text.contains("REDIS BUG REPORT START") {
+        if text.contains("BUG REPORT START") {
             let why = text
                 .lines()
                 .find(|l| l.contains("==> ") || l.contains("crashed by signal"))
