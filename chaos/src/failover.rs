@@ -27,7 +27,7 @@ use redis::Value;
 use crate::check::Verdict;
 use crate::history::{mono_ns, Event, Outcome, Recorder, MS};
 use crate::scenarios::{
-    finish_run, join_workers, map_field, spawn_worker, worker_base, Ctx, Report,
+    finish_run, join_workers, map_field, spawn_worker, worker_base, Ctx, Pool, Report,
 };
 use crate::server::{self, Server};
 use crate::worker::ask_sentinels;
@@ -356,7 +356,7 @@ pub fn failover(ctx: &Ctx) -> Result<Report, String> {
             base.op_timeout_ms = 500;
             base.duration_ms = 120_000;
             base.replicas = if *mode == "wait" { 1 } else { 0 };
-            let mut workers = Vec::new();
+            let mut workers = Pool(Vec::new());
             for i in 0..5u32 {
                 let mut w = base.clone();
                 w.id = i;

@@ -99,6 +99,32 @@ pub fn spawn_worker(ctx: &Ctx, args: &WorkerArgs, netns: Option<&str>) -> Result
         .map_err(|e| format!("spawn worker: {e}"))
 }
 
+/// Worker processes, killed when dropped (an error in a scenario leaves none
+/// behind).
+pub struct Pool(pub Vec<Child>);
+
+impl std::ops::Deref for Pool {
+    type Target = Vec<Child>;
+    fn deref(&self) -> &Vec<Child> {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Pool {
+    fn deref_mut(&mut self) -> &mut Vec<Child> {
+        &mut self.0
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        for child in self.0.iter_mut() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
 /// Wait for workers to finish on their own (they have a duration), killing
 /// any still running after `grace`.
 pub fn join_workers(children: &mut Vec<Child>, grace: Duration) {
@@ -149,7 +175,7 @@ pub fn spawn_pool(
     n: u32,
     seed: u64,
     wait_ms: u64,
-) -> Result<Vec<Child>, String> {
+) -> Result<Pool, String> {
     (0..n)
         .map(|i| {
             let mut a = base.clone();
@@ -158,7 +184,8 @@ pub fn spawn_pool(
             a.wait_ms = if i % 2 == 0 { wait_ms } else { 0 };
             spawn_worker(ctx, &a, None)
         })
-        .collect()
+        .collect::<Result<_, _>>()
+        .map(Pool)
 }
 
 /// Check a run's history, add the scenario's own findings, keep the history
