@@ -19,9 +19,13 @@ BENCH_QUICK_DIR := target/bench-quick
 CLIENT_VENV := target/client-venv
 CLIENT_REDIS_PY := redis==5.2.1
 MODULE_DEBUG := target/debug/libredis_lock.so
+# The fault-injection harness (chaos/); e.g. CHAOS_ARGS="--seed 7 --scenarios 2".
+CHAOS := target/release/lock-chaos
+CHAOS_ARGS ?=
 
 .PHONY: help deps build run test test-redis test-valkey test-client valkey unit lint fmt clean \
-	bench bench-quick bench-build bench-venv bench-profile test-cluster cluster-long fuzz
+	bench bench-quick bench-build bench-venv bench-profile test-cluster cluster-long fuzz \
+	chaos chaos-quick chaos-build
 
 help: ## List the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -101,7 +105,7 @@ test-client: deps ## The Rust client crate: its tests (real servers, Redlock, a 
 	  python3 -m venv $(CLIENT_VENV) && $(CLIENT_VENV)/bin/pip install --quiet '$(CLIENT_REDIS_PY)'; }
 	LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) EXAMPLES_PYTHON=$(CLIENT_VENV)/bin/python bash examples/run-billing.sh
 
-test: deps lint test-redis test-valkey test-cluster test-client bench-quick test-docker ## Everything CI runs: lint, unit, integration on Redis 7.0 and Valkey 8.1, Redis Cluster, the client crate, bench-quick, the Docker image
+test: deps lint test-redis test-valkey test-cluster test-client bench-quick chaos-quick test-docker ## Everything CI runs: lint, unit, integration on Redis 7.0 and Valkey 8.1, Redis Cluster, the client crate, bench-quick, chaos-quick, the Docker image
 
 bench-build: build ## Build the module and the benchmark harness (lock-bench, lock-load) in release mode
 	cargo build --release --locked -p redis-lock-bench
@@ -128,6 +132,17 @@ bench-quick: bench-build valkey bench-venv ## A tiny run of every benchmark (< 2
 
 bench-profile: bench-build ## Instructions per request of ACQUIRE/RELEASE vs SET NX PX and Lua, by function (callgrind, a few minutes)
 	bash bench/profile.sh
+
+chaos-build: build ## Build the module and the fault-injection harness (lock-chaos) in release mode
+	cargo build --release --locked -p redis-lock-chaos
+
+chaos: chaos-build ## Every fault scenario, 1-7 (~7 min; 7 needs root, ip netns and iptables): target/chaos/summary.md
+	cargo test --release --locked -p redis-lock-chaos --quiet
+	$(CHAOS) $(CHAOS_ARGS) --report target/chaos/summary.md
+
+chaos-quick: chaos-build ## Fault scenarios 1-6, shortened (~1-2 min); fails on any violation that counts
+	cargo test --release --locked -p redis-lock-chaos --quiet
+	$(CHAOS) --quick --scenarios 1,2,3,4,5,6 $(CHAOS_ARGS) --report target/chaos/summary-quick.md
 
 fmt: ## Format the code
 	cargo fmt --all

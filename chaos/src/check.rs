@@ -1,0 +1,519 @@
+//! Checkers C1, C2, C3 and C5 over a recorded history (C4, replica digests,
+//! needs live servers and is run by the scenarios).
+//!
+//! A lease is *certainly held* from the moment its ACQUIRE reply arrived
+//! (`t_comp`) until the earliest moment it could have ended: `t_inv + ttl`
+//! (the server computed the deadline after the request left), pushed later by
+//! each successful EXTEND (`t_inv + ttl`), cut short at the invocation of a
+//! RELEASE that returned 1. It *may* be held until the latest possible end:
+//! the reply time of the grant or of the last successful EXTEND, plus its TTL.
+//! The server expires leases by its wall clock in whole milliseconds and the
+//! history uses CLOCK_MONOTONIC, so both bounds get `SLACK_NS` of slack.
+
+use std::collections::{BTreeMap, HashMap};
+
+use crate::history::{Event, Outcome, MS};
+
+pub const SLACK_NS: u64 = 5 * MS;
+
+#[derive(Default, Debug, Clone)]
+pub struct Verdict {
+    /// C1: accepted critical sections that overlap.
+    pub c1: Vec<String>,
+    /// C2: a repeated fence, or a fence not above one granted earlier in
+    /// real time.
+    pub c2: Vec<String>,
+    /// C3: two leases certainly held at once (double grants).
+    pub c3_double: Vec<String>,
+    /// C3: an EXTEND or RELEASE that returned 1 after its lease could only
+    /// have ended.
+    pub c3_late: Vec<String>,
+    /// C4: replica and master digests differ (filled by scenarios).
+    pub c4: Vec<String>,
+    /// C5: no grant within TTL + 1 s of a fault's reference time (or service
+    /// not back within 1 s, filled by scenarios).
+    pub c5: Vec<String>,
+    /// A scenario's own checks (replication stream, persistence round trips).
+    pub scenario: Vec<String>,
+    pub stats: Stats,
+}
+
+#[derive(Default, Debug, Clone, Copy)]
+pub struct Stats {
+    pub acquires: u64,
+    pub grants: u64,
+    pub unconfirmed: u64,
+    pub unknown: u64,
+    pub writes_accepted: u64,
+    pub writes_rejected: u64,
+    /// EXTEND/RELEASE invoked after the lease could only have ended that
+    /// returned 0, as they should.
+    pub late_ops_refused: u64,
+    pub extends: u64,
+    pub releases: u64,
+    pub faults: u64,
+    /// Leases that another grant overlapped (C3): each counted once.
+    pub lost_leases: u64,
+}
+
+impl Stats {
+    /// Every command the workers sent, plus every resource write.
+    pub fn operations(&self) -> u64 {
+        self.acquires + self.extends + self.releases + self.writes_accepted + self.writes_rejected
+    }
+}
+
+impl Verdict {
+    pub fn violations(&self) -> usize {
+        self.c1.len()
+            + self.c2.len()
+            + self.c3_double.len()
+            + self.c3_late.len()
+            + self.c4.len()
+            + self.c5.len()
+            + self.scenario.len()
+    }
+
+    /// Violations that count against a run. With `tolerate_double_grants`
+    /// (a mode that is known not to be safe, such as async failover),
+    /// overlapping sections and double grants are reported but tolerated.
+    pub fn failures(&self, tolerate_double_grants: bool) -> usize {
+        if tolerate_double_grants {
+            self.violations() - self.c1.len() - self.c3_double.len()
+        } else {
+            self.violations()
+        }
+    }
+
+    pub fn merge(&mut self, other: Verdict) {
+        self.c1.extend(other.c1);
+        self.c2.extend(other.c2);
+        self.c3_double.extend(other.c3_double);
+        self.c3_late.extend(other.c3_late);
+        self.c4.extend(other.c4);
+        self.c5.extend(other.c5);
+        self.scenario.extend(other.scenario);
+        let (a, b) = (&mut self.stats, other.stats);
+        a.acquires += b.acquires;
+        a.grants += b.grants;
+        a.unconfirmed += b.unconfirmed;
+        a.unknown += b.unknown;
+        a.writes_accepted += b.writes_accepted;
+        a.writes_rejected += b.writes_rejected;
+        a.late_ops_refused += b.late_ops_refused;
+        a.extends += b.extends;
+        a.releases += b.releases;
+        a.faults += b.faults;
+        a.lost_leases += b.lost_leases;
+    }
+
+    pub fn summary(&self) -> String {
+        format!(
+            "C1 {} C2 {} C3 {}+{} C4 {} C5 {} scenario {}",
+            self.c1.len(),
+            self.c2.len(),
+            self.c3_double.len(),
+            self.c3_late.len(),
+            self.c4.len(),
+            self.c5.len(),
+            self.scenario.len()
+        )
+    }
+
+    /// The first few messages of each non-empty checker.
+    pub fn details(&self) -> String {
+        let mut out = String::new();
+        for (name, list) in [
+            ("C1", &self.c1),
+            ("C2", &self.c2),
+            ("C3 double grant", &self.c3_double),
+            ("C3 late success", &self.c3_late),
+            ("C4", &self.c4),
+            ("C5", &self.c5),
+            ("scenario", &self.scenario),
+        ] {
+            for msg in list.iter().take(5) {
+                out.push_str(&format!("  {name}: {msg}\n"));
+            }
+            if list.len() > 5 {
+                out.push_str(&format!("  {name}: ... {} more\n", list.len() - 5));
+            }
+        }
+        out
+    }
+}
+
+#[derive(Clone, Debug)]
+struct Grant {
+    worker: u32,
+    key: String,
+    token: String,
+    fence: u64,
+    t_inv: u64,
+    t_comp: u64,
+    certain_end: u64,
+    confirmed: bool,
+}
+
+fn ms(ns: u64) -> f64 {
+    ns as f64 / MS as f64
+}
+
+/// Run C1, C2, C3 and C5. `c5_bound_ns` is TTL + 1 s.
+pub fn check(events: &[Event], c5_bound_ns: u64) -> Verdict {
+    let mut v = Verdict::default();
+    // (key, token) -> its EXTEND/RELEASE events in invocation order.
+    let mut ops: HashMap<(String, String), Vec<&Event>> = HashMap::new();
+    let mut grants: Vec<Grant> = Vec::new();
+    let mut writes: Vec<(u32, u64, u64, u64)> = Vec::new();
+    let mut faults: Vec<(String, String, u64)> = Vec::new();
+    for event in events {
+        match event {
+            Event::Acquire {
+                worker,
+                key,
+                token,
+                ttl_ms,
+                t_inv,
+                t_comp,
+                outcome,
+                fence,
+                ..
+            } => {
+                v.stats.acquires += 1;
+                match outcome {
+                    Outcome::Granted => v.stats.grants += 1,
+                    Outcome::Unconfirmed => v.stats.unconfirmed += 1,
+                    Outcome::Unknown => v.stats.unknown += 1,
+                    Outcome::Refused => {}
+                }
+                if let (Some(fence), Outcome::Granted | Outcome::Unconfirmed) = (fence, outcome) {
+                    grants.push(Grant {
+                        worker: *worker,
+                        key: key.clone(),
+                        token: token.clone(),
+                        fence: *fence,
+                        t_inv: *t_inv,
+                        t_comp: *t_comp,
+                        certain_end: t_inv + ttl_ms * MS,
+                        confirmed: *outcome == Outcome::Granted,
+                    });
+                }
+            }
+            Event::Extend { key, token, .. } => {
+                v.stats.extends += 1;
+                ops.entry((key.clone(), token.clone()))
+                    .or_default()
+                    .push(event);
+            }
+            Event::Release { key, token, .. } => {
+                v.stats.releases += 1;
+                ops.entry((key.clone(), token.clone()))
+                    .or_default()
+                    .push(event);
+            }
+            Event::Write {
+                worker,
+                fence,
+                t_start,
+                t_end,
+                accepted,
+                ..
+            } => {
+                if *accepted {
+                    v.stats.writes_accepted += 1;
+                    writes.push((*worker, *fence, *t_start, *t_end));
+                } else {
+                    v.stats.writes_rejected += 1;
+                }
+            }
+            Event::Fault {
+                kind,
+                detail,
+                t_ref,
+                ..
+            } => {
+                v.stats.faults += 1;
+                faults.push((kind.clone(), detail.clone(), *t_ref));
+            }
+        }
+    }
+
+    // Lease bounds from each grant's own EXTEND/RELEASE calls; C3 late successes.
+    let ttl_of = |e: &Event| match e {
+        Event::Extend { ttl_ms, .. } => Some(*ttl_ms),
+        _ => None,
+    };
+    for grant in grants.iter_mut() {
+        let Some(list) = ops.get_mut(&(grant.key.clone(), grant.token.clone())) else {
+            continue;
+        };
+        list.sort_by_key(|e| match e {
+            Event::Extend { t_inv, .. } | Event::Release { t_inv, .. } => *t_inv,
+            _ => 0,
+        });
+        let grant_ttl = grant.certain_end - grant.t_inv;
+        let mut latest_end = grant.t_comp + grant_ttl;
+        let mut released_at = None;
+        for e in list.iter() {
+            let (t_inv, t_comp, result, name) = match e {
+                Event::Extend {
+                    t_inv,
+                    t_comp,
+                    result,
+                    ..
+                } => (*t_inv, *t_comp, *result, "EXTEND"),
+                Event::Release {
+                    t_inv,
+                    t_comp,
+                    result,
+                    ..
+                } => (*t_inv, *t_comp, *result, "RELEASE"),
+                _ => continue,
+            };
+            if released_at.is_some() {
+                break;
+            }
+            let late = t_inv > latest_end + SLACK_NS;
+            if late && result == Some(1) {
+                v.c3_late.push(format!(
+                    "worker {} {name} of fence {} returned 1 {:.1} ms after the lease could only have ended",
+                    grant.worker,
+                    grant.fence,
+                    ms(t_inv - latest_end)
+                ));
+            } else if late && result == Some(0) {
+                v.stats.late_ops_refused += 1;
+            }
+            if result == Some(1) {
+                if let Some(ttl) = ttl_of(e) {
+                    grant.certain_end = grant.certain_end.max(t_inv + ttl * MS);
+                    latest_end = latest_end.max(t_comp + ttl * MS);
+                } else {
+                    released_at = Some(t_inv);
+                }
+            }
+        }
+        if let Some(t) = released_at {
+            grant.certain_end = grant.certain_end.min(t);
+        }
+    }
+
+    // C1: accepted critical sections never overlap.
+    writes.sort_by_key(|w| w.2);
+    let mut last: Option<(u32, u64, u64)> = None; // worker, fence, t_end
+    for &(worker, fence, t_start, t_end) in &writes {
+        if let Some((w0, f0, end0)) = last {
+            if t_start < end0 {
+                v.c1.push(format!(
+                    "critical section of worker {worker} (fence {fence}) starts {:.1} ms before that of worker {w0} (fence {f0}) ends",
+                    ms(end0 - t_start)
+                ));
+            }
+        }
+        if last.is_none_or(|(_, _, end0)| t_end > end0) {
+            last = Some((worker, fence, t_end));
+        }
+    }
+
+    // C2: fences are unique, and increase in real-time order.
+    let mut by_fence: HashMap<u64, &Grant> = HashMap::new();
+    for g in &grants {
+        if let Some(other) = by_fence.insert(g.fence, g) {
+            if other.token != g.token {
+                v.c2.push(format!(
+                    "fence {} granted twice: to worker {} and worker {}",
+                    g.fence, other.worker, g.worker
+                ));
+            }
+        }
+    }
+    let mut by_comp: Vec<&Grant> = grants.iter().collect();
+    by_comp.sort_by_key(|g| g.t_comp);
+    let mut by_inv: Vec<&Grant> = grants.iter().collect();
+    by_inv.sort_by_key(|g| g.t_inv);
+    let mut done = 0;
+    let mut highest: Option<&Grant> = None;
+    for g in by_inv {
+        while done < by_comp.len() && by_comp[done].t_comp < g.t_inv {
+            let c = by_comp[done];
+            if highest.is_none_or(|h| c.fence > h.fence) {
+                highest = Some(c);
+            }
+            done += 1;
+        }
+        if let Some(h) = highest {
+            if h.fence >= g.fence {
+                v.c2.push(format!(
+                    "fence {} (worker {}) is not above fence {} (worker {}) granted {:.1} ms before it was requested",
+                    g.fence,
+                    g.worker,
+                    h.fence,
+                    h.worker,
+                    ms(g.t_inv - h.t_comp)
+                ));
+            }
+        }
+    }
+
+    // C3: no instant at which two leases of a key are certainly held.
+    let mut by_key: BTreeMap<&str, Vec<&Grant>> = BTreeMap::new();
+    for g in grants.iter().filter(|g| g.confirmed) {
+        by_key.entry(&g.key).or_default().push(g);
+    }
+    let mut lost = std::collections::HashSet::new();
+    for list in by_key.values_mut() {
+        list.sort_by_key(|g| g.t_comp);
+        let mut holder: Option<&Grant> = None;
+        for g in list.iter() {
+            let end = g.certain_end.saturating_sub(SLACK_NS);
+            if end <= g.t_comp {
+                continue;
+            }
+            if let Some(h) = holder {
+                let h_end = h.certain_end.saturating_sub(SLACK_NS);
+                if g.t_comp < h_end {
+                    lost.insert(h.fence);
+                    v.c3_double.push(format!(
+                        "key {}: worker {} got fence {} while worker {} certainly still held fence {} (for {:.1} ms more)",
+                        g.key,
+                        g.worker,
+                        g.fence,
+                        h.worker,
+                        h.fence,
+                        ms(h_end - g.t_comp)
+                    ));
+                }
+                if end > h_end {
+                    holder = Some(g);
+                }
+            } else {
+                holder = Some(g);
+            }
+        }
+    }
+
+    v.stats.lost_leases = lost.len() as u64;
+
+    // C5: after each fault, a grant within TTL + 1 s.
+    let mut grant_times: Vec<u64> = grants
+        .iter()
+        .filter(|g| g.confirmed)
+        .map(|g| g.t_comp)
+        .collect();
+    grant_times.sort_unstable();
+    for (kind, detail, t_ref) in faults {
+        let first = grant_times.iter().find(|&&t| t >= t_ref);
+        match first {
+            Some(&t) if t - t_ref <= c5_bound_ns => {}
+            Some(&t) => v.c5.push(format!(
+                "{kind} ({detail}): first grant {:.0} ms after the fault, bound {:.0} ms",
+                ms(t - t_ref),
+                ms(c5_bound_ns)
+            )),
+            None => {
+                v.c5.push(format!("{kind} ({detail}): no grant after the fault"))
+            }
+        }
+    }
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn grant(worker: u32, fence: u64, t_inv: u64, t_comp: u64, ttl_ms: u64) -> Event {
+        Event::Acquire {
+            worker,
+            key: "k".into(),
+            token: format!("w{worker}-{fence}"),
+            ttl_ms,
+            t_inv: t_inv * MS,
+            t_comp: t_comp * MS,
+            outcome: Outcome::Granted,
+            fence: Some(fence),
+            server: "s".into(),
+        }
+    }
+
+    fn release(worker: u32, fence: u64, t_inv: u64, result: i64) -> Event {
+        Event::Release {
+            worker,
+            key: "k".into(),
+            token: format!("w{worker}-{fence}"),
+            t_inv: t_inv * MS,
+            t_comp: (t_inv + 1) * MS,
+            result: Some(result),
+        }
+    }
+
+    fn write(worker: u32, fence: u64, t_start: u64, t_end: u64) -> Event {
+        Event::Write {
+            worker,
+            key: "k".into(),
+            fence,
+            t_start: t_start * MS,
+            t_end: t_end * MS,
+            t_recv: t_end * MS,
+            accepted: true,
+        }
+    }
+
+    #[test]
+    fn a_clean_handoff_history_passes() {
+        let h = vec![
+            grant(1, 10, 0, 1, 2000),
+            write(1, 10, 2, 10),
+            release(1, 10, 11, 1),
+            grant(2, 11, 5, 13, 2000),
+            write(2, 11, 14, 20),
+            release(2, 11, 21, 1),
+        ];
+        let v = check(&h, 3000 * MS);
+        assert_eq!(v.violations(), 0, "{}", v.details());
+        assert_eq!(v.stats.grants, 2);
+    }
+
+    #[test]
+    fn overlapping_sections_repeated_fences_and_double_grants_are_flagged() {
+        let h = vec![
+            grant(1, 10, 0, 1, 2000),
+            grant(2, 10, 50, 51, 2000),
+            write(1, 10, 2, 100),
+            write(2, 11, 60, 70),
+        ];
+        let v = check(&h, 3000 * MS);
+        assert_eq!(v.c1.len(), 1);
+        // Repeated, and not above the fence granted before it was asked for.
+        assert_eq!(v.c2.len(), 2);
+        assert_eq!(v.c3_double.len(), 1);
+    }
+
+    #[test]
+    fn a_late_release_that_succeeds_is_flagged_and_one_that_fails_is_counted() {
+        let h = vec![
+            grant(1, 10, 0, 1, 100),
+            release(1, 10, 500, 1),
+            grant(2, 11, 600, 601, 100),
+            release(2, 11, 900, 0),
+        ];
+        let v = check(&h, 3000 * MS);
+        assert_eq!(v.c3_late.len(), 1);
+        assert_eq!(v.stats.late_ops_refused, 1);
+    }
+
+    #[test]
+    fn a_grant_after_expiry_is_legal_and_c5_measures_from_the_fault() {
+        let mut h = vec![grant(1, 10, 0, 1, 100), grant(2, 11, 150, 151, 100)];
+        h.push(Event::Fault {
+            kind: "pause".into(),
+            detail: String::new(),
+            t_start: 0,
+            t_heal: 0,
+            t_ref: 140 * MS,
+        });
+        assert_eq!(check(&h, 1100 * MS).violations(), 0);
+        assert_eq!(check(&h, 5 * MS).c5.len(), 1);
+    }
+}

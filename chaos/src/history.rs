@@ -1,0 +1,279 @@
+//! The history of a run and the fenced resource that records it.
+//!
+//! Workers (separate processes, possibly in other network namespaces) talk to
+//! the [`Recorder`] over a Unix socket, one JSON [`Event`] per line. A `Write`
+//! is the fenced resource: it is accepted only if its fence is strictly above
+//! the highest fence accepted so far, and the recorder answers `OK` or `NO`.
+//! Every other event is only recorded. All times are CLOCK_MONOTONIC
+//! nanoseconds ([`mono_ns`]), the one clock every process on this host shares.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Write as _};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::thread;
+
+use serde::{Deserialize, Serialize};
+
+/// CLOCK_MONOTONIC in nanoseconds: shared by every process on this host, in
+/// every network namespace.
+pub fn mono_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes into the timespec we own.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+pub const MS: u64 = 1_000_000;
+
+/// What an ACQUIRE returned.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// Granted (and, in `WAIT 1` mode, acknowledged by a replica).
+    Granted,
+    /// Granted by the server, but `WAIT 1` did not confirm it: the worker
+    /// did not use it. Its fence still counts for uniqueness.
+    Unconfirmed,
+    /// Null: held by someone else, or the WAIT timed out.
+    Refused,
+    /// An error or a timeout: the grant may or may not have happened.
+    Unknown,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug)]
+#[serde(tag = "ev", rename_all = "snake_case")]
+pub enum Event {
+    Acquire {
+        worker: u32,
+        key: String,
+        token: String,
+        ttl_ms: u64,
+        t_inv: u64,
+        t_comp: u64,
+        outcome: Outcome,
+        fence: Option<u64>,
+        /// host:port the worker sent it to.
+        server: String,
+    },
+    /// A write to the fenced resource over the critical section
+    /// [t_start, t_end]; `accepted` and `t_recv` are set by the resource.
+    Write {
+        worker: u32,
+        key: String,
+        fence: u64,
+        t_start: u64,
+        t_end: u64,
+        #[serde(default)]
+        t_recv: u64,
+        #[serde(default)]
+        accepted: bool,
+    },
+    /// EXTEND or RELEASE: `result` is the integer reply, None on an error.
+    Extend {
+        worker: u32,
+        key: String,
+        token: String,
+        ttl_ms: u64,
+        t_inv: u64,
+        t_comp: u64,
+        result: Option<i64>,
+    },
+    Release {
+        worker: u32,
+        key: String,
+        token: String,
+        t_inv: u64,
+        t_comp: u64,
+        result: Option<i64>,
+    },
+    /// A fault the harness injected, from `t_start` to `t_heal`. C5 measures
+    /// from `t_ref` (the heal, or the start of a holder's pause).
+    Fault {
+        kind: String,
+        detail: String,
+        t_start: u64,
+        t_heal: u64,
+        t_ref: u64,
+    },
+}
+
+#[derive(Default)]
+struct State {
+    events: Vec<Event>,
+    highest_accepted: u64,
+    /// worker -> (key, token) it holds according to its own reports.
+    holders: HashMap<u32, String>,
+}
+
+/// The fenced resource and history recorder, serving a Unix socket.
+#[derive(Clone)]
+pub struct Recorder {
+    state: Arc<Mutex<State>>,
+    pub socket: PathBuf,
+}
+
+impl Recorder {
+    pub fn start(socket: &Path) -> Result<Recorder, String> {
+        let _ = std::fs::remove_file(socket);
+        let listener =
+            UnixListener::bind(socket).map_err(|e| format!("bind {}: {e}", socket.display()))?;
+        let recorder = Recorder {
+            state: Arc::new(Mutex::new(State::default())),
+            socket: socket.to_path_buf(),
+        };
+        let served = recorder.clone();
+        thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                let conn = served.clone();
+                thread::spawn(move || conn.serve(stream));
+            }
+        });
+        Ok(recorder)
+    }
+
+    fn serve(&self, stream: UnixStream) {
+        let Ok(mut out) = stream.try_clone() else {
+            return;
+        };
+        for line in BufReader::new(stream).lines() {
+            let Ok(line) = line else { return };
+            let Ok(event) = serde_json::from_str::<Event>(&line) else {
+                eprintln!("recorder: bad line {line:?}");
+                continue;
+            };
+            if let Some(reply) = self.record(event) {
+                if out.write_all(reply.as_bytes()).is_err() {
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Record an event; a write gets the resource's answer.
+    pub fn record(&self, mut event: Event) -> Option<&'static str> {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut reply = None;
+        match &mut event {
+            Event::Write {
+                fence,
+                t_recv,
+                accepted,
+                ..
+            } => {
+                *t_recv = mono_ns();
+                *accepted = *fence > state.highest_accepted;
+                if *accepted {
+                    state.highest_accepted = *fence;
+                }
+                reply = Some(if *accepted { "OK\n" } else { "NO\n" });
+            }
+            Event::Acquire {
+                worker,
+                outcome: Outcome::Granted,
+                token,
+                ..
+            } => {
+                state.holders.insert(*worker, token.clone());
+            }
+            Event::Release { worker, .. } => {
+                state.holders.remove(worker);
+            }
+            _ => {}
+        }
+        state.events.push(event);
+        reply
+    }
+
+    pub fn fault(&self, kind: &str, detail: String, t_start: u64, t_heal: u64, t_ref: u64) {
+        self.record(Event::Fault {
+            kind: kind.to_string(),
+            detail,
+            t_start,
+            t_heal,
+            t_ref,
+        });
+    }
+
+    /// Workers that hold a lock by their own last report.
+    pub fn holders(&self) -> Vec<u32> {
+        let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut workers: Vec<u32> = state.holders.keys().copied().collect();
+        workers.sort_unstable();
+        workers
+    }
+
+    /// A copy of the history recorded so far.
+    pub fn snapshot(&self) -> Vec<Event> {
+        let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        state.events.clone()
+    }
+
+    /// Take the history recorded so far, leaving the recorder empty.
+    pub fn take(&self) -> Vec<Event> {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        state.holders.clear();
+        state.highest_accepted = 0;
+        std::mem::take(&mut state.events)
+    }
+}
+
+/// Write a history as JSON lines.
+pub fn save(path: &Path, events: &[Event]) -> Result<(), String> {
+    let mut text = String::new();
+    for event in events {
+        text.push_str(&serde_json::to_string(event).map_err(|e| e.to_string())?);
+        text.push('\n');
+    }
+    std::fs::write(path, text).map_err(|e| format!("write {}: {e}", path.display()))
+}
+
+pub fn load(path: &Path) -> Result<Vec<Event>, String> {
+    let text =
+        std::fs::read_to_string(path).map_err(|e| format!("read {}: {e}", path.display()))?;
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).map_err(|e| format!("{}: {e}", path.display())))
+        .collect()
+}
+
+/// A worker's connection to the recorder.
+pub struct RecorderClient {
+    writer: UnixStream,
+    reader: BufReader<UnixStream>,
+}
+
+impl RecorderClient {
+    pub fn connect(socket: &Path) -> Result<RecorderClient, String> {
+        let writer = UnixStream::connect(socket)
+            .map_err(|e| format!("connect {}: {e}", socket.display()))?;
+        let reader = BufReader::new(writer.try_clone().map_err(|e| e.to_string())?);
+        Ok(RecorderClient { writer, reader })
+    }
+
+    fn send(&mut self, event: &Event) -> Result<(), String> {
+        let mut line = serde_json::to_string(event).map_err(|e| e.to_string())?;
+        line.push('\n');
+        self.writer
+            .write_all(line.as_bytes())
+            .map_err(|e| format!("recorder: {e}"))
+    }
+
+    pub fn record(&mut self, event: &Event) -> Result<(), String> {
+        self.send(event)
+    }
+
+    /// Send a write to the fenced resource: true if it was accepted.
+    pub fn write(&mut self, event: &Event) -> Result<bool, String> {
+        self.send(event)?;
+        let mut reply = String::new();
+        self.reader
+            .read_line(&mut reply)
+            .map_err(|e| format!("recorder: {e}"))?;
+        Ok(reply.trim() == "OK")
+    }
+}

@@ -1,0 +1,314 @@
+//! A worker process: acquire -> write (fence, worker, t_start, t_end) to the
+//! fenced resource -> release, in a loop, reporting every step to the
+//! recorder. Run as `lock-chaos worker --key value ...` by the scenarios, so
+//! that a worker can be SIGSTOPped or run in another network namespace.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::thread::sleep;
+use std::time::Duration;
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use redis::{Connection, Value};
+
+use crate::history::{mono_ns, Event, Outcome, RecorderClient, MS};
+
+/// How long before the earliest end of its lease a worker stops writing.
+const LEASE_MARGIN_NS: u64 = 5 * MS;
+
+#[derive(Clone, Debug)]
+pub struct WorkerArgs {
+    pub id: u32,
+    pub socket: PathBuf,
+    /// The master, when no Sentinel answers (or none is given).
+    pub addr: String,
+    pub sentinels: Vec<String>,
+    pub key: String,
+    pub ttl_ms: u64,
+    pub hold_ms: (u64, u64),
+    /// ACQUIRE ... WAIT this many ms; 0: no WAIT, retry after a short sleep.
+    pub wait_ms: u64,
+    /// Probability of an EXTEND in the middle of the critical section.
+    pub extend: f64,
+    pub duration_ms: u64,
+    pub max_acquires: u64,
+    pub seed: u64,
+    /// `WAIT n` after a grant; a grant n replicas did not acknowledge is not used.
+    pub replicas: u64,
+    pub op_timeout_ms: u64,
+    /// Probability of SIGSTOPping itself between the lease check and the
+    /// write (scenario 2: the harness sends SIGCONT).
+    pub stop_before_write: f64,
+}
+
+impl WorkerArgs {
+    pub fn to_args(&self) -> Vec<String> {
+        vec![
+            "worker".into(),
+            format!("--id={}", self.id),
+            format!("--socket={}", self.socket.display()),
+            format!("--addr={}", self.addr),
+            format!("--sentinels={}", self.sentinels.join(",")),
+            format!("--key={}", self.key),
+            format!("--ttl-ms={}", self.ttl_ms),
+            format!("--hold-ms={}-{}", self.hold_ms.0, self.hold_ms.1),
+            format!("--wait-ms={}", self.wait_ms),
+            format!("--extend={}", self.extend),
+            format!("--duration-ms={}", self.duration_ms),
+            format!("--max-acquires={}", self.max_acquires),
+            format!("--seed={}", self.seed),
+            format!("--replicas={}", self.replicas),
+            format!("--op-timeout-ms={}", self.op_timeout_ms),
+            format!("--stop-before-write={}", self.stop_before_write),
+        ]
+    }
+
+    pub fn parse(args: &[String]) -> Result<WorkerArgs, String> {
+        let mut map = HashMap::new();
+        for arg in args {
+            let (k, v) = arg
+                .strip_prefix("--")
+                .and_then(|a| a.split_once('='))
+                .ok_or_else(|| format!("bad worker argument {arg:?}"))?;
+            map.insert(k.to_string(), v.to_string());
+        }
+        let get = |k: &str| map.get(k).cloned().ok_or_else(|| format!("missing --{k}"));
+        let num =
+            |k: &str| -> Result<u64, String> { get(k)?.parse().map_err(|e| format!("--{k}: {e}")) };
+        let hold = get("hold-ms")?;
+        let (lo, hi) = hold.split_once('-').ok_or("--hold-ms=lo-hi")?;
+        Ok(WorkerArgs {
+            id: num("id")? as u32,
+            socket: PathBuf::from(get("socket")?),
+            addr: get("addr")?,
+            sentinels: get("sentinels")?
+                .split(',')
+                .filter(|s| !s.is_empty())
+                .map(str::to_string)
+                .collect(),
+            key: get("key")?,
+            ttl_ms: num("ttl-ms")?,
+            hold_ms: (
+                lo.parse().map_err(|_| "--hold-ms")?,
+                hi.parse().map_err(|_| "--hold-ms")?,
+            ),
+            wait_ms: num("wait-ms")?,
+            extend: get("extend")?.parse().map_err(|_| "--extend")?,
+            duration_ms: num("duration-ms")?,
+            max_acquires: num("max-acquires")?,
+            seed: num("seed")?,
+            replicas: num("replicas")?,
+            op_timeout_ms: num("op-timeout-ms")?,
+            stop_before_write: get("stop-before-write")?
+                .parse()
+                .map_err(|_| "--stop-before-write")?,
+        })
+    }
+}
+
+fn open(addr: &str, connect_ms: u64, read_ms: u64) -> Option<Connection> {
+    let client = redis::Client::open(format!("redis://{addr}/")).ok()?;
+    let con = client
+        .get_connection_with_timeout(Duration::from_millis(connect_ms))
+        .ok()?;
+    con.set_read_timeout(Some(Duration::from_millis(read_ms)))
+        .ok()?;
+    con.set_write_timeout(Some(Duration::from_millis(read_ms)))
+        .ok()?;
+    Some(con)
+}
+
+/// The master's address according to the first Sentinel that answers.
+pub fn ask_sentinels(sentinels: &[String]) -> Option<String> {
+    for s in sentinels {
+        let Some(mut con) = open(s, 200, 300) else {
+            continue;
+        };
+        let reply: Result<Vec<String>, _> = redis::cmd("SENTINEL")
+            .arg("get-master-addr-by-name")
+            .arg("mymaster")
+            .query(&mut con);
+        if let Ok(v) = reply {
+            if v.len() == 2 {
+                return Some(format!("{}:{}", v[0], v[1]));
+            }
+        }
+    }
+    None
+}
+
+fn int_reply(r: &redis::RedisResult<Value>) -> Option<i64> {
+    match r {
+        Ok(Value::Int(n)) => Some(*n),
+        _ => None,
+    }
+}
+
+pub fn run(a: WorkerArgs) -> Result<(), String> {
+    let mut rec = RecorderClient::connect(&a.socket)?;
+    let mut rng = StdRng::seed_from_u64(a.seed);
+    let deadline = mono_ns() + a.duration_ms * MS;
+    let read_ms = a.wait_ms + a.op_timeout_ms;
+    let mut con: Option<(Connection, String)> = None;
+    let mut acquires = 0;
+    let mut seq = 0u64;
+    while mono_ns() < deadline && acquires < a.max_acquires {
+        if con.is_none() {
+            let addr = ask_sentinels(&a.sentinels).unwrap_or_else(|| a.addr.clone());
+            match open(&addr, 300, read_ms) {
+                Some(c) => con = Some((c, addr)),
+                None => {
+                    sleep(Duration::from_millis(50));
+                    continue;
+                }
+            }
+        }
+        let Some((c, addr)) = con.as_mut() else {
+            continue;
+        };
+        let server = addr.clone();
+        seq += 1;
+        acquires += 1;
+        let token = format!("w{}-{}", a.id, seq);
+        let mut cmd = redis::cmd("LOCK.ACQUIRE");
+        cmd.arg(&a.key).arg(a.ttl_ms).arg("TOKEN").arg(&token);
+        if a.wait_ms > 0 {
+            cmd.arg("WAIT").arg(a.wait_ms);
+        }
+        let t_inv = mono_ns();
+        let reply: redis::RedisResult<Value> = cmd.query(c);
+        let t_comp = mono_ns();
+        let (mut outcome, fence) = match &reply {
+            Ok(Value::Nil) => (Outcome::Refused, None),
+            Ok(Value::Array(items)) if items.len() == 2 => match items[1] {
+                Value::Int(f) if f > 0 => (Outcome::Granted, Some(f as u64)),
+                _ => (Outcome::Unknown, None),
+            },
+            _ => (Outcome::Unknown, None),
+        };
+        let mut broken = reply.is_err();
+        if outcome == Outcome::Granted && a.replicas > 0 {
+            let acked = redis::cmd("WAIT")
+                .arg(a.replicas)
+                .arg(a.op_timeout_ms / 2)
+                .query::<Value>(c);
+            broken |= acked.is_err();
+            if int_reply(&acked).unwrap_or(0) < a.replicas as i64 {
+                outcome = Outcome::Unconfirmed;
+            }
+        }
+        let t_comp = if a.replicas > 0 { mono_ns() } else { t_comp };
+        let ev = Event::Acquire {
+            worker: a.id,
+            key: a.key.clone(),
+            token: token.clone(),
+            ttl_ms: a.ttl_ms,
+            t_inv,
+            t_comp,
+            outcome: outcome.clone(),
+            fence,
+            server,
+        };
+        rec.record(&ev)?;
+        if broken {
+            con = None;
+            continue;
+        }
+        match outcome {
+            Outcome::Granted => {}
+            Outcome::Unconfirmed => {
+                release(&mut con, &mut rec, &a, &token)?;
+                continue;
+            }
+            _ => {
+                if a.wait_ms == 0 {
+                    sleep(Duration::from_micros(rng.gen_range(500..3000)));
+                }
+                continue;
+            }
+        }
+        let Some(fence) = fence else { continue };
+        // The critical section.
+        let hold = rng.gen_range(a.hold_ms.0..=a.hold_ms.1.max(a.hold_ms.0));
+        // The earliest the lease can end, by this worker's clock.
+        let mut lease_end = t_inv + a.ttl_ms * MS;
+        let t_start = mono_ns();
+        sleep(Duration::from_millis(hold / 2));
+        if rng.gen_bool(a.extend.clamp(0.0, 1.0)) {
+            if let Some((c, _)) = con.as_mut() {
+                let t_inv = mono_ns();
+                let r: redis::RedisResult<Value> = redis::cmd("LOCK.EXTEND")
+                    .arg(&a.key)
+                    .arg(&token)
+                    .arg(a.ttl_ms)
+                    .query(c);
+                let t_comp = mono_ns();
+                if int_reply(&r) == Some(1) {
+                    lease_end = lease_end.max(t_inv + a.ttl_ms * MS);
+                }
+                rec.record(&Event::Extend {
+                    worker: a.id,
+                    key: a.key.clone(),
+                    token: token.clone(),
+                    ttl_ms: a.ttl_ms,
+                    t_inv,
+                    t_comp,
+                    result: int_reply(&r),
+                })?;
+                if r.is_err() {
+                    con = None;
+                }
+            }
+        }
+        sleep(Duration::from_millis(hold - hold / 2));
+        let t_end = mono_ns();
+        // A careful client: no write once its lease may have run out. (A
+        // pause after this check is what the fence is for.)
+        if t_end + LEASE_MARGIN_NS >= lease_end {
+            release(&mut con, &mut rec, &a, &token)?;
+            continue;
+        }
+        if rng.gen_bool(a.stop_before_write.clamp(0.0, 1.0)) {
+            // SAFETY: stops this process until the harness continues it.
+            unsafe { libc::raise(libc::SIGSTOP) };
+        }
+        rec.write(&Event::Write {
+            worker: a.id,
+            key: a.key.clone(),
+            fence,
+            t_start,
+            t_end,
+            t_recv: 0,
+            accepted: false,
+        })?;
+        release(&mut con, &mut rec, &a, &token)?;
+    }
+    Ok(())
+}
+
+fn release(
+    con: &mut Option<(Connection, String)>,
+    rec: &mut RecorderClient,
+    a: &WorkerArgs,
+    token: &str,
+) -> Result<(), String> {
+    let Some((c, _)) = con.as_mut() else {
+        return Ok(());
+    };
+    let t_inv = mono_ns();
+    let r: redis::RedisResult<Value> = redis::cmd("LOCK.RELEASE").arg(&a.key).arg(token).query(c);
+    let t_comp = mono_ns();
+    rec.record(&Event::Release {
+        worker: a.id,
+        key: a.key.clone(),
+        token: token.to_string(),
+        t_inv,
+        t_comp,
+        result: int_reply(&r),
+    })?;
+    if r.is_err() {
+        *con = None;
+    }
+    Ok(())
+}
