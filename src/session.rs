@@ -129,7 +129,17 @@ unsafe extern "C" fn on_client_change(
     }));
 }
 
+/// How soon a release that found writes paused tries again.
+const PAUSED_RETRY_MS: i64 = 10;
+
 unsafe extern "C" fn on_release_timer(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
+    if store::writes_paused() {
+        // Not now (see `store::writes_paused`): the same releases, later.
+        if let Some(create) = raw::RedisModule_CreateTimer {
+            create(ctx, PAUSED_RETRY_MS, Some(on_release_timer), data);
+            return;
+        }
+    }
     let bound = Box::from_raw(data.cast::<Vec<Bound>>());
     let _ = catch_unwind(AssertUnwindSafe(|| {
         let ctx = Context::new(ctx);

@@ -153,6 +153,17 @@ pub fn select_db(ctx: &Context, db: i32) {
     }
 }
 
+/// Whether writes are paused now (`CLIENT PAUSE`, or the pause of a
+/// `FAILOVER` or a cluster manual failover). Then Redis neither expires keys
+/// nor lets anything be replicated: an expired lock still sits in the
+/// keyspace although it reads as free, and writing over it would abort Redis
+/// 7.0 (`dbAdd` of a key that is there) or Valkey 8.1 (propagation during a
+/// pause). The module's own timers, which Redis runs through a pause, check
+/// this and come back later.
+pub fn writes_paused() -> bool {
+    unsafe { raw::RedisModule_AvoidReplicaTraffic.is_some_and(|f| f() != 0) }
+}
+
 /// The server's clock in unix ms, as Redis reads it for expiry.
 pub fn now_ms() -> i64 {
     unsafe { raw::RedisModule_Milliseconds.map_or(0, |f| f()) }

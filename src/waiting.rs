@@ -561,11 +561,21 @@ fn stop_timer(ctx: &Context, timer: u64) {
     }
 }
 
+/// How soon a timer that found writes paused looks again.
+const PAUSED_RETRY_MS: i64 = 10;
+
 unsafe extern "C" fn on_timer(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
     let wake = Box::from_raw(data.cast::<Wake>());
     guarded(|| {
         let ctx = Context::new(ctx);
         match *wake {
+            Wake::HandOff { db, key } if store::writes_paused() => {
+                with_queues(|q| q.set_timer(db, &key, None));
+                wake_at(&ctx, db, &key, store::now_ms() + PAUSED_RETRY_MS - 1);
+            }
+            reclaim @ Wake::Reclaim { .. } if store::writes_paused() => {
+                start_timer(&ctx, PAUSED_RETRY_MS, reclaim);
+            }
             Wake::HandOff { db, key } => {
                 with_queues(|q| q.set_timer(db, &key, None));
                 store::select_db(&ctx, db);
