@@ -782,8 +782,10 @@ pub fn persistence(ctx: &Ctx) -> Result<Report, String> {
 
 // ---------------------------------------------------------------- scenario 6
 
-/// Effects with absolute times, and framing. Valkey 8 propagates an expiry
-/// as `UNLINK` (`lazyfree-lazy-expire yes`), the same effect as `DEL`.
+/// Effects with absolute times, and framing. Grants and extensions go out as
+/// `LOCK.SETSTATE`; `PEXPIREAT` is what Redis writes for a client's own
+/// `PEXPIRE` of a lock key. Valkey 8 propagates an expiry as `UNLINK`
+/// (`lazyfree-lazy-expire yes`), the same effect as `DEL`.
 const STREAM_ALLOWED: &[&str] = &[
     "lock.setstate",
     "pexpireat",
@@ -876,10 +878,19 @@ pub fn replication_stream(ctx: &Ctx) -> Result<Report, String> {
                         .push(format!("PEXPIREAT without an absolute time: {cmd:?}"));
                 }
                 "lock.setstate" => {
-                    if !cmd.get(4).is_some_and(|t| absolute(t)) {
+                    // `key token fence deadline granted [extends]`: both times
+                    // absolute; an extension carries its count.
+                    if !cmd.get(4).is_some_and(|t| absolute(t))
+                        || !cmd.get(5).is_some_and(|t| absolute(t))
+                    {
                         extra.scenario.push(format!(
-                            "LOCK.SETSTATE without an absolute deadline: {cmd:?}"
+                            "LOCK.SETSTATE without an absolute deadline and grant time: {cmd:?}"
                         ));
+                    }
+                    if cmd.len() == 7 {
+                        *counts
+                            .entry("lock.setstate (extension)".into())
+                            .or_default() += 1;
                     }
                     if let Some(f) = cmd.get(3).and_then(|f| f.parse::<u64>().ok()) {
                         stream_fences.insert(f);
@@ -888,7 +899,7 @@ pub fn replication_stream(ctx: &Ctx) -> Result<Report, String> {
                 _ => {}
             }
         }
-        for needed in ["lock.setstate", "pexpireat", "del"] {
+        for needed in ["lock.setstate", "lock.setstate (extension)", "del"] {
             if !counts.contains_key(needed) {
                 extra.scenario.push(format!(
                     "the stream never carried {needed}: the workload did not cover it"
