@@ -56,15 +56,30 @@ fn plain_len(bytes: &[u8]) -> Option<(u64, &[u8])> {
 }
 
 /// Token and fence of a lock body that has the plain layout the module
-/// writes, after the seed's own `header` (type, module id, encoding version):
-/// `05 <len> <token> 02 <fence> 00`. `None` for anything else.
-fn decode(body: &[u8], header: &[u8]) -> Option<(Vec<u8>, u64)> {
+/// writes (encoding 2), after the seed's own `header` (type, module id,
+/// encoding version): `05 <len> <token> 02 <fence> 02 <granted-ms>
+/// 02 <deadline-ms> 02 <extends> 00`, and whether the three fields after the
+/// fence are in range (granted ≥ 0 and deadline ≥ -1 as signed values,
+/// extends a u32). `None` for anything else.
+fn decode(body: &[u8], header: &[u8]) -> Option<(Vec<u8>, u64, bool)> {
     let rest = body.strip_prefix(header)?.strip_prefix(&[0x05])?;
     let (len, rest) = plain_len(rest)?;
     let len = usize::try_from(len).ok().filter(|&l| l <= rest.len())?;
     let (token, rest) = rest.split_at(len);
     let (fence, rest) = plain_len(rest.strip_prefix(&[0x02])?)?;
-    (rest == [0x00]).then(|| (token.to_vec(), fence))
+    let (granted, rest) = plain_len(rest.strip_prefix(&[0x02])?)?;
+    let (deadline, rest) = plain_len(rest.strip_prefix(&[0x02])?)?;
+    let (extends, rest) = plain_len(rest.strip_prefix(&[0x02])?)?;
+    let in_range = granted as i64 >= 0 && deadline as i64 >= -1 && extends <= u64::from(u32::MAX);
+    (rest == [0x00]).then(|| (token.to_vec(), fence, in_range))
+}
+
+/// Where the 8 bytes of the fence sit in a seed payload: before granted-ms
+/// and deadline-ms (each `02 81` + 8 bytes), extends 0 (`02 00`), EOF (`00`),
+/// the RDB version (2) and the CRC64 (8). A seed is a fresh DUMP, so its
+/// extends is 0 and both times take the 8-byte form.
+fn fence_offset(payload: &[u8]) -> usize {
+    payload.len() - 10 - 1 - 2 - 10 - 10 - 8
 }
 
 const INTERESTING: [u8; 10] = [0x00, 0x01, 0x02, 0x05, 0x3f, 0x40, 0x7f, 0x80, 0x81, 0xff];
@@ -207,7 +222,7 @@ fn restore_of_mutated_lock_payloads_never_crashes_and_keeps_locks_consistent() {
 
     for n in 0..runs {
         let original = &seeds[rng.gen_range(0..seeds.len())];
-        let fence_at = original.len() - 10 - 9;
+        let fence_at = fence_offset(original);
         let mut body = body_of(original).to_vec();
         mutate(&mut rng, &mut body, fence_at);
         // What a correct loader must make of it, when the layout is plain.
@@ -234,8 +249,9 @@ fn restore_of_mutated_lock_payloads_never_crashes_and_keeps_locks_consistent() {
                 server.log()
             );
         }
-        if let (Some((token, fence)), true) = (&expected, version_kept) {
-            let valid = (1..=256).contains(&token.len()) && (1..=MAX_FENCE).contains(fence);
+        if let (Some((token, fence, in_range)), true) = (&expected, version_kept) {
+            let valid =
+                (1..=256).contains(&token.len()) && (1..=MAX_FENCE).contains(fence) && *in_range;
             assert_eq!(
                 result.is_ok(),
                 valid,
@@ -301,7 +317,7 @@ fn restore_of_mutated_lock_payloads_never_crashes_and_keeps_locks_consistent() {
                         "{e} with high water {high_water}"
                     ),
                 }
-                if let Some((token, want)) = &expected {
+                if let Some((token, want, _)) = &expected {
                     // The holder is exactly the token in the payload.
                     decoded += 1;
                     assert_eq!(fence as u64, *want, "{payload:02x?}");
