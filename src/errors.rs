@@ -27,6 +27,8 @@ pub enum LockError {
     SyntaxRepeatedWait,
     /// `SESSION` given twice.
     SyntaxRepeatedSession,
+    /// `SESSION` inside a Lua script or function, whose client never closes.
+    SessionInScript,
     WaitNotInteger,
     WaitNegative,
     WaitTooLarge,
@@ -82,6 +84,9 @@ impl LockError {
             LockError::SyntaxMissingToken => c"ERR syntax error: TOKEN needs a value",
             LockError::SyntaxMissingWait => c"ERR syntax error: WAIT needs a value",
             LockError::SyntaxRepeatedWait => c"ERR syntax error: WAIT is given more than once",
+            LockError::SessionInScript => {
+                c"ERR SESSION is not allowed in scripts: the lock would be bound to the script engine, not to a connection"
+            }
             LockError::SyntaxRepeatedSession => {
                 c"ERR syntax error: SESSION is given more than once"
             }
@@ -156,7 +161,8 @@ const _: () = assert!(MAX_WAIT_MS == 31_536_000_000);
 mod tests {
     use super::*;
 
-    const ALL: [LockError; 34] = [
+    const ALL: [LockError; 35] = [
+        LockError::SessionInScript,
         LockError::WaitNoPerm,
         LockError::GrantedInvalid,
         LockError::ExtendsInvalid,
@@ -225,6 +231,7 @@ mod tests {
             | LockError::WrongType
             | LockError::SetStateInternal
             | LockError::SyntaxRepeatedSession
+            | LockError::SessionInScript
             | LockError::GrantedInvalid
             | LockError::ExtendsInvalid
             | LockError::HoldLimit

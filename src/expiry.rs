@@ -108,6 +108,13 @@ pub fn on_expired(ctx: &Context, _class: NotifyEvent, _event: &str, key: &[u8]) 
     }
 }
 
+/// Any other keyspace event (`del`, `evicted`, …) means the lock just noted
+/// was removed by something other than its expiry: forget the note, so that
+/// a later `expired` event of another value at that name does not count.
+pub fn forget_noted() {
+    NOTED.with(|n| n.borrow_mut().take());
+}
+
 /// When the lock-delay on `key` ends (unix ms), if one is in force now.
 pub fn delayed_until(db: i32, key: &[u8], now_ms: i64) -> Option<i64> {
     DELAYS.with(|d| {

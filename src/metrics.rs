@@ -1,8 +1,9 @@
 //! Counters and gauges for `INFO lock` (what redis_exporter scrapes).
 //!
 //! Counters count since the server started; they are per server, like
-//! Redis' own (`INFO stats`), and a replica counts only what it does itself
-//! (it grants nothing, but it does see locks expire once its master tells it).
+//! Redis' own (`INFO stats`), and a replica counts only what it does itself:
+//! it grants, extends, releases and expires nothing (it applies its master's
+//! effects), so its counters stay at 0; its gauges are its own.
 //! Each is a relaxed atomic add: one instruction on the hot path, no lock.
 
 use std::ffi::CStr;

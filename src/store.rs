@@ -75,6 +75,24 @@ impl LockKey {
         }
     }
 
+    /// Make the lock's copy of its deadline equal the key's TTL again, after
+    /// something other than the module changed the TTL. Works on a key open
+    /// for reading too: only the module's own value is touched.
+    pub fn mirror_deadline(&self) {
+        if !matches!(self.lock(), Ok(Some(_))) {
+            return;
+        }
+        let deadline = self.deadline().unwrap_or(-1);
+        unsafe {
+            let value = raw::RedisModule_ModuleTypeGetValue
+                .map_or(std::ptr::null_mut(), |f| f(self.key))
+                .cast::<Lock>();
+            if let Some(lock) = value.as_mut() {
+                lock.deadline_ms = deadline;
+            }
+        }
+    }
+
     /// Put `lock` in the key, replacing whatever lock was there (and its TTL:
     /// call [`LockKey::set_deadline`] after). `&mut`: it frees the old value,
     /// so no `&Lock` from [`LockKey::lock`] may outlive it.

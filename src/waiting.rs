@@ -305,7 +305,10 @@ fn may_access(ctx: &Context, user: Option<&[u8]>, key: &RedisString) -> bool {
         if acl_user.is_null() {
             return false;
         }
-        let allowed = check(acl_user, key.inner, 0) == raw::Status::Ok as c_int;
+        // Read (ACCESS) and write (UPDATE) access, as the command's own key
+        // needs; Redis accepts only these operation flags here.
+        let flags = raw::REDISMODULE_CMD_KEY_ACCESS | raw::REDISMODULE_CMD_KEY_UPDATE;
+        let allowed = check(acl_user, key.inner, flags as c_int) == raw::Status::Ok as c_int;
         free(acl_user);
         allowed
     }
@@ -571,7 +574,12 @@ unsafe extern "C" fn on_timer(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) 
         match *wake {
             Wake::HandOff { db, key } if store::writes_paused() => {
                 with_queues(|q| q.set_timer(db, &key, None));
-                wake_at(&ctx, db, &key, store::now_ms() + PAUSED_RETRY_MS - 1);
+                if waiters(db, &key) > 0 {
+                    wake_at(&ctx, db, &key, store::now_ms() + PAUSED_RETRY_MS - 1);
+                } else {
+                    with_queues(|q| q.forget_if_idle(db, &key));
+                    EXPIRED.with(|e| e.borrow_mut().remove(&(db, key)));
+                }
             }
             reclaim @ Wake::Reclaim { .. } if store::writes_paused() => {
                 start_timer(&ctx, PAUSED_RETRY_MS, reclaim);

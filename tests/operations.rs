@@ -722,3 +722,53 @@ fn grant_time_and_extension_count_reach_replicas_and_survive_reloads() {
         assert_eq!(reloaded[field], on_master[field], "{field}");
     }
 }
+
+#[test]
+fn session_is_refused_inside_a_script_and_changes_nothing() {
+    let server = Server::start();
+    let mut con = server.conn();
+    let digest_before = digest(&mut con);
+    let mut eval = redis::cmd("EVAL");
+    eval.arg("return redis.call('LOCK.ACQUIRE', KEYS[1], '60000', 'SESSION')")
+        .arg(1)
+        .arg("k");
+    let refused = error_of(&mut con, &eval);
+    assert!(
+        refused.contains("SESSION is not allowed in scripts"),
+        "{refused}"
+    );
+    assert_eq!(digest(&mut con), digest_before);
+    // Without SESSION, a script may still take a lock.
+    let mut plain = redis::cmd("EVAL");
+    plain
+        .arg("return redis.call('LOCK.ACQUIRE', KEYS[1], '60000', 'TOKEN', 't')")
+        .arg(1)
+        .arg("k");
+    let granted: (String, u64) = plain.query(&mut con).unwrap();
+    assert_eq!(granted.0, "t");
+}
+
+#[test]
+fn a_ttl_changed_by_a_client_is_what_expiry_counting_and_aof_rewrite_follow() {
+    let server = Server::start_with(&["--appendonly", "yes", "--aof-use-rdb-preamble", "no"]);
+    let mut con = server.conn();
+    // Shortened by PEXPIRE: its expiry is still an expiry of a held lock.
+    acquire(&mut con, "short", 60_000, Some("t")).unwrap();
+    let _: i64 = redis::cmd("PEXPIRE")
+        .arg("short")
+        .arg(50)
+        .query(&mut con)
+        .unwrap();
+    wait_for("the shortened lease is counted as expired", || {
+        lock_info(&mut con)["expiries"] == 1
+    });
+    // Made permanent by PERSIST: an AOF rewrite and reload keep it so.
+    acquire(&mut con, "kept", 60_000, Some("t")).unwrap();
+    let _: i64 = redis::cmd("PERSIST").arg("kept").query(&mut con).unwrap();
+    assert_eq!(info(&mut con, "kept").unwrap()["deadline"], -1);
+    rewrite_aof(&mut con);
+    let _: () = redis::cmd("DEBUG").arg("LOADAOF").query(&mut con).unwrap();
+    assert_eq!(pttl(&mut con, "kept"), -1);
+    assert_eq!(info(&mut con, "kept").unwrap()["deadline"], -1);
+    assert_eq!(release(&mut con, "kept", "t"), 1);
+}

@@ -527,6 +527,42 @@ fn waiter_whose_key_permission_was_revoked_is_not_granted() {
     assert_eq!(info(&mut admin, "lock:w"), None);
 }
 
+/// The same when the user keeps a pattern for the key, but read-only: the
+/// lock commands need read and write access.
+#[test]
+fn waiter_whose_key_access_became_read_only_is_not_granted() {
+    let (server, mut locker) = server_with_lock_user();
+    let mut admin = server.conn();
+    acquire(&mut admin, "lock:w", 60_000, Some("admin")).unwrap();
+    let handle = std::thread::spawn(move || {
+        redis::cmd("LOCK.ACQUIRE")
+            .arg("lock:w")
+            .arg(30_000)
+            .arg("TOKEN")
+            .arg("locker")
+            .arg("WAIT")
+            .arg(10_000)
+            .query::<Option<(String, u64)>>(&mut locker)
+    });
+    wait_until(Duration::from_secs(10), || {
+        info(&mut admin, "lock:w").is_some_and(|i| i["waiters"] == 1)
+    });
+    let _: () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg("locker")
+        .arg("resetkeys")
+        .arg("%R~lock:*")
+        .query(&mut admin)
+        .unwrap();
+    assert_eq!(release(&mut admin, "lock:w", "admin"), 1);
+    let reply = handle.join().unwrap();
+    assert!(
+        matches!(&reply, Err(e) if e.code() == Some("NOPERM")) || matches!(reply, Ok(None)),
+        "the waiter got {reply:?}"
+    );
+    assert_eq!(info(&mut admin, "lock:w"), None);
+}
+
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {
     needle.is_empty() || haystack.windows(needle.len()).any(|w| w == needle)
 }

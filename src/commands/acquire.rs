@@ -21,7 +21,15 @@ pub fn run(ctx: &Context, args: &[RedisString]) -> Result<(), LockError> {
     rules::check_ttl_limit(parsed.ttl_ms, config::max_ttl_ms())?;
     let name = &args[1];
     let db = store::selected_db(ctx);
-    let session = parsed.session.then(|| session::client_id(ctx));
+    let session = match parsed.session {
+        // Inside a script the client is the script engine's, which never
+        // disconnects: a binding to it would be a lie.
+        true if ctx.get_flags().contains(ContextFlags::LUA) => {
+            return Err(LockError::SessionInScript)
+        }
+        true => Some(session::client_id(ctx)),
+        false => None,
+    };
 
     let mut key = LockKey::open_write(ctx, name);
     let held = key.lock()?;
