@@ -6,7 +6,8 @@
 //! - Any other token of up to 22 bytes: inline.
 //! - A longer one: on the heap.
 //!
-//! Either way the lock value is one 32-byte allocation for the common tokens.
+//! Either way the token takes 24 bytes of the lock value, which stays one
+//! allocation for the common tokens (see `lock_type::Lock`).
 //! No Redis types here.
 
 /// Length of a hyphenated UUID.
@@ -108,7 +109,7 @@ mod tests {
     }
 
     #[test]
-    fn a_lock_with_a_short_or_uuid_token_fits_32_bytes() {
+    fn a_short_or_uuid_token_takes_24_bytes_in_place() {
         assert_eq!(std::mem::size_of::<StoredToken>(), 24);
     }
 
