@@ -114,7 +114,7 @@ bench-venv: ## Install matplotlib (for the benchmark charts) into target/bench-v
 	@$(BENCH_PYTHON) -c 'import matplotlib' >/dev/null 2>&1 || { \
 	  python3 -m venv $(BENCH_VENV) && $(BENCH_VENV)/bin/pip install --quiet '$(BENCH_MATPLOTLIB)'; }
 
-bench: bench-build valkey bench-venv ## Full benchmarks on Redis and Valkey (~14 min): docs/benchmarks.md, docs/img/*.png
+bench: bench-build valkey bench-venv ## Full benchmarks on Redis and Valkey (~20 min): docs/benchmarks.md, docs/img/*.png
 	target/release/lock-bench --profile full --valkey-server $$(ls $(VALKEY_SERVER)) \
 	  --report docs/benchmarks.md --json target/bench/results.json --made-by "make bench"
 	$(BENCH_PYTHON) bench/charts.py target/bench/results.json docs/img
@@ -130,7 +130,7 @@ bench-quick: bench-build valkey bench-venv ## A tiny run of every benchmark (< 2
 	  test -s $(BENCH_QUICK_DIR)/$$f || { echo "bench-quick: $(BENCH_QUICK_DIR)/$$f is missing"; exit 1; }; done
 	@echo "bench-quick: the harness ran every benchmark; report in $(BENCH_QUICK_DIR)/benchmarks.md"
 
-bench-profile: bench-build ## Instructions per request of ACQUIRE/RELEASE vs SET NX PX and Lua, by function (callgrind, a few minutes)
+bench-profile: bench-build ## Instructions per request of ACQUIRE/RELEASE/EXTEND vs SET NX PX and Lua, by function (callgrind, a few minutes)
 	bash bench/profile.sh
 
 chaos-build: build ## Build the module and the fault-injection harness (lock-chaos) in release mode
