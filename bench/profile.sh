@@ -7,6 +7,10 @@
 # this is the tool for checking a hot-path change. `make bench-profile`.
 #
 #   bench/profile.sh [requests]     (default 50000; needs valgrind)
+#
+# Environment: LOCK_MODULE (another build of the module), PROFILE_OUT (where the
+# results go), PROFILE_SERVER_ARGS (more server arguments, e.g. "--appendonly
+# yes"), WORKLOADS (a space-separated subset of the workloads below).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -29,13 +33,15 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 # snippet given $port) run first, then redis-benchmark with COMMAND.
 profile() {
   local name=$1 prep=$2; shift 2
+  [[ " ${workloads[*]} " == *" $name "* ]] || return 0
   local port; port=$(free_port)
   # Instrumentation starts after the preparation (callgrind_control -i on).
   valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$out/$name.cg" \
     redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no \
-    --dir "$out" --logfile "$name.log" --loadmodule "$module" >"$out/$name.valgrind.log" 2>&1 &
+    --dir "$out" --logfile "$name.log" --loadmodule "$module" ${PROFILE_SERVER_ARGS:-} \
+    >"$out/$name.valgrind.log" 2>&1 &
   local pid=$!
-  for _ in $(seq 200); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.1; done
+  for _ in $(seq 300); do [ "$(redis-cli -p "$port" ping 2>/dev/null)" = PONG ] && break; sleep 0.1; done
   eval "$prep"
   callgrind_control -i on "$pid" >/dev/null
   redis-benchmark -p "$port" -c 50 -P 16 -r "$keyspace" -n "$requests" --csv "$@" | tail -1 >"$out/$name.csv"
@@ -67,6 +73,8 @@ for i in range(keyspace):
 EOF
 }
 
+all_workloads=(acquire acquire-token set-nx lua-acquire release lua-release extend lua-extend)
+read -ra workloads <<<"${WORKLOADS:-${all_workloads[*]}}"
 echo "profiling $requests requests per workload under callgrind (a few minutes)"
 profile acquire ':' LOCK.ACQUIRE 'lk:__rand_int__' 30000
 profile acquire-token ':' LOCK.ACQUIRE 'lk:__rand_int__' 30000 TOKEN "$token"
@@ -89,7 +97,6 @@ per_request() { # $1 file, $2 function
       END { if (!found) printf "-" }'
 }
 
-workloads=(acquire acquire-token set-nx lua-acquire release lua-release extend lua-extend)
 functions=(readQueryFromClient call RedisModuleCommandDispatcher setCommand evalShaCommand
   RM_Replicate lookupCommandByCString moduleCreateArgvFromUserFormat RM_ModuleTypeSetValue
   RM_SetAbsExpire RM_OpenKey RM_ReplyWithArray RM_ReplyWithStringBuffer RM_ReplyWithLongLong
