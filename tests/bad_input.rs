@@ -11,6 +11,7 @@ const ARITY_RELEASE: &str = "ERR wrong number of arguments for 'lock.release' co
 const ARITY_INFO: &str = "ERR wrong number of arguments for 'lock.info' command";
 const UNKNOWN_OPTION: &str = "ERR syntax error: unknown option";
 const REPEATED_TOKEN: &str = "ERR syntax error: TOKEN is given more than once";
+const REPEATED_SESSION: &str = "ERR syntax error: SESSION is given more than once";
 const MISSING_TOKEN: &str = "ERR syntax error: TOKEN needs a value";
 const TTL_NOT_INTEGER: &str = "ERR ttl-ms is not an integer or out of range";
 const TTL_NOT_POSITIVE: &str = "ERR ttl-ms must be greater than 0";
@@ -317,6 +318,14 @@ fn acquire_option_errors_are_refused_and_change_nothing() {
             ),
             // The second TOKEN has no value: that is what is reported.
             with("TOKEN t TOKEN", &["TOKEN", token, "TOKEN"], MISSING_TOKEN),
+            with("SESSION SESSION", &["SESSION", "SESSION"], REPEATED_SESSION),
+            with(
+                "SESSION TOKEN t session",
+                &["SESSION", "TOKEN", token, "session"],
+                REPEATED_SESSION,
+            ),
+            with("SESSIONS", &["SESSIONS"], UNKNOWN_OPTION),
+            with("SESSION 1", &["SESSION", "1"], UNKNOWN_OPTION),
         ]
     });
     Fixture::new().assert_all_refused(&cases);
