@@ -341,7 +341,9 @@ fn max_waiters_refuses_a_wait_past_the_limit() {
     let mut con = server.conn();
     config_set(&mut con, "lock.max-waiters", "2").unwrap();
     acquire(&mut con, "k", 10_000, Some("holder")).unwrap();
+    // One after the other, so that the queue's order is known.
     let w1 = waiter(&server, "k", 10_000, "w1", 10_000);
+    wait_for("w1 waits", || blocked_clients(&mut con) == 1);
     let w2 = waiter(&server, "k", 10_000, "w2", 10_000);
     wait_for("two waiters", || blocked_clients(&mut con) == 2);
     let refused = error_of(&mut con, &acquire_cmd("k", 10_000, "w3", &["WAIT", "1000"]));
