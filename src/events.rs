@@ -1,19 +1,42 @@
-//! Keyspace events the module listens to.
+//! What the server tells the module, and what the module does about it:
+//! keyspace events, server events, the data type's hooks and the `INFO lock`
+//! section. Like the commands, these are entry points: they decide through
+//! the core and act through the state and flow files below them.
 
-use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::ffi::CStr;
 
+use redis_lock_core::decide;
+use redis_lock_core::lock::Lock;
+use redis_lock_core::settings;
 use redis_module::{Context, NotifyEvent};
 
-use crate::store::LockKey;
-use crate::{expiry, fence, waiting};
+use crate::metrics::{self, Counter};
+use crate::redis::datatype::{self, Hooks};
+use crate::redis::events::ServerEvent;
+use crate::redis::guard::guarded;
+use crate::redis::key::LockKey;
+use crate::redis::{replicate, server};
+use crate::{config, expiry, fence, sessions, waiting};
 
-/// Every generic event (`del`, `restore`, `rename_from`, `expire`, …) and
-/// eviction on any key. Redis calls this for every such event on every key;
-/// only `restore`, `expire` and `persist` look the key up (one dictionary
-/// lookup), and only keys that clients wait for do more.
+/// The data type's hooks: the fence high-water mark in the RDB, and the
+/// expiry note when Redis removes a lock.
+pub const TYPE_HOOKS: Hooks = Hooks {
+    high_water: fence::high_water,
+    observe_fence: fence::observe,
+    unlinked,
+};
+
+fn unlinked(db: i32, key: &[u8], lock: &Lock) {
+    expiry::note_unlinked(db, key, lock.deadline_ms, server::now_ms());
+}
+
+/// Every generic event (`del`, `restore`, `rename_from`, `move_from`,
+/// `expire`, …) and eviction on any key. Redis calls this for every such
+/// event on every key; only `restore`, `expire` and `persist` look the key
+/// up (one dictionary lookup), and only keys that clients wait for do more.
 ///
 /// - `expire`, `persist`, `restore` on a lock: keep the lock's copy of its
-///   deadline equal to the key's TTL (see [`crate::expiry`]).
+///   deadline equal to the key's TTL (see `redis/key.rs`).
 /// - Any other event: an unlinked lock was not an expiry.
 /// - `restore` (also the target side of `MIGRATE`, and a `RESTORE` replayed
 ///   from the AOF or the replication stream): if the key is a lock, raise the
@@ -21,11 +44,9 @@ use crate::{expiry, fence, waiting};
 ///   above it. This is not done in `rdb_load`, because Redis may still refuse
 ///   the payload after the module decoded it; a refused payload must not move
 ///   the fences.
-/// - Any event on a key that clients wait for: it may have become free (see
-///   [`waiting::on_key_event`]).
+/// - Any event on a key that clients wait for: it may have become free.
 pub fn on_key_event(ctx: &Context, _class: NotifyEvent, event: &str, key: &[u8]) {
-    // Nothing here can panic today; a bug must still stop here.
-    let _ = catch_unwind(AssertUnwindSafe(|| {
+    guarded(|| {
         match event {
             "restore" => {
                 let name = ctx.create_string(key);
@@ -43,8 +64,96 @@ pub fn on_key_event(ctx: &Context, _class: NotifyEvent, event: &str, key: &[u8])
             _ => {}
         }
         if event != "expire" && event != "persist" {
-            expiry::forget_noted();
+            expiry::forget_note();
         }
-        waiting::on_key_event(ctx, key);
-    }));
+        waiting::look_again(ctx, server::selected_db(ctx), key);
+    });
+}
+
+/// Redis' `expired` keyspace event, for any key: if it is the lock just
+/// noted by the unlink hook, its lease ran out while held: count it,
+/// announce it, and start its lock-delay.
+pub fn on_expired(ctx: &Context, _class: NotifyEvent, _event: &str, key: &[u8]) {
+    guarded(|| {
+        let db = server::selected_db(ctx);
+        let Some(deadline_ms) = expiry::take_note(db, key) else {
+            return;
+        };
+        metrics::count(Counter::Expiries);
+        waiting::lease_expired(db, key);
+        replicate::notify(ctx, c"lock.expired", &ctx.create_string(key));
+        let now_ms = server::now_ms();
+        if let Some(until) = decide::lock_delay(deadline_ms, config::expiry_delay_ms(), now_ms) {
+            expiry::delay(db, key, until, now_ms);
+        }
+    });
+}
+
+/// Server events (see `redis/events.rs`).
+pub fn on_server_event(ctx: &Context, event: ServerEvent) {
+    match event {
+        // A flush frees every key of the flushed databases and ends their
+        // lock-delays; a swap changes what every key of both databases
+        // holds. The queues belong to database numbers, as their clients
+        // do: serve each as soon as its key is free there.
+        ServerEvent::Flushed { db } => {
+            expiry::forget(db);
+            waiting::look_again_in(ctx, db);
+        }
+        ServerEvent::Swapped { a, b } => {
+            waiting::look_again_in(ctx, Some(a));
+            waiting::look_again_in(ctx, Some(b));
+        }
+        ServerEvent::RoleChanged { now_replica } => {
+            server::set_replica(now_replica);
+            if now_replica {
+                waiting::demoted(ctx);
+            }
+        }
+        ServerEvent::ClientClosed { client } => {
+            if let Some(bound) = sessions::take(client) {
+                waiting::session_closed(ctx, bound);
+            }
+        }
+        ServerEvent::ConfigChanged { names } => {
+            if names
+                .iter()
+                .any(|name| name.to_bytes().eq_ignore_ascii_case(b"maxmemory-policy"))
+            {
+                check_eviction_policy(ctx);
+            }
+        }
+    }
+}
+
+/// Warn, and flag it in `INFO lock`, when `maxmemory-policy` can evict lock
+/// keys: an evicted lock is free at once, before its lease ran out, so two
+/// clients can hold it. The module still grants (refusing would turn memory
+/// pressure into a lock outage the operator did not ask for); the operator
+/// is told, in the log and in `lock_eviction_risk`.
+pub fn check_eviction_policy(ctx: &Context) {
+    let Some(policy) = server::config_get(ctx, "maxmemory-policy") else {
+        return;
+    };
+    let at_risk = settings::policy_evicts_locks(&policy);
+    metrics::set_eviction_risk(at_risk);
+    if at_risk {
+        server::log_warning(&format!(
+            "redis-lock: maxmemory-policy is {policy}: under memory pressure Redis may evict \
+             lock keys before their lease ends, and then two clients can hold the same lock. \
+             Use maxmemory-policy noeviction on a lock server."
+        ));
+    }
+}
+
+/// The `lock` section of `INFO`: gauges, then every counter. Redis prefixes
+/// each field with the module name: `lock_grants:12`.
+pub fn info_fields() -> Vec<(&'static CStr, i64)> {
+    let gauges = [
+        (c"locks", datatype::live_values()),
+        (c"waiters", waiting::total_waiters() as i64),
+        (c"fence_high_water", fence::high_water() as i64),
+        (c"eviction_risk", i64::from(metrics::eviction_risk())),
+    ];
+    gauges.into_iter().chain(metrics::counters()).collect()
 }

@@ -15,7 +15,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use crate::rules;
+use redis_lock_core::rules;
 
 static HIGH_WATER: AtomicU64 = AtomicU64::new(0);
 

@@ -1,35 +1,38 @@
 //! redis-lock: native, fenced lock commands for Redis 7 and Valkey 8.
 //!
 //! This file is the table of contents: the module's commands and data type,
-//! each a one-line wrapper over its own file in [`commands`].
+//! each a one-line wrapper over its own file in [`commands`]. The floors,
+//! from the top (imports only go down; `make lint` checks it):
+//! - entry points: [`commands`] (clients), [`events`] (the server) and
+//!   [`startup`];
+//! - flows: [`waiting`] (queues, hand-off, the one release path), then
+//!   [`lease`] (grant, renew, release of one key);
+//! - module-wide state: [`sessions`], [`expiry`], [`fence`], [`metrics`],
+//!   [`config`];
+//! - [`redis`]: every FFI call;
+//! - the `redis-lock-core` crate: parsing, errors and every decision, with
+//!   no Redis dependency.
+//!
+//! `docs/architecture.md` draws the floors and follows one request through
+//! them.
 
-pub mod args;
 pub mod commands;
 pub mod config;
-pub mod effects;
-pub mod errors;
 pub mod events;
 pub mod expiry;
 pub mod fence;
-pub mod grant;
-pub mod lock_type;
+pub mod lease;
 pub mod metrics;
-pub mod model;
-pub mod reply;
-pub mod rules;
-pub mod session;
+pub mod redis;
+pub mod sessions;
 pub mod startup;
-pub mod store;
-pub mod token;
 pub mod waiting;
-pub mod waitqueue;
 
 use redis_module::{redis_module, Context, RedisResult, RedisString};
 
 use commands::{acquire, extend, info, release, run, setstate};
-use events::on_key_event;
-use expiry::on_expired;
-use lock_type::LOCK_TYPE;
+use events::{on_expired, on_key_event};
+use redis::datatype::LOCK_TYPE;
 use startup::init;
 
 fn lock_acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
@@ -53,8 +56,8 @@ fn lock_setstate(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 }
 
 // Redis' allocator inside the server; the system one where no server runs
-// (unit tests, and the fuzz crate, which builds without the default feature
-// `redis-allocator`), because Redis' aborts there.
+// (unit tests, and a build without the default feature `redis-allocator`),
+// because Redis' aborts there.
 #[cfg(all(not(test), feature = "redis-allocator"))]
 type Allocator = redis_module::alloc::RedisAlloc;
 #[cfg(all(not(test), feature = "redis-allocator"))]

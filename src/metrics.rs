@@ -1,4 +1,5 @@
-//! Counters and gauges for `INFO lock` (what redis_exporter scrapes).
+//! Counters for `INFO lock` (what redis_exporter scrapes); the section
+//! itself, with its gauges, is put together in `events.rs`.
 //!
 //! Counters count since the server started; they are per server, like
 //! Redis' own (`INFO stats`), and a replica counts only what it does itself:
@@ -7,12 +8,7 @@
 //! Each is a relaxed atomic add: one instruction on the hot path, no lock.
 
 use std::ffi::CStr;
-use std::os::raw::c_int;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
-
-use redis_module::raw;
-
-use crate::{fence, waiting};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// One counter per line of `INFO lock`, in the order shown.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -80,62 +76,23 @@ pub fn get(counter: Counter) -> u64 {
     VALUES[counter as usize].load(Ordering::Relaxed)
 }
 
-/// Lock values in memory: created by a grant, `LOCK.SETSTATE` or an RDB
-/// load, gone when Redis frees them (release, expiry, `DEL`, flush, …).
-static LOCK_VALUES: AtomicI64 = AtomicI64::new(0);
-
-pub fn lock_created() {
-    LOCK_VALUES.fetch_add(1, Ordering::Relaxed);
-}
-
-pub fn lock_freed() {
-    LOCK_VALUES.fetch_sub(1, Ordering::Relaxed);
-}
-
 /// Set when `maxmemory-policy` can evict lock keys (see
-/// [`crate::config::policy_evicts_locks`]).
+/// [`redis_lock_core::settings::policy_evicts_locks`]).
 static EVICTION_RISK: AtomicBool = AtomicBool::new(false);
 
 pub fn set_eviction_risk(at_risk: bool) {
     EVICTION_RISK.store(at_risk, Ordering::Relaxed);
 }
 
-/// Make [`info`] the module's `INFO` callback (in place of the crate's
-/// default one, which the module macro registers first).
-pub fn register_info(ctx: &redis_module::Context) {
-    unsafe {
-        if let Some(register) = raw::RedisModule_RegisterInfoFunc {
-            register(ctx.get_raw(), Some(info));
-        }
-    }
+pub fn eviction_risk() -> bool {
+    EVICTION_RISK.load(Ordering::Relaxed)
 }
 
-/// The `lock` section of `INFO`. Redis prefixes each field with the module
-/// name: `lock_grants:12`.
-unsafe extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_int) {
-    let gauges = [
-        (c"locks", LOCK_VALUES.load(Ordering::Relaxed).max(0)),
-        (c"waiters", waiting::total_waiters() as i64),
-        (c"fence_high_water", fence::high_water() as i64),
-        (
-            c"eviction_risk",
-            i64::from(EVICTION_RISK.load(Ordering::Relaxed)),
-        ),
-    ];
-    let counters = COUNTERS.map(|(counter, name)| (name, get(counter) as i64));
-    unsafe {
-        let (Some(section), Some(field)) = (
-            raw::RedisModule_InfoAddSection,
-            raw::RedisModule_InfoAddFieldLongLong,
-        ) else {
-            return;
-        };
-        // "": the module's default section, named after it (`INFO lock`).
-        section(ctx, c"".as_ptr());
-        for (name, value) in gauges.iter().chain(counters.iter()) {
-            field(ctx, name.as_ptr(), *value);
-        }
-    }
+/// Every counter with its `INFO lock` name, in the order shown.
+pub fn counters() -> impl Iterator<Item = (&'static CStr, i64)> {
+    COUNTERS
+        .iter()
+        .map(|(counter, name)| (*name, get(*counter) as i64))
 }
 
 #[cfg(test)]

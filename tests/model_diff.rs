@@ -1,8 +1,8 @@
 //! Differential test (issue 5, scenario 9): random ACQUIRE / EXTEND /
 //! RELEASE / INFO / DEL / FLUSHALL / DEBUG RELOAD sequences, with valid and
 //! invalid arguments and short and long leases, against a real server and
-//! against the pure model (`src/model.rs`, which applies `src/rules.rs` as the
-//! module does). Every reply must be the model's: grant, renewal, refusal,
+//! against the core's own decisions (`core/src/sim.rs` runs the same parsers
+//! and `decide` functions the module runs, over a plain map). Every reply must be the model's: grant, renewal, refusal,
 //! 1/0, the exact error text, the fence of the current holder; and every
 //! grant's fence is above every earlier one.
 //!
@@ -19,25 +19,14 @@
 
 mod common;
 
-// The model and the rules, compiled into this test: they have no Redis types,
-// and linking the library itself would bring Redis' allocator.
-#[allow(dead_code)]
-#[path = "../src/errors.rs"]
-mod errors;
-#[allow(dead_code)]
-#[path = "../src/model.rs"]
-mod model;
-#[allow(dead_code)]
-#[path = "../src/rules.rs"]
-mod rules;
-
 use std::collections::HashMap;
 
 use common::*;
-use errors::LockError;
-use model::LockTable;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use redis_lock_core::errors::LockError;
+use redis_lock_core::rules;
+use redis_lock_core::sim::LockTable;
 
 const KEYS: usize = 5;
 const TOKENS: usize = 3;

@@ -9,11 +9,11 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use redis_lock::args::{
+use redis_lock_core::args::{
     parse_acquire, parse_extend, parse_i64, parse_info, parse_release, parse_setstate,
 };
-use redis_lock::errors::LockError;
-use redis_lock::rules::{MAX_FENCE, MAX_TOKEN_LEN, MAX_WAIT_MS};
+use redis_lock_core::errors::LockError;
+use redis_lock_core::rules::{DEFAULT_MAX_TTL_MS, MAX_FENCE, MAX_TOKEN_LEN, MAX_WAIT_MS};
 
 fn coded(e: LockError) {
     let text = e.as_str();
@@ -39,10 +39,10 @@ fuzz_target!(|data: &[u8]| {
         }
     }
 
-    match parse_acquire(&args) {
+    match parse_acquire(&args, DEFAULT_MAX_TTL_MS) {
         Ok(p) => {
-            // The configured maximum (lock.max-ttl-ms) is the command's check.
-            assert!(p.ttl_ms >= 1);
+            // The configured maximum (lock.max-ttl-ms) is passed in.
+            assert!((1..=DEFAULT_MAX_TTL_MS).contains(&p.ttl_ms));
             if let Some(t) = p.token {
                 assert!((1..=MAX_TOKEN_LEN).contains(&t.len()));
             }
@@ -61,14 +61,14 @@ fuzz_target!(|data: &[u8]| {
             if p.session {
                 canonical.push(&b"session"[..]);
             }
-            assert_eq!(parse_acquire(&canonical), Ok(p));
+            assert_eq!(parse_acquire(&canonical, DEFAULT_MAX_TTL_MS), Ok(p));
         }
         Err(e) => coded(e),
     }
-    match parse_extend(&args) {
+    match parse_extend(&args, DEFAULT_MAX_TTL_MS) {
         Ok(p) => {
             assert_eq!(args.len(), 4);
-            assert!(p.ttl_ms >= 1);
+            assert!((1..=DEFAULT_MAX_TTL_MS).contains(&p.ttl_ms));
             assert!((1..=MAX_TOKEN_LEN).contains(&p.token.len()));
         }
         Err(e) => coded(e),

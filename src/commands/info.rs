@@ -3,22 +3,23 @@
 //! `granted` (unix ms of the grant), `extends` (extensions since) and
 //! `waiters`. It never shows the token.
 
+use redis_lock_core::args::parse_info;
+use redis_lock_core::errors::LockError;
 use redis_module::{Context, RedisString};
 
-use crate::args::parse_info;
-use crate::errors::LockError;
-use crate::store::{self, LockKey};
-use crate::{reply, waiting};
+use crate::redis::key::LockKey;
+use crate::redis::{self, reply, server};
+use crate::waiting;
 
 pub fn run(ctx: &Context, args: &[RedisString]) -> Result<(), LockError> {
-    parse_info(args)?;
+    parse_info(redis::args(args))?;
     let key = LockKey::open_read(ctx, &args[1]);
     let Some(lock) = key.lock()? else {
         reply::null(ctx);
         return Ok(());
     };
     let deadline = key.deadline();
-    let ttl = deadline.map_or(-1, |d| (d - store::now_ms()).max(0));
+    let ttl = deadline.map_or(-1, |d| (d - server::now_ms()).max(0));
     reply::integer_map(
         ctx,
         &[
@@ -29,7 +30,7 @@ pub fn run(ctx: &Context, args: &[RedisString]) -> Result<(), LockError> {
             (c"extends", i64::from(lock.extends)),
             (
                 c"waiters",
-                waiting::waiters(store::selected_db(ctx), args[1].as_slice()) as i64,
+                waiting::waiters(server::selected_db(ctx), &args[1]) as i64,
             ),
         ],
     );

@@ -7,34 +7,34 @@
 //! replication link and from AOF loading: a client that could call it could
 //! forge a holder or push fences around.
 
-use redis_module::{Context, ContextFlags, RedisString};
+use redis_lock_core::args::parse_setstate;
+use redis_lock_core::errors::LockError;
+use redis_lock_core::lock::Lock;
+use redis_module::{Context, RedisString};
 
-use crate::args::parse_setstate;
-use crate::errors::LockError;
-use crate::lock_type::Lock;
-use crate::store::{self, LockKey};
-use crate::{effects, fence, reply};
+use crate::fence;
+use crate::redis::key::LockKey;
+use crate::redis::{self, replicate, reply, server};
 
 pub fn run(ctx: &Context, args: &[RedisString]) -> Result<(), LockError> {
-    let flags = ctx.get_flags();
-    if !flags.intersects(ContextFlags::REPLICATED | ContextFlags::LOADING) {
+    if !server::is_replicated_or_loading(ctx) {
         return Err(LockError::SetStateInternal);
     }
-    let parsed = parse_setstate(args)?;
+    let parsed = parse_setstate(redis::args(args))?;
     let name = &args[1];
 
     let mut key = LockKey::open_write(ctx, name);
     key.lock()?;
-    key.set(Lock::new(
+    key.store(Lock::new(
         parsed.token,
         parsed.fence,
-        parsed.granted_ms.unwrap_or_else(store::now_ms),
+        parsed.granted_ms.unwrap_or_else(server::now_ms),
         parsed.deadline_ms.unwrap_or(-1),
         parsed.extends,
     ))?;
-    key.set_deadline(parsed.deadline_ms);
     fence::observe(parsed.fence);
-    effects::applied_verbatim(ctx, name);
+    replicate::touched(ctx, name);
+    replicate::verbatim(ctx);
     reply::ok(ctx);
     Ok(())
 }

@@ -1,6 +1,6 @@
 //! Per-key FIFO queues of clients waiting for a lock (`LOCK.ACQUIRE … WAIT`),
-//! with no Redis types: the module stores its blocked-client handles in it,
-//! the unit tests plain values.
+//! with no Redis types: the module keys its waiters by blocked-client id,
+//! the unit tests use plain values.
 //!
 //! A key is `(db, name)`. Looking a key up never allocates, so the hot path
 //! (an ACQUIRE asking whether anyone waits) stays cheap; only a key that gets
@@ -133,12 +133,12 @@ impl<W> WaitQueues<W> {
     }
 
     /// Take every waiter of every key, and every armed timer.
-    pub fn drain(&mut self) -> (Vec<W>, Vec<u64>) {
+    pub fn drain(&mut self) -> (Vec<(WaiterId, W)>, Vec<u64>) {
         let mut waiters = Vec::new();
         let mut timers = Vec::new();
         for (_, keys) in self.by_db.drain() {
             for (_, queue) in keys {
-                waiters.extend(queue.waiters.into_iter().map(|(_, w)| w));
+                waiters.extend(queue.waiters);
                 timers.extend(queue.timer.map(|(t, _)| t));
             }
         }
@@ -213,7 +213,7 @@ mod tests {
         assert_eq!(q.keys_with_waiters(None).len(), 2);
         let (mut waiters, timers) = q.drain();
         waiters.sort();
-        assert_eq!((waiters, timers), (vec!['a', 'b'], vec![5]));
+        assert_eq!((waiters, timers), (vec![(1, 'a'), (2, 'b')], vec![5]));
         assert_eq!(q.total(), 0);
     }
 

@@ -1,52 +1,70 @@
 //! The lock as a Redis data type (`redislock`), with every callback Redis
-//! calls on it: RDB save and load, AOF rewrite, digest, memory usage, free,
-//! and the aux field that carries the fence high-water mark in an RDB.
+//! makes on it: RDB save and load, AOF rewrite, digest, memory usage, free,
+//! unlink, and the aux field that carries the fence high-water mark in an
+//! RDB. What the module does with the high-water mark and with an unlinked
+//! lock is the layer above's: it registers [`Hooks`] at load.
 
 use std::ffi::c_void;
 use std::os::raw::{c_char, c_int, c_longlong};
 use std::ptr;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::OnceLock;
 
+use redis_lock_core::lock::Lock;
+use redis_lock_core::rules;
+use redis_lock_core::token::UUID_LEN;
 use redis_module::native_types::RedisType;
 use redis_module::raw;
 
-use crate::rules;
-use crate::token::{StoredToken, UUID_LEN};
-use crate::{fence, metrics};
+use super::guard::guarded;
+use super::server;
 
-/// The value of a lock key. The lease deadline is the key's own Redis TTL,
-/// which `PTTL` shows and Redis expires; `deadline_ms` mirrors it so that a
-/// lock Redis removes can tell an expiry from a delete (see [`crate::expiry`]).
-#[derive(Debug)]
-pub struct Lock {
-    pub fence: u64,
-    /// When this holder was granted the lock (unix ms): `lock.max-hold-ms`
-    /// counts from here.
-    pub granted_ms: i64,
-    /// The lease deadline (unix ms) as the module last set it; -1 if unknown
-    /// (a lock loaded from the first encoding).
-    pub deadline_ms: i64,
-    /// Extensions since the grant: `lock.max-extends` counts these.
-    pub extends: u32,
-    pub holder_token: StoredToken,
+/// What the module does when Redis hands it module-wide state or tells it a
+/// lock is leaving the keyspace.
+pub struct Hooks {
+    /// The fence high-water mark, saved in the RDB aux field.
+    pub high_water: fn() -> u64,
+    /// A high-water mark read from an RDB aux field.
+    pub observe_fence: fn(u64),
+    /// Redis is removing `lock` from `db` (release, `DEL`, expiry,
+    /// eviction, overwrite); its key name is the slice.
+    pub unlinked: fn(i32, &[u8], &Lock),
 }
 
-impl Lock {
-    pub fn new(token: &[u8], fence: u64, granted_ms: i64, deadline_ms: i64, extends: u32) -> Self {
-        metrics::lock_created();
-        Lock {
-            fence,
-            granted_ms,
-            deadline_ms,
-            extends,
-            holder_token: StoredToken::new(token),
-        }
+static HOOKS: OnceLock<Hooks> = OnceLock::new();
+
+/// Register the hooks (once, at load, before any RDB is read).
+pub fn set_hooks(hooks: Hooks) {
+    let _ = HOOKS.set(hooks);
+}
+
+/// Lock values in memory: created by [`new_value`] (grants, `LOCK.SETSTATE`)
+/// and RDB loads, gone when Redis frees them.
+static LIVE_VALUES: AtomicI64 = AtomicI64::new(0);
+
+pub fn live_values() -> i64 {
+    LIVE_VALUES.load(Ordering::Relaxed).max(0)
+}
+
+/// A lock value on the heap, for Redis to own.
+pub fn new_value(lock: Lock) -> *mut Lock {
+    LIVE_VALUES.fetch_add(1, Ordering::Relaxed);
+    Box::into_raw(Box::new(lock))
+}
+
+/// Free a value Redis did not take (or is done with).
+///
+/// # Safety
+/// `value` came from [`new_value`] and nothing else owns it any more.
+pub unsafe fn free_value(value: *mut Lock) {
+    if !value.is_null() {
+        LIVE_VALUES.fetch_sub(1, Ordering::Relaxed);
+        drop(Box::from_raw(value));
     }
 }
 
-impl Drop for Lock {
-    fn drop(&mut self) {
-        metrics::lock_freed();
-    }
+pub fn raw_type() -> *mut raw::RedisModuleType {
+    *LOCK_TYPE.raw_type.borrow()
 }
 
 /// Version of the RDB encoding: a lock is `[token: string buffer][fence:
@@ -79,64 +97,48 @@ pub static LOCK_TYPE: RedisType = RedisType::new(
         copy2: None,
         free_effort2: None,
         mem_usage2: None,
-        unlink2: Some(crate::expiry::on_unlink),
+        unlink2: Some(unlink),
     },
 );
 
 /// Load one lock; any short, corrupt or unknown payload gives null, which
 /// Redis turns into an error (`RESTORE`) instead of a crash.
 unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
+    guarded(|| load_lock(rdb, encver))
+        .flatten()
+        .map_or(ptr::null_mut(), |lock| new_value(lock).cast())
+}
+
+fn load_lock(rdb: *mut raw::RedisModuleIO, encver: c_int) -> Option<Lock> {
     if encver != 1 && encver != ENCODING_VERSION {
-        return ptr::null_mut();
+        return None;
     }
-    let Ok(token) = raw::load_string_buffer(rdb) else {
-        return ptr::null_mut();
-    };
-    let Ok(token) = rules::check_token(token.as_ref()) else {
-        return ptr::null_mut();
-    };
-    let Ok(fence) = raw::load_unsigned(rdb)
-        .map_err(|_| ())
-        .and_then(|f| rules::check_fence(f).map_err(|_| ()))
-    else {
-        return ptr::null_mut();
-    };
+    let token = raw::load_string_buffer(rdb).ok()?;
+    let token = rules::check_token(token.as_ref()).ok()?;
+    let fence = raw::load_unsigned(rdb).ok()?;
+    let fence = rules::check_fence(fence).ok()?;
     let (granted_ms, deadline_ms, extends) = if encver == 1 {
         // Unknown: the hold counts from the load.
-        (crate::store::now_ms(), -1, 0)
+        (server::now_ms(), -1, 0)
     } else {
-        let (Ok(granted), Ok(deadline), Ok(extends)) = (
-            raw::load_signed(rdb),
-            raw::load_signed(rdb),
-            raw::load_unsigned(rdb),
-        ) else {
-            return ptr::null_mut();
-        };
-        let Ok(extends) = u32::try_from(extends) else {
-            return ptr::null_mut();
-        };
+        let granted = raw::load_signed(rdb).ok()?;
+        let deadline = raw::load_signed(rdb).ok()?;
+        let extends = u32::try_from(raw::load_unsigned(rdb).ok()?).ok()?;
         if granted < 0 || deadline < -1 {
-            return ptr::null_mut();
+            return None;
         }
         (granted, deadline, extends)
     };
     // The fence high-water mark is not raised here: Redis may still refuse
     // this value. A full RDB load restores it from the aux field, and a
-    // RESTORE raises it once the key is stored (`events::on_key_event`).
-    Box::into_raw(Box::new(Lock::new(
-        token,
-        fence,
-        granted_ms,
-        deadline_ms,
-        extends,
-    )))
-    .cast()
+    // RESTORE raises it once the key is stored (`events.rs`).
+    Some(Lock::new(token, fence, granted_ms, deadline_ms, extends))
 }
 
 unsafe extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
     let lock = &*value.cast::<Lock>();
     let mut buffer = [0u8; UUID_LEN];
-    raw::save_slice(rdb, lock.holder_token.bytes(&mut buffer));
+    raw::save_slice(rdb, lock.token(&mut buffer));
     raw::save_unsigned(rdb, lock.fence);
     raw::save_signed(rdb, lock.granted_ms);
     raw::save_signed(rdb, lock.deadline_ms);
@@ -153,7 +155,7 @@ unsafe extern "C" fn aof_rewrite(
 ) {
     let lock = &*value.cast::<Lock>();
     let mut buffer = [0u8; UUID_LEN];
-    let token = lock.holder_token.bytes(&mut buffer);
+    let token = lock.token(&mut buffer);
     if let Some(emit) = raw::RedisModule_EmitAOF {
         emit(
             aof,
@@ -178,7 +180,7 @@ unsafe extern "C" fn mem_usage(value: *const c_void) -> usize {
 unsafe extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
     let lock = &*value.cast::<Lock>();
     let mut buffer = [0u8; UUID_LEN];
-    let token = lock.holder_token.bytes(&mut buffer);
+    let token = lock.token(&mut buffer);
     if let (Some(add_buffer), Some(add_ll), Some(end)) = (
         raw::RedisModule_DigestAddStringBuffer,
         raw::RedisModule_DigestAddLongLong,
@@ -193,11 +195,40 @@ unsafe extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void)
 }
 
 unsafe extern "C" fn free(value: *mut c_void) {
-    drop(Box::from_raw(value.cast::<Lock>()));
+    free_value(value.cast::<Lock>());
+}
+
+unsafe extern "C" fn unlink(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void) {
+    let Some(lock) = value.cast::<Lock>().as_ref() else {
+        return;
+    };
+    let Some(hooks) = HOOKS.get() else {
+        return;
+    };
+    let (Some(name_of), Some(db_of), Some(ptr_len)) = (
+        raw::RedisModule_GetKeyNameFromOptCtx,
+        raw::RedisModule_GetDbIdFromOptCtx,
+        raw::RedisModule_StringPtrLen,
+    ) else {
+        return;
+    };
+    let name = name_of(ctx);
+    if name.is_null() {
+        return;
+    }
+    let mut len = 0usize;
+    let bytes = ptr_len(name, &mut len);
+    if bytes.is_null() {
+        return;
+    }
+    let key = std::slice::from_raw_parts(bytes.cast::<u8>(), len);
+    let db = db_of(ctx);
+    guarded(|| (hooks.unlinked)(db, key, lock));
 }
 
 unsafe extern "C" fn aux_save(rdb: *mut raw::RedisModuleIO, _when: c_int) {
-    raw::save_unsigned(rdb, fence::high_water());
+    let high_water = HOOKS.get().map_or(0, |hooks| (hooks.high_water)());
+    raw::save_unsigned(rdb, high_water);
 }
 
 unsafe extern "C" fn aux_load(rdb: *mut raw::RedisModuleIO, encver: c_int, _when: c_int) -> c_int {
@@ -206,7 +237,9 @@ unsafe extern "C" fn aux_load(rdb: *mut raw::RedisModuleIO, encver: c_int, _when
     }
     match raw::load_unsigned(rdb) {
         Ok(high_water) => {
-            fence::observe(high_water);
+            if let Some(hooks) = HOOKS.get() {
+                guarded(|| (hooks.observe_fence)(high_water));
+            }
             raw::Status::Ok as c_int
         }
         Err(_) => raw::Status::Err as c_int,

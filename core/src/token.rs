@@ -7,8 +7,8 @@
 //! - A longer one: on the heap.
 //!
 //! Either way the token takes 24 bytes of the lock value, which stays one
-//! allocation for the common tokens (see `lock_type::Lock`).
-//! No Redis types here.
+//! allocation for the common tokens (see [`crate::lock::Lock`]).
+//! Also where the server draws a token for a caller that sent none.
 
 /// Length of a hyphenated UUID.
 pub const UUID_LEN: usize = 36;
@@ -51,6 +51,17 @@ impl StoredToken {
         }
     }
 
+    /// Whether `token` is this one, byte for byte: the one ownership check
+    /// (EXTEND, RELEASE, a renewing ACQUIRE). A UUID is compared as its 16
+    /// bytes, without formatting it back to text.
+    pub fn matches(&self, token: &[u8]) -> bool {
+        match self {
+            StoredToken::Uuid(raw) => canonical_uuid(token).is_some_and(|t| t == *raw),
+            StoredToken::Inline { len, bytes } => &bytes[..usize::from(*len)] == token,
+            StoredToken::Heap(bytes) => **bytes == *token,
+        }
+    }
+
     /// Bytes kept outside the lock value itself.
     pub fn heap_len(&self) -> usize {
         match self {
@@ -58,6 +69,13 @@ impl StoredToken {
             _ => 0,
         }
     }
+}
+
+/// A random UUIDv4 in lowercase hyphenated form, written into `buffer`: the
+/// token of a grant whose caller sent none.
+pub fn draw(buffer: &mut [u8; UUID_LEN]) -> &[u8] {
+    let uuid = uuid::Builder::from_random_bytes(rand::random()).into_uuid();
+    uuid.hyphenated().encode_lower(buffer).as_bytes()
 }
 
 /// The 16 bytes of `token` if it is a UUID written exactly as
@@ -113,10 +131,38 @@ mod tests {
         assert_eq!(std::mem::size_of::<StoredToken>(), 24);
     }
 
+    #[test]
+    fn a_drawn_token_is_a_canonical_uuid_stored_in_16_bytes() {
+        let mut buffer = [0u8; UUID_LEN];
+        let drawn = draw(&mut buffer).to_vec();
+        assert!(matches!(StoredToken::new(&drawn), StoredToken::Uuid(_)));
+        assert_eq!(drawn[14], b'4', "version 4");
+        let mut again = [0u8; UUID_LEN];
+        assert_ne!(draw(&mut again), &drawn[..]);
+    }
+
     proptest! {
         #[test]
         fn any_token_round_trips(token in proptest::collection::vec(any::<u8>(), 1..=256)) {
             prop_assert_eq!(round_trip(&token), token);
+        }
+
+        /// `matches` is byte equality, whatever the stored form: a UUID
+        /// differs from its upper-case spelling, a prefix is not the token.
+        #[test]
+        fn matches_is_byte_equality(
+            a in proptest::collection::vec(any::<u8>(), 1..=40),
+            b in proptest::collection::vec(any::<u8>(), 1..=40),
+            raw in any::<[u8; 16]>(),
+        ) {
+            prop_assert_eq!(StoredToken::new(&a).matches(&b), a == b);
+            prop_assert!(StoredToken::new(&a).matches(&a));
+            let text = uuid::Uuid::from_bytes(raw).hyphenated().to_string();
+            let stored = StoredToken::new(text.as_bytes());
+            prop_assert!(stored.matches(text.as_bytes()));
+            prop_assert!(!stored.matches(text.to_uppercase().as_bytes()) || text == text.to_uppercase());
+            prop_assert!(!stored.matches(&text.as_bytes()[..35]));
+            prop_assert_eq!(stored.matches(&b), b == text.as_bytes());
         }
 
         #[test]

@@ -1,26 +1,38 @@
-//! A lock table in plain memory that applies [`crate::rules`] exactly as the
-//! module does, with the clock passed in. It is the reference the property
-//! tests check the rules against, and the oracle a differential test can run
-//! the real server against.
+//! An in-memory lock table that executes the core's decisions, with the
+//! clock passed in: the same parsers and the same [`crate::decide`]
+//! functions the module runs, over a plain map instead of Redis' keyspace.
+//! The differential test runs it beside a real server, the fuzz targets and
+//! the property tests below run it alone. It is not a second copy of the
+//! rules: it only stores what the decisions say. (Feature `sim`; never in
+//! the module.)
 
 use std::collections::HashMap;
 
+use crate::args::{parse_acquire, parse_extend, parse_release};
+use crate::decide::{self, Acquire, AcquireCase, Extend};
 use crate::errors::LockError;
-use crate::rules::{self, AcquireDecision};
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HeldLock {
-    pub holder_token: Vec<u8>,
-    pub fence: u64,
-    pub deadline_ms: i64,
-}
+use crate::lock::Lock;
+use crate::rules::{self, HoldPolicy};
 
 /// Keys to locks, plus the module-wide fence high-water mark, which outlives
 /// every key.
-#[derive(Debug, Default, Clone)]
+#[derive(Debug, Clone)]
 pub struct LockTable {
-    locks: HashMap<Vec<u8>, HeldLock>,
+    locks: HashMap<Vec<u8>, Lock>,
     pub high_water: u64,
+    pub max_ttl_ms: i64,
+    pub hold: HoldPolicy,
+}
+
+impl Default for LockTable {
+    fn default() -> Self {
+        Self {
+            locks: HashMap::new(),
+            high_water: 0,
+            max_ttl_ms: rules::DEFAULT_MAX_TTL_MS,
+            hold: HoldPolicy::default(),
+        }
+    }
 }
 
 impl LockTable {
@@ -30,7 +42,7 @@ impl LockTable {
 
     /// The live lock on `key` at `now_ms`; an expired one is dropped, as Redis
     /// drops an expired key when it is looked up.
-    pub fn live(&mut self, key: &[u8], now_ms: i64) -> Option<&HeldLock> {
+    pub fn live(&mut self, key: &[u8], now_ms: i64) -> Option<&Lock> {
         let expired = self
             .locks
             .get(key)
@@ -41,7 +53,8 @@ impl LockTable {
         self.locks.get(key)
     }
 
-    /// `Ok(Some(fence))` when granted or renewed, `Ok(None)` when refused.
+    /// `LOCK.ACQUIRE key ttl TOKEN token`: `Ok(Some(fence))` when granted or
+    /// renewed, `Ok(None)` when refused.
     pub fn acquire(
         &mut self,
         key: &[u8],
@@ -50,35 +63,41 @@ impl LockTable {
         now_ms: i64,
         now_us: u64,
     ) -> Result<Option<u64>, LockError> {
-        rules::check_ttl(ttl_ms)?;
-        rules::check_token(token)?;
-        rules::check_ttl_limit(ttl_ms, rules::DEFAULT_MAX_TTL_MS)?;
-        let deadline_ms = rules::deadline_ms(now_ms, ttl_ms)?;
-        let holder = self.live(key, now_ms).map(|l| l.holder_token.as_slice());
-        match rules::decide_acquire(holder, Some(token), false) {
-            AcquireDecision::Refuse => Ok(None),
-            AcquireDecision::Renew => {
+        let ttl = ttl_ms.to_string();
+        let args: [&[u8]; 5] = [b"LOCK.ACQUIRE", key, ttl.as_bytes(), b"TOKEN", token];
+        let parsed = parse_acquire(&args, self.max_ttl_ms)?;
+        let holder = self.live(key, now_ms).cloned();
+        let decision = decide::acquire(&AcquireCase {
+            holder: holder.as_ref(),
+            holder_deadline_ms: None,
+            token: parsed.token,
+            ttl_ms: parsed.ttl_ms,
+            now_ms,
+            others_waiting: false,
+            delayed_until_ms: None,
+            hold: self.hold,
+            may_wait: false,
+        })?;
+        match decision {
+            Acquire::Refuse | Acquire::Queue { .. } => Ok(None),
+            Acquire::Renew(renewal) => {
                 let lock = self.locks.get_mut(key).ok_or(LockError::Internal)?;
-                lock.deadline_ms = deadline_ms;
-                Ok(Some(lock.fence))
+                lock.deadline_ms = renewal.deadline_ms;
+                lock.extends = renewal.extends;
+                Ok(Some(renewal.fence))
             }
-            AcquireDecision::Grant => {
+            Acquire::Grant { deadline_ms } => {
                 let fence =
                     rules::next_fence(self.high_water, now_us).ok_or(LockError::FenceExhausted)?;
                 self.high_water = fence;
-                self.locks.insert(
-                    key.to_vec(),
-                    HeldLock {
-                        holder_token: token.to_vec(),
-                        fence,
-                        deadline_ms,
-                    },
-                );
+                let lock = Lock::granted(token, fence, now_ms, deadline_ms);
+                self.locks.insert(key.to_vec(), lock);
                 Ok(Some(fence))
             }
         }
     }
 
+    /// `LOCK.EXTEND key token ttl`: whether it extended.
     pub fn extend(
         &mut self,
         key: &[u8],
@@ -86,27 +105,36 @@ impl LockTable {
         ttl_ms: i64,
         now_ms: i64,
     ) -> Result<bool, LockError> {
-        rules::check_token(token)?;
-        rules::check_ttl(ttl_ms)?;
-        rules::check_ttl_limit(ttl_ms, rules::DEFAULT_MAX_TTL_MS)?;
-        let deadline_ms = rules::deadline_ms(now_ms, ttl_ms)?;
-        let holder = self.live(key, now_ms).map(|l| l.holder_token.as_slice());
-        if !rules::is_holder(holder, token) {
-            return Ok(false);
+        let ttl = ttl_ms.to_string();
+        let args: [&[u8]; 4] = [b"LOCK.EXTEND", key, token, ttl.as_bytes()];
+        let parsed = parse_extend(&args, self.max_ttl_ms)?;
+        let holder = self.live(key, now_ms).cloned();
+        match decide::extend(
+            holder.as_ref(),
+            parsed.token,
+            parsed.ttl_ms,
+            now_ms,
+            self.hold,
+        )? {
+            Extend::NotHolder => Ok(false),
+            Extend::Renewed(renewal) => {
+                let lock = self.locks.get_mut(key).ok_or(LockError::Internal)?;
+                lock.deadline_ms = renewal.deadline_ms;
+                lock.extends = renewal.extends;
+                Ok(true)
+            }
         }
-        let lock = self.locks.get_mut(key).ok_or(LockError::Internal)?;
-        lock.deadline_ms = deadline_ms;
-        Ok(true)
     }
 
+    /// `LOCK.RELEASE key token`: whether it released.
     pub fn release(&mut self, key: &[u8], token: &[u8], now_ms: i64) -> Result<bool, LockError> {
-        rules::check_token(token)?;
-        let holder = self.live(key, now_ms).map(|l| l.holder_token.as_slice());
-        if !rules::is_holder(holder, token) {
-            return Ok(false);
+        let args: [&[u8]; 3] = [b"LOCK.RELEASE", key, token];
+        let parsed = parse_release(&args)?;
+        let released = decide::release(self.live(key, now_ms), parsed.token);
+        if released {
+            self.locks.remove(key);
         }
-        self.locks.remove(key);
-        Ok(true)
+        Ok(released)
     }
 
     /// `DEL` / `UNLINK` of the key: the lock goes, the fence history stays.
@@ -191,17 +219,17 @@ mod tests {
                                 last_grant = f;
                             }
                             (Some(b), Some(f)) => {
-                                prop_assert_eq!(&b.holder_token[..], &token(t)[..]);
+                                prop_assert!(b.held_by(&token(t)));
                                 prop_assert_eq!(f, b.fence);
                             }
-                            (Some(b), None) => prop_assert_ne!(&b.holder_token[..], &token(t)[..]),
+                            (Some(b), None) => prop_assert!(!b.held_by(&token(t))),
                             (None, None) => prop_assert!(false, "free key refused"),
                         }
                     }
                     Op::Extend { key: k, token: t, ttl } => {
                         let before = table.live(&key(k), now_ms).cloned();
                         let ok = table.extend(&key(k), &token(t), ttl, now_ms).unwrap();
-                        let owner = before.as_ref().is_some_and(|b| b.holder_token == token(t));
+                        let owner = before.as_ref().is_some_and(|b| b.held_by(&token(t)));
                         prop_assert_eq!(ok, owner);
                         let after = table.live(&key(k), now_ms).cloned();
                         if !owner {
@@ -213,7 +241,7 @@ mod tests {
                     Op::Release { key: k, token: t } => {
                         let before = table.live(&key(k), now_ms).cloned();
                         let ok = table.release(&key(k), &token(t), now_ms).unwrap();
-                        let owner = before.as_ref().is_some_and(|b| b.holder_token == token(t));
+                        let owner = before.as_ref().is_some_and(|b| b.held_by(&token(t)));
                         prop_assert_eq!(ok, owner);
                         let after = table.live(&key(k), now_ms).cloned();
                         if owner { prop_assert!(after.is_none()); } else { prop_assert_eq!(before, after); }
@@ -246,6 +274,10 @@ mod tests {
         assert_eq!(
             table.acquire(b"k", 0, b"a", 0, 11),
             Err(LockError::TtlNotPositive)
+        );
+        assert_eq!(
+            table.acquire(b"k", rules::DEFAULT_MAX_TTL_MS + 1, b"a", 0, 11),
+            Err(LockError::TtlTooLarge)
         );
         assert_eq!(
             table.acquire(b"j", 100, b"", 0, 11),

@@ -1,8 +1,9 @@
 //! Parsing each command's arguments, once, into a typed struct.
 //!
 //! The parsers work on byte slices, so they are tested without a server. They
-//! check everything a command can check before it touches the keyspace: a
-//! command that gets an `Err` here replies with it and changes nothing.
+//! check everything a command can check before it touches the keyspace,
+//! including the configured `lock.max-ttl-ms` (passed in): a command that gets
+//! an `Err` here replies with it and changes nothing.
 //! `args[0]` is the command name and `args[1]` the key, as Redis passes them.
 
 use crate::errors::LockError;
@@ -67,7 +68,11 @@ pub struct SetStateArgs<'a> {
     pub extends: u32,
 }
 
-pub fn parse_acquire<A: ArgBytes>(args: &[A]) -> Result<AcquireArgs<'_>, LockError> {
+/// `max_ttl_ms` is `lock.max-ttl-ms`, checked once the syntax is known good.
+pub fn parse_acquire<A: ArgBytes>(
+    args: &[A],
+    max_ttl_ms: i64,
+) -> Result<AcquireArgs<'_>, LockError> {
     if args.len() < 3 {
         return Err(LockError::ArityAcquire);
     }
@@ -100,20 +105,23 @@ pub fn parse_acquire<A: ArgBytes>(args: &[A]) -> Result<AcquireArgs<'_>, LockErr
         }
     }
     Ok(AcquireArgs {
-        ttl_ms,
+        ttl_ms: rules::check_ttl_limit(ttl_ms, max_ttl_ms)?,
         token,
         wait_ms,
         session,
     })
 }
 
-pub fn parse_extend<A: ArgBytes>(args: &[A]) -> Result<ExtendArgs<'_>, LockError> {
+/// `max_ttl_ms` is `lock.max-ttl-ms`.
+pub fn parse_extend<A: ArgBytes>(args: &[A], max_ttl_ms: i64) -> Result<ExtendArgs<'_>, LockError> {
     if args.len() != 4 {
         return Err(LockError::ArityExtend);
     }
+    let token = rules::check_token(args[2].bytes())?;
+    let ttl_ms = parse_ttl(args[3].bytes())?;
     Ok(ExtendArgs {
-        token: rules::check_token(args[2].bytes())?,
-        ttl_ms: parse_ttl(args[3].bytes())?,
+        token,
+        ttl_ms: rules::check_ttl_limit(ttl_ms, max_ttl_ms)?,
     })
 }
 
@@ -206,7 +214,9 @@ pub fn parse_i64(bytes: &[u8]) -> Option<i64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rules::MAX_FENCE;
+    use crate::rules::{DEFAULT_MAX_TTL_MS, MAX_FENCE};
+
+    const MAX: i64 = DEFAULT_MAX_TTL_MS;
 
     #[test]
     fn integers_are_read_as_redis_reads_them() {
@@ -236,7 +246,7 @@ mod tests {
 
     #[test]
     fn acquire_with_and_without_token() {
-        let a = parse_acquire(&["LOCK.ACQUIRE", "k", "30000"]).unwrap();
+        let a = parse_acquire(&["LOCK.ACQUIRE", "k", "30000"], MAX).unwrap();
         assert_eq!(
             a,
             AcquireArgs {
@@ -246,17 +256,18 @@ mod tests {
                 session: false,
             }
         );
-        let a = parse_acquire(&["LOCK.ACQUIRE", "k", "5", "session", "WAIT", "0"]).unwrap();
+        let a = parse_acquire(&["LOCK.ACQUIRE", "k", "5", "session", "WAIT", "0"], MAX).unwrap();
         assert_eq!((a.session, a.wait_ms), (true, Some(0)));
-        let a = parse_acquire(&["LOCK.ACQUIRE", "k", "5", "wait", "0", "TOKEN", "me"]).unwrap();
+        let a =
+            parse_acquire(&["LOCK.ACQUIRE", "k", "5", "wait", "0", "TOKEN", "me"], MAX).unwrap();
         assert_eq!((a.token, a.wait_ms), (Some(&b"me"[..]), Some(0)));
-        let a = parse_acquire(&["LOCK.ACQUIRE", "k", "5", "WAIT", "2500"]).unwrap();
+        let a = parse_acquire(&["LOCK.ACQUIRE", "k", "5", "WAIT", "2500"], MAX).unwrap();
         assert_eq!(a.wait_ms, Some(2500));
-        let a = parse_acquire(&["LOCK.ACQUIRE", "k", "5", "token", "me"]).unwrap();
+        let a = parse_acquire(&["LOCK.ACQUIRE", "k", "5", "token", "me"], MAX).unwrap();
         assert_eq!(a.token, Some(&b"me"[..]));
         let binary: [&[u8]; 5] = [b"LOCK.ACQUIRE", b"k", b"5", b"TOKEN", b"\x00\xff\r\n"];
         assert_eq!(
-            parse_acquire(&binary).unwrap().token,
+            parse_acquire(&binary, MAX).unwrap().token,
             Some(&b"\x00\xff\r\n"[..])
         );
     }
@@ -342,46 +353,63 @@ mod tests {
             ),
         ];
         for (args, want) in cases {
-            assert_eq!(parse_acquire(&args), Err(want), "{args:?}");
+            assert_eq!(parse_acquire(&args, MAX), Err(want), "{args:?}");
         }
     }
 
     #[test]
     fn extend_release_info_arity_and_values() {
         assert_eq!(
-            parse_extend(&["LOCK.EXTEND", "k", "t", "100"]),
+            parse_extend(&["LOCK.EXTEND", "k", "t", "100"], MAX),
             Ok(ExtendArgs {
                 token: b"t",
                 ttl_ms: 100
             })
         );
         assert_eq!(
-            parse_extend(&["LOCK.EXTEND", "k", "t"]),
+            parse_extend(&["LOCK.EXTEND", "k", "t"], MAX),
             Err(LockError::ArityExtend)
         );
         assert_eq!(
-            parse_extend(&["LOCK.EXTEND", "k", "t", "1", "x"]),
+            parse_extend(&["LOCK.EXTEND", "k", "t", "1", "x"], MAX),
             Err(LockError::ArityExtend)
         );
         assert_eq!(
-            parse_extend(&["LOCK.EXTEND", "k", "", "1"]),
+            parse_extend(&["LOCK.EXTEND", "k", "", "1"], MAX),
             Err(LockError::TokenLength)
         );
         assert_eq!(
-            parse_extend(&["LOCK.EXTEND", "k", "t", "x"]),
+            parse_extend(&["LOCK.EXTEND", "k", "t", "x"], MAX),
             Err(LockError::TtlNotInteger)
         );
         assert_eq!(
-            parse_extend(&["LOCK.EXTEND", "k", "t", "0"]),
+            parse_extend(&["LOCK.EXTEND", "k", "t", "0"], MAX),
             Err(LockError::TtlNotPositive)
         );
-        // The configured maximum (lock.max-ttl-ms) is the command's check.
+        // The configured maximum (lock.max-ttl-ms) is passed in, and checked
+        // after the syntax.
         assert_eq!(
-            parse_extend(&["LOCK.EXTEND", "k", "t", "9223372036854775807"]),
+            parse_extend(&["LOCK.EXTEND", "k", "t", "9223372036854775807"], i64::MAX),
             Ok(ExtendArgs {
                 token: b"t",
                 ttl_ms: i64::MAX
             })
+        );
+        assert_eq!(
+            parse_extend(&["LOCK.EXTEND", "k", "t", "1001"], 1000),
+            Err(LockError::TtlTooLarge)
+        );
+        assert_eq!(
+            parse_extend(&["LOCK.EXTEND", "k", "", "1001"], 1000),
+            Err(LockError::TokenLength)
+        );
+        assert_eq!(
+            parse_acquire(&["LOCK.ACQUIRE", "k", "1001"], 1000),
+            Err(LockError::TtlTooLarge)
+        );
+        assert_eq!(
+            parse_acquire(&["LOCK.ACQUIRE", "k", "1001", "TOKEN"], 1000),
+            Err(LockError::SyntaxMissingToken)
         );
 
         assert_eq!(

@@ -2,9 +2,14 @@
 //! release it, what the next fence is, and when a lease has run out.
 //!
 //! Every function takes the time it needs as an argument, so the rules are
-//! tested here without a server (see also [`crate::model`]).
+//! tested here without a server. [`crate::decide`] combines them into one
+//! decision per command and event.
 
 use crate::errors::LockError;
+
+// The limits are spelled out in the error messages; keep the two in step.
+const _: () = assert!(MAX_TOKEN_LEN == 256);
+const _: () = assert!(MAX_WAIT_MS == 31_536_000_000);
 
 /// Largest fence handed out: 2^53 - 1, so JavaScript and JSON read it exactly.
 pub const MAX_FENCE: u64 = (1 << 53) - 1;
@@ -25,40 +30,6 @@ pub const MAX_WAIT_MS: i64 = 31_536_000_000;
 /// Tokens are 1 to 256 bytes, binary-safe.
 pub const MAX_TOKEN_LEN: usize = 256;
 
-/// What ACQUIRE does to a key, given who holds it now.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AcquireDecision {
-    /// The key is free: grant it with a new fence.
-    Grant,
-    /// The caller already holds it: same fence, lease reset to `ttl-ms`.
-    Renew,
-    /// Someone else holds it.
-    Refuse,
-}
-
-/// `holder` is the token of the live lock on the key, if any. `token` is the
-/// caller's, or `None` when the server is to draw a fresh one, which cannot
-/// match any holder. `others_waiting` is true when clients are queued for the
-/// key: a free key then goes to the head of the queue, never to a newcomer (no
-/// barging), while the holder may still renew.
-pub fn decide_acquire(
-    holder: Option<&[u8]>,
-    token: Option<&[u8]>,
-    others_waiting: bool,
-) -> AcquireDecision {
-    match holder {
-        None if others_waiting => AcquireDecision::Refuse,
-        None => AcquireDecision::Grant,
-        Some(h) if Some(h) == token => AcquireDecision::Renew,
-        Some(_) => AcquireDecision::Refuse,
-    }
-}
-
-/// EXTEND and RELEASE act only for the token that holds the lock.
-pub fn is_holder(holder: Option<&[u8]>, token: &[u8]) -> bool {
-    holder == Some(token)
-}
-
 /// The fence for the next grant: above every fence this server has issued
 /// (`high_water`) and at least the wall clock in microseconds, so that a server
 /// that lost its history (a promoted replica that missed grants, an AOF without
@@ -78,6 +49,12 @@ pub fn deadline_ms(now_ms: i64, ttl_ms: i64) -> Result<i64, LockError> {
 /// alive; it is gone once `now` passes the deadline.
 pub fn is_live(deadline_ms: i64, now_ms: i64) -> bool {
     now_ms <= deadline_ms
+}
+
+/// The first millisecond at which a lease with this deadline is over (see
+/// [`is_live`]): when a hand-off to the next waiter should look at the key.
+pub fn lease_over_at(deadline_ms: i64) -> i64 {
+    deadline_ms.saturating_add(1)
 }
 
 /// A TTL must be positive (the configured maximum is checked by
@@ -164,48 +141,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn free_key_is_granted_own_token_renews_foreign_token_is_refused() {
-        assert_eq!(
-            decide_acquire(None, Some(b"a"), false),
-            AcquireDecision::Grant
-        );
-        assert_eq!(decide_acquire(None, None, false), AcquireDecision::Grant);
-        assert_eq!(
-            decide_acquire(Some(b"a"), Some(b"a"), false),
-            AcquireDecision::Renew
-        );
-        assert_eq!(
-            decide_acquire(Some(b"a"), Some(b"b"), false),
-            AcquireDecision::Refuse
-        );
-        assert_eq!(
-            decide_acquire(Some(b"a"), Some(b"a "), false),
-            AcquireDecision::Refuse
-        );
-        assert_eq!(
-            decide_acquire(Some(b"a"), None, false),
-            AcquireDecision::Refuse
-        );
-    }
-
-    #[test]
-    fn a_free_key_with_waiters_is_not_granted_to_a_newcomer_but_the_holder_renews() {
-        assert_eq!(
-            decide_acquire(None, Some(b"a"), true),
-            AcquireDecision::Refuse
-        );
-        assert_eq!(decide_acquire(None, None, true), AcquireDecision::Refuse);
-        assert_eq!(
-            decide_acquire(Some(b"a"), Some(b"a"), true),
-            AcquireDecision::Renew
-        );
-        assert_eq!(
-            decide_acquire(Some(b"a"), Some(b"b"), true),
-            AcquireDecision::Refuse
-        );
-    }
-
-    #[test]
     fn fence_follows_the_clock_and_never_goes_back() {
         assert_eq!(next_fence(0, 1_000), Some(1_000));
         assert_eq!(next_fence(5_000, 1_000), Some(5_001));
@@ -226,6 +161,9 @@ mod tests {
         assert!(is_live(100, 99));
         assert!(is_live(100, 100));
         assert!(!is_live(100, 101));
+        assert_eq!(lease_over_at(100), 101);
+        assert!(!is_live(100, lease_over_at(100)));
+        assert_eq!(lease_over_at(i64::MAX), i64::MAX);
     }
 
     #[test]
@@ -294,5 +232,16 @@ mod tests {
         assert_eq!(embargo_until(10_000, 0), 10_000);
         assert_eq!(embargo_until(10_000, 2_500), 12_500);
         assert_eq!(embargo_until(i64::MAX, 1), i64::MAX);
+    }
+
+    #[test]
+    fn limits_in_messages_match_the_constants() {
+        assert!(LockError::TtlTooLarge.as_str().contains("lock.max-ttl-ms"));
+        assert!(LockError::TokenLength
+            .as_str()
+            .contains(&MAX_TOKEN_LEN.to_string()));
+        assert!(LockError::FenceInvalid
+            .as_str()
+            .contains(&MAX_FENCE.to_string()));
     }
 }

@@ -1,10 +1,10 @@
 //! Replies, written straight to the client without building a `RedisValue`.
 
+use std::ffi::CStr;
 use std::os::raw::{c_char, c_long, c_longlong};
 
+use redis_lock_core::errors::LockError;
 use redis_module::{raw, Context};
-
-use crate::errors::LockError;
 
 /// `[token, fence]`
 pub fn grant(ctx: &Context, token: &[u8], fence: u64) {
@@ -55,7 +55,7 @@ pub fn error(ctx: &Context, error: LockError) {
 
 /// A map of names to integers: a RESP3 map, or a flat name/value array on
 /// RESP2 (Redis' `ReplyWithMap` picks by the client's protocol).
-pub fn integer_map(ctx: &Context, fields: &[(&std::ffi::CStr, i64)]) {
+pub fn integer_map(ctx: &Context, fields: &[(&CStr, i64)]) {
     unsafe {
         if let (Some(map), Some(name), Some(integer)) = (
             raw::RedisModule_ReplyWithMap,

@@ -1,0 +1,409 @@
+//! One decision per command and event, as a value.
+//!
+//! Each function takes the whole situation (who holds the key, the caller's
+//! token, now, whether others wait, a lock-delay, the hold policy) and
+//! returns what to do. The module executes exactly these values (its
+//! `commands/` and `waiting.rs`); the unit and property tests here, the
+//! differential test and the fuzz targets run the same functions without a
+//! server ([`crate::sim`]).
+
+use crate::errors::LockError;
+use crate::lock::Lock;
+use crate::rules::{self, HoldPolicy};
+
+/// Everything `LOCK.ACQUIRE` depends on.
+#[derive(Debug, Clone, Copy)]
+pub struct AcquireCase<'a> {
+    /// The live lock on the key; opening the key has already removed one
+    /// whose lease ran out.
+    pub holder: Option<&'a Lock>,
+    /// The holder's deadline as the key's TTL says. Only a queued caller
+    /// needs it (its wake-up), so the module reads it only when the caller
+    /// may wait.
+    pub holder_deadline_ms: Option<i64>,
+    /// `None`: the server draws a token, which matches no holder.
+    pub token: Option<&'a [u8]>,
+    pub ttl_ms: i64,
+    pub now_ms: i64,
+    /// Clients are queued for the key: a free key goes to the head of the
+    /// queue, never to a newcomer (no barging).
+    pub others_waiting: bool,
+    /// A lock-delay after an expiry is in force until then (unix ms).
+    pub delayed_until_ms: Option<i64>,
+    pub hold: HoldPolicy,
+    /// `WAIT` was given and the context may block (not MULTI, not a script).
+    pub may_wait: bool,
+}
+
+/// What `LOCK.ACQUIRE` does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Acquire {
+    /// Make the caller the holder with a new fence, until `deadline_ms`.
+    Grant { deadline_ms: i64 },
+    /// The caller already holds it: same fence, a new deadline.
+    Renew(Renewal),
+    /// Queue the caller; the key must be looked at again at `wake_at_ms`
+    /// (none: the holder's lease has no end, a release or delete will tell).
+    Queue { wake_at_ms: Option<i64> },
+    /// Reply null: busy, and the caller does not wait.
+    Refuse,
+}
+
+/// A holder's lease moved on (EXTEND, or ACQUIRE by the holder).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Renewal {
+    pub fence: u64,
+    pub deadline_ms: i64,
+    pub extends: u32,
+}
+
+impl Renewal {
+    /// When the key's queue must be looked at now: a shorter lease brings
+    /// the hand-off forward.
+    pub fn wake_at_ms(&self) -> i64 {
+        rules::lease_over_at(self.deadline_ms)
+    }
+}
+
+/// `LOCK.ACQUIRE`. An `Err` is a refusal with that error (`LIMIT` from the
+/// hold policy, or a ttl that overflows the clock), with nothing changed.
+pub fn acquire(case: &AcquireCase) -> Result<Acquire, LockError> {
+    let busy = |wake_at_ms: Option<i64>| {
+        if case.may_wait {
+            Acquire::Queue { wake_at_ms }
+        } else {
+            Acquire::Refuse
+        }
+    };
+    match case.holder {
+        Some(lock) if case.token.is_some_and(|t| lock.held_by(t)) => {
+            renew(lock, case.ttl_ms, case.now_ms, case.hold).map(Acquire::Renew)
+        }
+        Some(_) => Ok(busy(case.holder_deadline_ms.map(rules::lease_over_at))),
+        // Free, but not for a newcomer: the queue is served first (now), a
+        // lock-delay ends first (then).
+        None if case.others_waiting || case.delayed_until_ms.is_some() => {
+            Ok(busy(Some(case.delayed_until_ms.unwrap_or(case.now_ms))))
+        }
+        None => Ok(Acquire::Grant {
+            deadline_ms: rules::deadline_ms(case.now_ms, case.ttl_ms)?,
+        }),
+    }
+}
+
+/// What `LOCK.EXTEND` does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Extend {
+    Renewed(Renewal),
+    /// The token does not hold the lock (or nobody does): reply 0.
+    NotHolder,
+}
+
+/// `LOCK.EXTEND`: only the holder extends, within the hold policy.
+pub fn extend(
+    holder: Option<&Lock>,
+    token: &[u8],
+    ttl_ms: i64,
+    now_ms: i64,
+    hold: HoldPolicy,
+) -> Result<Extend, LockError> {
+    match holder {
+        Some(lock) if lock.held_by(token) => renew(lock, ttl_ms, now_ms, hold).map(Extend::Renewed),
+        _ => Ok(Extend::NotHolder),
+    }
+}
+
+/// The holder's lease, `ttl_ms` from now, if the hold policy allows it; an
+/// extension past the policy is refused whole, so the holder learns of the
+/// limit while it still holds the lock.
+fn renew(lock: &Lock, ttl_ms: i64, now_ms: i64, hold: HoldPolicy) -> Result<Renewal, LockError> {
+    let deadline_ms = rules::deadline_ms(now_ms, ttl_ms)?;
+    rules::check_extend(lock.granted_ms, lock.extends, deadline_ms, hold)?;
+    Ok(Renewal {
+        fence: lock.fence,
+        deadline_ms,
+        extends: lock.extends.saturating_add(1),
+    })
+}
+
+/// `LOCK.RELEASE`: whether `token` may release the lock (then the key is
+/// deleted and handed to the first waiter); otherwise reply 0.
+pub fn release(holder: Option<&Lock>, token: &[u8]) -> bool {
+    holder.is_some_and(|lock| lock.held_by(token))
+}
+
+/// A key with waiters, as a hand-off finds it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyState {
+    Free,
+    /// A live lock, with the deadline of its key's TTL (none: no expiry).
+    Held {
+        deadline_ms: Option<i64>,
+    },
+    /// Overwritten with another type.
+    WrongType,
+}
+
+/// What a hand-off does with a key's queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Serve {
+    /// Grant the key to the head of the queue.
+    Grant,
+    /// Not yet: look again at this time (unix ms).
+    WakeAt(i64),
+    /// Held without expiry: a release or delete will tell.
+    Idle,
+    /// Nobody can get the key: fail every waiter with this error.
+    FailAll(LockError),
+}
+
+/// A hand-off: the key is served only when free and past any lock-delay.
+pub fn serve(key: KeyState, delayed_until_ms: Option<i64>) -> Serve {
+    match key {
+        KeyState::WrongType => Serve::FailAll(LockError::WaitWrongType),
+        KeyState::Held {
+            deadline_ms: Some(deadline),
+        } => Serve::WakeAt(rules::lease_over_at(deadline)),
+        KeyState::Held { deadline_ms: None } => Serve::Idle,
+        KeyState::Free => match delayed_until_ms {
+            Some(until) => Serve::WakeAt(until),
+            None => Serve::Grant,
+        },
+    }
+}
+
+/// The deadline of a waiter's lease, granted now: it starts at the grant,
+/// not at the request. An `Err` fails that waiter only.
+pub fn waiter_deadline(now_ms: i64, ttl_ms: i64) -> Result<i64, LockError> {
+    rules::deadline_ms(now_ms, ttl_ms)
+}
+
+/// Redis is removing a lock whose deadline was `deadline_ms`: whether that
+/// is its lease running out (an expiry), as opposed to a release or `DEL`.
+pub fn is_expiry(deadline_ms: i64, now_ms: i64) -> bool {
+    deadline_ms >= 0 && !rules::is_live(deadline_ms, now_ms)
+}
+
+/// After an expiry at `deadline_ms`: until when nobody is granted the key
+/// (`lock.expiry-delay-ms`), if that is still ahead.
+pub fn lock_delay(deadline_ms: i64, delay_ms: i64, now_ms: i64) -> Option<i64> {
+    if delay_ms <= 0 {
+        return None;
+    }
+    let until = rules::embargo_until(deadline_ms, delay_ms);
+    (until > now_ms).then_some(until)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NOW: i64 = 1_000_000;
+
+    fn case<'a>(holder: Option<&'a Lock>, token: Option<&'a [u8]>) -> AcquireCase<'a> {
+        AcquireCase {
+            holder,
+            holder_deadline_ms: holder.and_then(Lock::deadline),
+            token,
+            ttl_ms: 100,
+            now_ms: NOW,
+            others_waiting: false,
+            delayed_until_ms: None,
+            hold: HoldPolicy::default(),
+            may_wait: false,
+        }
+    }
+
+    fn held_by(token: &[u8]) -> Lock {
+        Lock::granted(token, 42, NOW - 10, NOW + 50)
+    }
+
+    #[test]
+    fn free_key_is_granted_own_token_renews_foreign_token_is_refused() {
+        let grant = Ok(Acquire::Grant {
+            deadline_ms: NOW + 100,
+        });
+        assert_eq!(acquire(&case(None, Some(b"a"))), grant);
+        assert_eq!(acquire(&case(None, None)), grant);
+        let a = held_by(b"a");
+        assert_eq!(
+            acquire(&case(Some(&a), Some(b"a"))),
+            Ok(Acquire::Renew(Renewal {
+                fence: 42,
+                deadline_ms: NOW + 100,
+                extends: 1
+            }))
+        );
+        for other in [&b"b"[..], b"a ", b""] {
+            assert_eq!(acquire(&case(Some(&a), Some(other))), Ok(Acquire::Refuse));
+        }
+        assert_eq!(acquire(&case(Some(&a), None)), Ok(Acquire::Refuse));
+    }
+
+    #[test]
+    fn a_free_key_with_waiters_is_not_granted_to_a_newcomer_but_the_holder_renews() {
+        let a = held_by(b"a");
+        fn waiting(c: AcquireCase) -> AcquireCase {
+            AcquireCase {
+                others_waiting: true,
+                ..c
+            }
+        }
+        assert_eq!(
+            acquire(&waiting(case(None, Some(b"a")))),
+            Ok(Acquire::Refuse)
+        );
+        assert_eq!(acquire(&waiting(case(None, None))), Ok(Acquire::Refuse));
+        assert!(matches!(
+            acquire(&waiting(case(Some(&a), Some(b"a")))),
+            Ok(Acquire::Renew(_))
+        ));
+        assert_eq!(
+            acquire(&waiting(case(Some(&a), Some(b"b")))),
+            Ok(Acquire::Refuse)
+        );
+    }
+
+    #[test]
+    fn a_waiting_caller_is_queued_with_the_time_the_key_can_next_be_free() {
+        let a = held_by(b"a");
+        fn wait(c: AcquireCase) -> AcquireCase {
+            AcquireCase {
+                may_wait: true,
+                ..c
+            }
+        }
+        // Held: one ms after the holder's deadline.
+        assert_eq!(
+            acquire(&wait(case(Some(&a), Some(b"b")))),
+            Ok(Acquire::Queue {
+                wake_at_ms: Some(NOW + 51)
+            })
+        );
+        // Held with no expiry: nothing to arm.
+        let persisted = AcquireCase {
+            holder_deadline_ms: None,
+            ..wait(case(Some(&a), Some(b"b")))
+        };
+        assert_eq!(acquire(&persisted), Ok(Acquire::Queue { wake_at_ms: None }));
+        // Free but queued for: the queue is served now.
+        let queued = AcquireCase {
+            others_waiting: true,
+            ..wait(case(None, None))
+        };
+        assert_eq!(
+            acquire(&queued),
+            Ok(Acquire::Queue {
+                wake_at_ms: Some(NOW)
+            })
+        );
+        // Free in a lock-delay: when it ends, whether or not others wait.
+        let delayed = AcquireCase {
+            delayed_until_ms: Some(NOW + 7),
+            ..wait(case(None, None))
+        };
+        assert_eq!(
+            acquire(&delayed),
+            Ok(Acquire::Queue {
+                wake_at_ms: Some(NOW + 7)
+            })
+        );
+        assert_eq!(
+            acquire(&AcquireCase {
+                may_wait: false,
+                ..delayed
+            }),
+            Ok(Acquire::Refuse)
+        );
+        // A free key is granted, WAIT or not.
+        assert!(matches!(
+            acquire(&wait(case(None, None))),
+            Ok(Acquire::Grant { .. })
+        ));
+    }
+
+    #[test]
+    fn renewal_and_extension_follow_the_hold_policy() {
+        let a = Lock::new(b"a", 9, NOW - 1_000, NOW + 10, 2);
+        let policy = HoldPolicy {
+            max_hold_ms: 1_500,
+            max_extends: 3,
+        };
+        assert_eq!(
+            extend(Some(&a), b"a", 400, NOW, policy),
+            Ok(Extend::Renewed(Renewal {
+                fence: 9,
+                deadline_ms: NOW + 400,
+                extends: 3
+            }))
+        );
+        assert_eq!(
+            extend(Some(&a), b"a", 501, NOW, policy),
+            Err(LockError::HoldLimit)
+        );
+        let worn = Lock::new(b"a", 9, NOW, NOW + 10, 3);
+        assert_eq!(
+            extend(Some(&worn), b"a", 1, NOW, policy),
+            Err(LockError::ExtendLimit)
+        );
+        let renew = AcquireCase {
+            hold: policy,
+            ttl_ms: 501,
+            ..case(Some(&a), Some(b"a"))
+        };
+        assert_eq!(acquire(&renew), Err(LockError::HoldLimit));
+        // Not the holder: 0, whatever the policy says.
+        assert_eq!(
+            extend(Some(&worn), b"b", 1, NOW, policy),
+            Ok(Extend::NotHolder)
+        );
+        assert_eq!(extend(None, b"a", 1, NOW, policy), Ok(Extend::NotHolder));
+        assert_eq!(
+            extend(Some(&a), b"a", i64::MAX, NOW, HoldPolicy::default()),
+            Err(LockError::TtlOverflow)
+        );
+    }
+
+    #[test]
+    fn only_the_holder_releases() {
+        let a = held_by(b"a");
+        assert!(release(Some(&a), b"a"));
+        assert!(!release(Some(&a), b"b"));
+        assert!(!release(None, b"a"));
+    }
+
+    #[test]
+    fn a_queue_is_served_only_when_the_key_is_free_and_past_its_lock_delay() {
+        assert_eq!(serve(KeyState::Free, None), Serve::Grant);
+        assert_eq!(serve(KeyState::Free, Some(500)), Serve::WakeAt(500));
+        assert_eq!(
+            serve(
+                KeyState::Held {
+                    deadline_ms: Some(99)
+                },
+                None
+            ),
+            Serve::WakeAt(100)
+        );
+        assert_eq!(
+            serve(KeyState::Held { deadline_ms: None }, Some(5)),
+            Serve::Idle
+        );
+        assert_eq!(
+            serve(KeyState::WrongType, None),
+            Serve::FailAll(LockError::WaitWrongType)
+        );
+    }
+
+    #[test]
+    fn an_expiry_is_a_removal_after_the_deadline_and_starts_the_lock_delay() {
+        assert!(!is_expiry(100, 100));
+        assert!(is_expiry(100, 101));
+        assert!(!is_expiry(-1, 101));
+        assert_eq!(lock_delay(100, 0, 101), None);
+        assert_eq!(lock_delay(100, 50, 101), Some(150));
+        assert_eq!(lock_delay(100, 50, 150), None);
+        assert_eq!(waiter_deadline(5, 10), Ok(15));
+        assert_eq!(waiter_deadline(i64::MAX, 1), Err(LockError::TtlOverflow));
+    }
+}

@@ -1,0 +1,30 @@
+//! redis-lock's core: the lock's rules and decisions, with no Redis
+//! dependency, so that they are read, unit-tested, property-tested and
+//! fuzzed without a server.
+//!
+//! - [`args`]: each command's arguments, parsed once into a typed struct;
+//! - [`errors`]: every error reply, each beginning with its code;
+//! - [`rules`]: the limits and the small rules (next fence, expiry, hold
+//!   policy, lock-delay);
+//! - [`decide`]: one decision per command and event, as a value the module
+//!   executes;
+//! - [`lock`] and [`token`]: the value of a lock key and its compact token;
+//! - [`waitqueue`]: the per-key FIFO of waiters;
+//! - [`settings`]: the module's settings as data;
+//! - [`sim`] (feature `sim`): an in-memory lock table that executes the
+//!   decisions, for the differential test and the fuzz targets.
+//!
+//! Imports go one way: `decide` uses `rules`, `lock` and `errors`; nothing
+//! here uses `decide`.
+
+pub mod args;
+pub mod decide;
+pub mod errors;
+pub mod lock;
+pub mod rules;
+pub mod settings;
+pub mod token;
+pub mod waitqueue;
+
+#[cfg(any(test, feature = "sim"))]
+pub mod sim;

@@ -1,0 +1,108 @@
+//! The module's settings as data: their names, defaults and bounds, the
+//! module arguments that set their starting values, and what the eviction
+//! policy means for locks. The module registers them with Redis
+//! (`src/config.rs`) and reads them once per command.
+
+use crate::args::parse_i64;
+use crate::rules;
+
+/// (name, default, min, max): the name without the `lock.` prefix.
+pub type Setting = (&'static str, i64, i64, i64);
+
+pub const MAX_TTL: Setting = (
+    "max-ttl-ms",
+    rules::DEFAULT_MAX_TTL_MS,
+    1,
+    rules::CEILING_MS,
+);
+pub const MAX_HOLD: Setting = ("max-hold-ms", 0, 0, rules::CEILING_MS);
+pub const MAX_EXTENDS: Setting = ("max-extends", 0, 0, u32::MAX as i64);
+pub const EXPIRY_DELAY: Setting = ("expiry-delay-ms", 0, 0, rules::CEILING_MS);
+pub const MAX_WAITERS: Setting = ("max-waiters", 0, 0, u32::MAX as i64);
+
+/// Every setting, in the order [`starting_values`] returns them.
+pub const ALL: [Setting; 5] = [MAX_TTL, MAX_HOLD, MAX_EXTENDS, EXPIRY_DELAY, MAX_WAITERS];
+
+/// The starting value of each setting in [`ALL`]: its default, or what the
+/// module arguments (`name value` pairs, `lock.` prefix optional) say. An
+/// unknown name or a bad value is an error that says which.
+pub fn starting_values(args: &[&[u8]]) -> Result<[i64; 5], String> {
+    let mut values = ALL.map(|(_, default, _, _)| default);
+    for pair in args.chunks(2) {
+        let [name, value] = pair else {
+            return Err("module arguments are name value pairs, e.g. max-ttl-ms 60000".into());
+        };
+        let name = String::from_utf8_lossy(name);
+        let name = name.strip_prefix("lock.").unwrap_or(&name);
+        let Some(i) = ALL.iter().position(|(n, ..)| *n == name) else {
+            return Err(format!("unknown module argument '{name}'"));
+        };
+        let (_, _, min, max) = ALL[i];
+        match parse_i64(value) {
+            Some(v) if (min..=max).contains(&v) => values[i] = v,
+            _ => return Err(format!("{name} must be an integer from {min} to {max}")),
+        }
+    }
+    Ok(values)
+}
+
+/// Whether a `maxmemory-policy` may evict lock keys. Every policy but
+/// `noeviction` can: the `volatile-*` ones pick among keys with a TTL, and
+/// every lock has one.
+pub fn policy_evicts_locks(policy: &str) -> bool {
+    !policy.eq_ignore_ascii_case("noeviction")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_noeviction_keeps_locks() {
+        assert!(!policy_evicts_locks("noeviction"));
+        for policy in [
+            "allkeys-lru",
+            "allkeys-lfu",
+            "allkeys-random",
+            "volatile-lru",
+            "volatile-lfu",
+            "volatile-random",
+            "volatile-ttl",
+        ] {
+            assert!(policy_evicts_locks(policy), "{policy}");
+        }
+    }
+
+    #[test]
+    fn module_arguments_set_starting_values() {
+        let defaults = starting_values(&[]).unwrap();
+        assert_eq!(defaults, [86_400_000, 0, 0, 0, 0]);
+        let set = starting_values(&[
+            b"max-ttl-ms",
+            b"60000",
+            b"lock.expiry-delay-ms",
+            b"500",
+            b"max-waiters",
+            b"10",
+        ])
+        .unwrap();
+        assert_eq!(set, [60_000, 0, 0, 500, 10]);
+        for bad in [
+            vec![&b"max-ttl-ms"[..]],
+            vec![&b"max-ttl-ms"[..], b"0"],
+            vec![&b"max-ttl-ms"[..], b"ten"],
+            vec![&b"max-hold-ms"[..], b"-1"],
+            vec![&b"max-extends"[..], b"4294967296"],
+            vec![&b"no-such-thing"[..], b"1"],
+        ] {
+            assert!(starting_values(&bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn defaults_are_within_their_bounds() {
+        for (name, default, min, max) in ALL {
+            assert!(min <= default && default <= max, "{name}");
+        }
+    }
+}

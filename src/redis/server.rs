@@ -1,0 +1,116 @@
+//! The server's facts: its clock, the selected database, whether writes are
+//! paused, its role, what kind of context a command runs in, its
+//! configuration and its log.
+
+use std::ffi::CString;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use redis_module::{raw, Context, ContextFlags, RedisValue};
+
+/// The server's clock in unix ms, as Redis reads it for expiry.
+pub fn now_ms() -> i64 {
+    unsafe { raw::RedisModule_Milliseconds.map_or(0, |f| f()) }
+}
+
+/// The database the context works in.
+pub fn selected_db(ctx: &Context) -> i32 {
+    unsafe { raw::RedisModule_GetSelectedDb.map_or(0, |f| f(ctx.get_raw())) }
+}
+
+/// Make the context work in `db` (timers and events start in another one).
+pub fn select_db(ctx: &Context, db: i32) {
+    unsafe {
+        if let Some(select) = raw::RedisModule_SelectDb {
+            select(ctx.get_raw(), db);
+        }
+    }
+}
+
+/// Whether writes are paused now (`CLIENT PAUSE`, or the pause of a
+/// `FAILOVER` or a cluster manual failover). Then Redis neither expires keys
+/// nor lets anything be replicated: an expired lock still sits in the
+/// keyspace although it reads as free, and writing over it would abort Redis
+/// 7.0 (`dbAdd` of a key that is there) or Valkey 8.1 (propagation during a
+/// pause). The module's timers, which Redis runs through a pause, check this
+/// and come back later (`waiting.rs`).
+pub fn writes_paused() -> bool {
+    unsafe { raw::RedisModule_AvoidReplicaTraffic.is_some_and(|f| f() != 0) }
+}
+
+/// Whether this node is a master now (timers and callbacks run on replicas
+/// too; only a master changes lock state on its own).
+pub fn is_master(ctx: &Context) -> bool {
+    ctx.get_flags().contains(ContextFlags::MASTER)
+}
+
+/// Whether the command came from the master's link or the AOF being loaded.
+pub fn is_replicated_or_loading(ctx: &Context) -> bool {
+    ctx.get_flags()
+        .intersects(ContextFlags::REPLICATED | ContextFlags::LOADING)
+}
+
+/// Whether the command runs inside a Lua script or function.
+pub fn in_script(ctx: &Context) -> bool {
+    ctx.get_flags().contains(ContextFlags::LUA)
+}
+
+/// MULTI/EXEC, Lua and other contexts that must not block.
+pub fn can_block(ctx: &Context) -> bool {
+    !ctx.get_flags()
+        .intersects(ContextFlags::MULTI | ContextFlags::LUA | ContextFlags::DENY_BLOCKING)
+}
+
+/// Whether this server is a replica now: set at load and by the role-change
+/// server event, so the write commands pay nothing to ask on a master.
+static IS_REPLICA: AtomicBool = AtomicBool::new(false);
+
+pub fn is_replica() -> bool {
+    IS_REPLICA.load(Ordering::Relaxed)
+}
+
+pub fn set_replica(is_replica: bool) {
+    IS_REPLICA.store(is_replica, Ordering::Relaxed);
+}
+
+/// Read the role from the context (at load).
+pub fn read_role(ctx: &Context) -> bool {
+    ctx.get_flags().contains(ContextFlags::SLAVE)
+}
+
+/// The server's `(major, minor, patch)`.
+pub fn version(ctx: &Context) -> Result<(i32, i32, i32), String> {
+    ctx.get_redis_version()
+        .map(|v| (v.major, v.minor, v.patch))
+        .map_err(|e| e.to_string())
+}
+
+/// `CONFIG GET name`, as text.
+pub fn config_get(ctx: &Context, name: &str) -> Option<String> {
+    match ctx.call("CONFIG", &["GET", name]) {
+        Ok(RedisValue::Array(values)) => match values.get(1) {
+            Some(RedisValue::SimpleString(s)) | Some(RedisValue::BulkString(s)) => Some(s.clone()),
+            Some(RedisValue::BulkRedisString(s)) => Some(s.to_string_lossy()),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// Write `message` to the server log as it is: passed as an argument to a
+/// `%s` format (never as the format itself, so a `%` in a key name cannot
+/// crash the server), with any NUL byte replaced.
+pub fn log_warning(message: &str) {
+    let Ok(text) = CString::new(message.replace('\0', "\\0")) else {
+        return;
+    };
+    unsafe {
+        if let Some(log) = raw::RedisModule_Log {
+            log(
+                std::ptr::null_mut(),
+                c"warning".as_ptr(),
+                c"%s".as_ptr(),
+                text.as_ptr(),
+            );
+        }
+    }
+}
