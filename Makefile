@@ -23,7 +23,7 @@ MODULE_DEBUG := target/debug/libredis_lock.so
 CHAOS := target/release/lock-chaos
 CHAOS_ARGS ?=
 
-.PHONY: help deps build run test test-redis test-valkey test-client valkey unit lint fmt clean \
+.PHONY: help deps build run test test-redis test-valkey test-client valkey unit lint layers fmt clean \
 	bench bench-quick bench-build bench-venv bench-profile test-cluster cluster-long fuzz \
 	chaos chaos-quick chaos-build
 
@@ -93,9 +93,17 @@ fuzz: deps ## cargo-fuzz on the argument parsers and the lock model (FUZZ_SECOND
 	done
 	LOCK_FUZZ_RESTORES=200000 LOCK_DIFF_OPS=20000 cargo test --locked --test fuzz_restore --test model_diff -- --nocapture
 
-lint: ## rustfmt check and clippy with warnings as errors
+# check-layers: top-level modules (of every crate) that import each other in a
+# cycle fail the lint; the layers only import downwards. `make layers` shows
+# the graph.
+lint: ## rustfmt check, clippy with warnings as errors, and no import cycle between modules
 	cargo fmt --all -- --check
 	cargo clippy --locked --workspace --all-targets -- -D warnings
+	python3 scripts/check-layers.py --self-test
+	python3 scripts/check-layers.py
+
+layers: ## Print each crate's graph of top-level modules and any import cycle (scripts/check-layers.py)
+	python3 scripts/check-layers.py --print
 
 test-client: deps ## The Rust client crate: its tests (real servers, Redlock, a cluster), rustdoc, the billing examples (Rust, Python)
 	cargo build --locked --lib -p redis-lock

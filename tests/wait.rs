@@ -1038,6 +1038,99 @@ fn flushdb_grants_only_the_waiters_of_its_own_database() {
     assert_eq!(in_db0.finish().granted().0, "w0");
 }
 
+/// `SWAPDB 0 5` moves every key, a held lock included, to the other
+/// database, but a queue stays in the database its clients selected. A swap
+/// that leaves a queue's key free in that database must get the head of the
+/// queue granted at once, not when the moved lock's old deadline passes.
+///
+/// Open defect (the layered refactor fixes it): the module does not listen
+/// to SWAPDB, so the head waits until the old holder's deadline (60 s here),
+/// and meanwhile every plain ACQUIRE of the free key gets null.
+fn assert_swapdb_serves_the_waiter_whose_key_became_free(queue_db: i64) {
+    let lock_db = if queue_db == 0 { 5 } else { 0 };
+    let server = Server::start();
+    let mut admin = server.conn();
+    let mut queue_con = server.conn();
+    select(&mut queue_con, queue_db);
+    let mut lock_con = server.conn();
+    select(&mut lock_con, lock_db);
+    let (_, holder_fence) = acquire(&mut queue_con, "k", 60_000, Some("holder")).unwrap();
+    let (_, holder_deadline) = fence_and_deadline(&mut queue_con, "k");
+    let waiter = Waiter::queue_in_db(&server, &mut admin, queue_db, "k", Some("w"), 30_000, 0);
+    let _: () = redis::cmd("SWAPDB")
+        .arg(0)
+        .arg(5)
+        .query(&mut admin)
+        .expect("SWAPDB");
+    // Within BOUND (15 s), well before the holder's 60 s lease runs out.
+    let (token, fence) = waiter.finish().granted();
+    assert_eq!(token, "w");
+    assert!(fence > holder_fence, "fence {fence} after {holder_fence}");
+    // The moved lock is untouched in its new database, and still its
+    // holder's.
+    assert_eq!(
+        fence_and_deadline(&mut lock_con, "k"),
+        (holder_fence as i64, holder_deadline)
+    );
+    let granted = info(&mut queue_con, "k").expect("k held by the waiter");
+    assert_eq!((granted["fence"], granted["waiters"]), (fence as i64, 0));
+    assert_eq!(
+        acquire(&mut queue_con, "k", 30_000, None),
+        None,
+        "the waiter holds k in db {queue_db}"
+    );
+    assert_eq!(release(&mut lock_con, "k", "holder"), 1);
+    assert_eq!(release(&mut queue_con, "k", "w"), 1);
+}
+
+#[test]
+fn swapdb_serves_waiters_whose_key_became_free() {
+    assert_swapdb_serves_the_waiter_whose_key_became_free(0);
+}
+
+#[test]
+fn swapdb_serves_waiters_in_the_second_database_whose_key_became_free() {
+    assert_swapdb_serves_the_waiter_whose_key_became_free(5);
+}
+
+/// The other side of the rule above: when both databases hold the key, the
+/// swap leaves each queue behind a lock (the other database's), so nobody is
+/// served; releasing a lock where it now lives serves that database's queue.
+#[test]
+fn swapdb_of_two_held_keys_leaves_each_queue_behind_the_lock_now_in_its_database() {
+    let server = Server::start();
+    let mut admin = server.conn();
+    let mut db0 = server.conn();
+    let mut db5 = server.conn();
+    select(&mut db5, 5);
+    let (_, fence0) = acquire(&mut db0, "k", 60_000, Some("h0")).unwrap();
+    let (_, fence5) = acquire(&mut db5, "k", 60_000, Some("h5")).unwrap();
+    let in_db0 = Waiter::queue_in_db(&server, &mut admin, 0, "k", Some("w0"), 30_000, 0);
+    let in_db5 = Waiter::queue_in_db(&server, &mut admin, 5, "k", Some("w5"), 30_000, 0);
+    let _: () = redis::cmd("SWAPDB")
+        .arg(0)
+        .arg(5)
+        .query(&mut admin)
+        .expect("SWAPDB");
+    assert_eq!(fence_and_deadline(&mut db0, "k").0, fence5 as i64);
+    assert_eq!(fence_and_deadline(&mut db5, "k").0, fence0 as i64);
+    // Time for a wrong handoff (a timer due now) to show; not a speed check.
+    thread::sleep(Duration::from_millis(300));
+    assert!(!in_db0.is_done(), "w0 was served while db 0 holds k");
+    assert!(!in_db5.is_done(), "w5 was served while db 5 holds k");
+    assert_eq!((waiters(&mut db0, "k"), waiters(&mut db5, "k")), (1, 1));
+    assert_eq!(release(&mut db0, "k", "h5"), 1);
+    let (token, fence) = in_db0.finish().granted();
+    assert_eq!(token, "w0");
+    assert!(
+        fence > fence0.max(fence5),
+        "fence {fence} after {fence0}, {fence5}"
+    );
+    assert!(!in_db5.is_done(), "a release in db 0 served db 5");
+    assert_eq!(release(&mut db5, "k", "h0"), 1);
+    assert_eq!(in_db5.finish().granted().0, "w5");
+}
+
 #[test]
 fn set_over_a_key_with_waiters_fails_them_with_wrongtype() {
     let server = Server::start();
