@@ -34,6 +34,7 @@ use std::collections::HashSet;
 
 use redis_lock_core::decide::{self, KeyState, Serve};
 use redis_lock_core::errors::LockError;
+use redis_lock_core::rules;
 use redis_lock_core::token::{self, UUID_LEN};
 use redis_lock_core::waitqueue::{WaitQueues, WaiterId};
 use redis_module::{Context, RedisString};
@@ -43,7 +44,7 @@ use crate::metrics::{self, Counter};
 use crate::redis::blocked::{self, BlockedId, Waits};
 use crate::redis::key::LockKey;
 use crate::redis::timer::{self, TimerId};
-use crate::redis::{client, reply, server};
+use crate::redis::{client, replicate, reply, server};
 use crate::sessions::{self, Bound};
 use crate::{config, expiry};
 
@@ -258,7 +259,7 @@ fn grant_to_head(
         if let Some(client) = waiter.session {
             sessions::bind(ctx, client, db, key, fence);
         }
-        crate::redis::replicate::notify(ctx, c"lock.handoff", name);
+        replicate::notify(ctx, c"lock.handoff", name);
         metrics::count(Counter::GrantsAfterWait);
         if cause == Cause::Release {
             metrics::count(Counter::HandoffsOnRelease);
@@ -274,23 +275,9 @@ fn grant_to_head(
                 fence,
             },
         );
-        if let Some(at) = decide_next_wake(db, key, deadline_ms) {
-            wake_at(ctx, db, key, at);
-        }
+        // The rest of the queue is served when this lease is over.
+        wake_at(ctx, db, key, rules::lease_over_at(deadline_ms));
         return;
-    }
-}
-
-/// After a grant to a waiter: when to serve the rest of the queue.
-fn decide_next_wake(db: i32, key: &[u8], deadline_ms: i64) -> Option<i64> {
-    match decide::serve(
-        KeyState::Held {
-            deadline_ms: Some(deadline_ms),
-        },
-        None,
-    ) {
-        Serve::WakeAt(at) if waiters(db, key) > 0 => Some(at),
-        _ => None,
     }
 }
 

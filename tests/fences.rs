@@ -284,7 +284,7 @@ fn next_fence_is_above_h_after_restart_from_aof_after_bgrewriteaof() {
 }
 
 /// With `aof-use-rdb-preamble no` the rewritten AOF is commands only: it
-/// has no RDB aux field to carry the high-water mark. As the README says, the
+/// has no RDB aux field to carry the high-water mark. As docs/guarantees.md says, the
 /// rewrite then keeps the fences of the locks that are live, and the rest of
 /// the history rests on the clock.
 #[test]

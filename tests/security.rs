@@ -199,7 +199,7 @@ fn acl_lock_user_is_refused_other_keys_and_other_commands_and_nothing_changes() 
     );
 }
 
-/// As the README says: the commands declare their key the classic way, which
+/// As docs/commands.md says: the commands declare their key the classic way, which
 /// ACLs treat as read-write access, so a read-only key pattern (`%R~`) is not
 /// enough even for `LOCK.INFO`.
 #[test]

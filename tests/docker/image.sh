@@ -5,7 +5,7 @@
 #
 # Run by `make docker-test` (which builds the module and the base image first);
 # see tests/docker/lib.sh for the environment. The commands given to `doc` are
-# the README's "Docker" section, which check_readme holds to them.
+# docker/README.md's, which check_readme holds to them.
 
 # doc's templates are single-quoted on purpose: doc expands them.
 # shellcheck disable=SC2016
@@ -33,7 +33,7 @@ CONTAINERS+=("$NAME")
 doc 'docker run -d --name $NAME --network $NET -v $VOLUME:/data -e REDIS_PASSWORD $IMAGE' >/dev/null
 wait_healthy "$NAME"
 
-step "a redis-cli session inside the container (README transcript)"
+step "a redis-cli session inside the container (docker/README.md transcript)"
 sed -n 's/^redis> //p' tests/docker/transcript.txt >"$WORK/session"
 doc 'docker exec -i $NAME redis-cli --no-raw' <"$WORK/session" >"$WORK/session.out"
 check_transcript tests/docker/transcript.txt "$WORK/session.out"
@@ -44,8 +44,8 @@ expect_eq "LOCK.INFO's fence" "${FENCES[2]}" "${FENCES[1]}"
 expect_gt "ttl after LOCK.EXTEND to 120000 ms" "${MILLIS[0]}" 30000
 expect_gt "deadline (unix ms)" "${MILLIS[1]}" 1700000000000
 expect_gt "deadline after the grant" "${MILLIS[1]}" "${MILLIS[2]}"
-[[ $(<README.md) == *"$(<tests/docker/transcript.txt)"* ]] ||
-  fail "README.md must contain tests/docker/transcript.txt verbatim"
+[[ $(<docker/README.md) == *"$(<tests/docker/transcript.txt)"* ]] ||
+  fail "docker/README.md must contain tests/docker/transcript.txt verbatim"
 
 step "INFO and the configuration"
 expect_eq "redis_version" "$(info "$NAME" redis_version | cut -d. -f1)" 7
@@ -122,9 +122,9 @@ expect_eq "ACQUIRE on the replica" "$(cli "$REPLICA" LOCK.ACQUIRE billing 60000 
 expect_eq "release on the master" "$(cli "$NAME" LOCK.RELEASE billing worker-1)" 1
 until_ok 10 "the release reaching the replica" replica_has_no_billing
 
-step "clean up as the README does"
+step "clean up as docker/README.md does"
 doc 'docker rm -f -v $REPLICA $NAME' >/dev/null
 doc 'docker volume rm $VOLUME' >/dev/null
 doc 'docker network rm $NET' >/dev/null
 
-check_readme
+check_readme docker/README.md

@@ -106,9 +106,10 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 # --- the README's commands ---------------------------------------------------
-# doc TEMPLATE runs a command of the README's "Docker" section: TEMPLATE uses
-# $IMAGE, $NAME… and runs with this run's values; the same line with the
-# README's values must be in README.md (check_readme).
+# doc TEMPLATE runs a command of the Docker guide: TEMPLATE uses $IMAGE,
+# $NAME… and runs with this run's values; the same line with the guide's
+# values must be in the page that documents it (check_readme PAGE:
+# docker/README.md for the image, docs/sentinel.md for Sentinel).
 DOC_LINES=()
 render() { # TEMPLATE readme|run: the line with the README's or this run's values
   local line=$1 var value
@@ -123,15 +124,15 @@ doc() {
   echo "+ $(render "$1" run)" >&3
   eval "$1"
 }
-check_readme() {
-  local line missing=0
+check_readme() { # PAGE
+  local page=$1 line missing=0
   for line in "${DOC_LINES[@]}"; do
-    grep -qxF -- "$line" README.md || {
-      echo "README.md has no line: $line" >&2
+    grep -qxF -- "$line" "$page" || {
+      echo "$page has no line: $line" >&2
       missing=1
     }
   done
-  ((missing == 0)) || fail "the README's Docker commands are not the ones this test runs"
+  ((missing == 0)) || fail "the commands in $page are not the ones this test runs"
 }
 
 # --- Docker ------------------------------------------------------------------

@@ -92,7 +92,7 @@ next=$(on_master LOCK.ACQUIRE failover-test 60000 TOKEN client-2 | sed -n 2p)
 expect_gt "the first fence after the failover, over every earlier one" "$next" "$highest"
 echo "first fence after the failover: $next (highest before: $highest)"
 
-step "take it down as the README does"
+step "take it down as docs/sentinel.md does"
 doc '$COMPOSE -f docker/compose.yml -p $PROJECT down -v' >/dev/null 2>&1
 
-check_readme
+check_readme docs/sentinel.md
