@@ -23,8 +23,14 @@ use crate::{config, expiry, fence, sessions, waiting};
 pub const TYPE_HOOKS: Hooks = Hooks {
     high_water: fence::high_water,
     observe_fence: fence::observe,
+    wants_unlinked,
     unlinked,
 };
+
+/// Only a lock whose lease has run out can be an expiry.
+fn wants_unlinked(lock: &Lock) -> bool {
+    decide::is_expiry(lock.deadline_ms, server::now_ms())
+}
 
 fn unlinked(db: i32, key: &[u8], lock: &Lock) {
     expiry::note_unlinked(db, key, lock.deadline_ms, server::now_ms());

@@ -26,6 +26,9 @@ pub struct Hooks {
     pub high_water: fn() -> u64,
     /// A high-water mark read from an RDB aux field.
     pub observe_fence: fn(u64),
+    /// Whether the module wants to hear of `lock` leaving the keyspace
+    /// (asked first, so that the common case costs no key-name lookup).
+    pub wants_unlinked: fn(&Lock) -> bool,
     /// Redis is removing `lock` from `db` (release, `DEL`, expiry,
     /// eviction, overwrite); its key name is the slice.
     pub unlinked: fn(i32, &[u8], &Lock),
@@ -205,6 +208,9 @@ unsafe extern "C" fn unlink(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c
     let Some(hooks) = HOOKS.get() else {
         return;
     };
+    if !guarded(|| (hooks.wants_unlinked)(lock)).unwrap_or(false) {
+        return;
+    }
     let (Some(name_of), Some(db_of), Some(ptr_len)) = (
         raw::RedisModule_GetKeyNameFromOptCtx,
         raw::RedisModule_GetDbIdFromOptCtx,
