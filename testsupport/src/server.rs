@@ -196,10 +196,14 @@ impl Launch {
         Err(failure)
     }
 
-    /// [`Launch::try_start`], panicking with the reason and the log.
+    /// [`Launch::try_start`], panicking (at the caller) with the reason and
+    /// the log.
+    #[track_caller]
     pub fn start(&self) -> Server {
-        self.try_start()
-            .unwrap_or_else(|e| panic!("server did not start: {e}"))
+        match self.try_start() {
+            Ok(server) => server,
+            Err(e) => panic!("server did not start: {e}"),
+        }
     }
 }
 
@@ -217,12 +221,14 @@ pub struct Server {
 impl Server {
     /// A fresh server with no persistence ([`Launch::new`]); panics if it
     /// does not start.
+    #[track_caller]
     pub fn start() -> Server {
         Launch::new().start()
     }
 
     /// A fresh server; `extra` are configuration arguments such as
     /// `["--appendonly", "yes"]`, applied after the defaults.
+    #[track_caller]
     pub fn start_with(extra: &[&str]) -> Server {
         Launch::new().args(extra).start()
     }
@@ -251,9 +257,12 @@ impl Server {
     }
 
     /// [`Server::try_conn`], panicking with the log.
+    #[track_caller]
     pub fn conn(&self) -> Connection {
-        self.try_conn()
-            .unwrap_or_else(|e| panic!("{e}\n{}", self.log()))
+        match self.try_conn() {
+            Ok(con) => con,
+            Err(e) => panic!("{e}\n{}", self.log()),
+        }
     }
 
     /// The process id while the process runs (or has ended unreaped).
@@ -398,6 +407,7 @@ impl Server {
     }
 
     /// [`Server::try_restart`], panicking with the log.
+    #[track_caller]
     pub fn restart(&mut self) {
         if let Err(e) = self.try_restart() {
             panic!("server did not restart: {e}");
@@ -406,6 +416,7 @@ impl Server {
 
     /// Restart with other arguments in place of the launch's `args` (same
     /// port and directory).
+    #[track_caller]
     pub fn restart_with(&mut self, args: &[&str]) {
         self.launch.args = args.iter().map(|s| s.to_string()).collect();
         self.restart();
@@ -423,11 +434,13 @@ impl Server {
     }
 
     /// SIGSTOP: the process hangs and its sockets stay open.
+    #[track_caller]
     pub fn pause(&self) {
         assert!(self.signal(libc::SIGSTOP), "SIGSTOP to {}", self.addr());
     }
 
     /// SIGCONT after [`Server::pause`].
+    #[track_caller]
     pub fn resume(&self) {
         assert!(self.signal(libc::SIGCONT), "SIGCONT to {}", self.addr());
     }
