@@ -13,6 +13,8 @@ use std::process::{Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use redis_lock_testsupport::{module_path, server_binary};
+
 const BOUND: Duration = Duration::from_secs(15);
 
 fn config_get(con: &mut Connection, name: &str) -> i64 {
@@ -139,7 +141,7 @@ fn start_refused(args: &[&str]) -> String {
         .arg("--unixsocket")
         .arg(&socket)
         .arg("--loadmodule")
-        .arg(module_path())
+        .arg(module_path().expect("the module"))
         .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

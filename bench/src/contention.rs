@@ -123,7 +123,7 @@ pub fn run(
                     flushall(&mut conn)?;
                     let argv = load_command(settings, strategy, contenders, keys);
                     let cpu_before = server.cpu_ns();
-                    let summary = run_load(lock_load, &argv, server.port)?;
+                    let summary = run_load(lock_load, &argv, server.port())?;
                     let cpu_ns = server.cpu_ns().saturating_sub(cpu_before);
                     runs.push(Run {
                         server: server.label.clone(),

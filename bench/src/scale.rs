@@ -178,10 +178,10 @@ pub fn run(
             ));
             let mut conn = server.conn()?;
             query::<()>(&mut conn, redis::cmd("CONFIG").arg("RESETSTAT"))?;
-            let summary = run_load(lock_load, &argv, server.port)?;
+            let summary = run_load(lock_load, &argv, server.port())?;
             let [p50, p99, p999] = latency_percentiles(&mut conn, "lock.acquire")?;
             query::<()>(&mut conn, redis::cmd("CONFIG").arg("RESETSTAT"))?;
-            run_set_reference(settings, server.port)?;
+            run_set_reference(settings, server.port())?;
             let [set_p50, set_p99, set_p999] = latency_percentiles(&mut conn, "set")?;
             runs.push(Run {
                 server: server.label.clone(),

@@ -1,21 +1,17 @@
 //! A benchmark server: `redis-server` or `valkey-server` with the module, on a
-//! free loopback port, with no persistence, killed on drop.
+//! free loopback port, with no persistence, killed on drop (started by
+//! `redis-lock-testsupport`), and the helpers the benchmarks share.
 
-use std::net::TcpListener;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::thread::sleep;
-use std::time::{Duration, Instant};
+use std::path::Path;
+use std::time::Duration;
 
 use redis::Connection;
+use redis_lock_testsupport::Launch;
 
 pub struct Server {
     /// "Redis 7.0.15" or "Valkey 8.1.8".
     pub label: String,
-    pub binary: PathBuf,
-    pub port: u16,
-    pub dir: PathBuf,
-    child: Child,
+    process: redis_lock_testsupport::Server,
 }
 
 impl Server {
@@ -33,76 +29,42 @@ impl Server {
         extra: &[&str],
         label_suffix: &str,
     ) -> Result<Server, String> {
-        let port = free_port()?;
-        let dir = work_dir.join(format!("server-{port}"));
-        std::fs::create_dir_all(&dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
-        let child = Command::new(binary)
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--daemonize", "no", "--save", "", "--appendonly", "no"])
-            .args(["--maxmemory-policy", "noeviction"])
-            .arg("--dir")
-            .arg(&dir)
-            .args(["--logfile", "server.log"])
-            .arg("--loadmodule")
-            .arg(module)
+        let process = Launch::new()
+            .binary(binary)
+            .module(module)
+            .dir_in(work_dir, "server")
+            .args(&["--maxmemory-policy", "noeviction"])
             .args(extra)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .map_err(|e| format!("spawn {}: {e}", binary.display()))?;
+            // A bulk load or FLUSHALL may take long: no read timeout.
+            .conn_timeouts(Duration::from_secs(5), None)
+            .try_start()?;
         let mut server = Server {
             label: String::new(),
-            binary: binary.to_path_buf(),
-            port,
-            dir,
-            child,
+            process,
         };
-        let start = Instant::now();
-        loop {
-            if let Ok(mut conn) = server.try_connect() {
-                if redis::cmd("PING").query::<String>(&mut conn).is_ok() {
-                    break;
-                }
-            }
-            if let Ok(Some(status)) = server.child.try_wait() {
-                return Err(format!(
-                    "{} exited ({status}); log:\n{}",
-                    binary.display(),
-                    server.log()
-                ));
-            }
-            if start.elapsed() > Duration::from_secs(20) {
-                return Err(format!("{} did not answer PING", binary.display()));
-            }
-            sleep(Duration::from_millis(20));
-        }
         server.label = server.version_label()? + label_suffix;
         Ok(server)
     }
 
-    fn try_connect(&self) -> redis::RedisResult<Connection> {
-        let client = redis::Client::open(self.url())?;
-        client.get_connection_with_timeout(Duration::from_secs(5))
+    pub fn port(&self) -> u16 {
+        self.process.port
     }
 
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/", self.port)
+        self.process.url()
     }
 
     pub fn conn(&self) -> Result<Connection, String> {
-        self.try_connect()
-            .map_err(|e| format!("connect to {}: {e}", self.port))
-    }
-
-    pub fn pid(&self) -> u32 {
-        self.child.id()
+        self.process.try_conn()
     }
 
     /// CPU time the server's main thread has used, in nanoseconds, from
     /// `/proc/<pid>/schedstat` (the scheduler's own accounting, ns precision).
     pub fn cpu_ns(&self) -> u64 {
-        std::fs::read_to_string(format!("/proc/{}/schedstat", self.pid()))
+        let Some(pid) = self.process.pid() else {
+            return 0;
+        };
+        std::fs::read_to_string(format!("/proc/{pid}/schedstat"))
             .ok()
             .and_then(|s| s.split_whitespace().next().and_then(|v| v.parse().ok()))
             .unwrap_or(0)
@@ -125,15 +87,7 @@ impl Server {
     }
 
     pub fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.join("server.log")).unwrap_or_default()
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
+        self.process.log()
     }
 }
 
@@ -174,13 +128,6 @@ pub fn flushall(conn: &mut Connection) -> Result<(), String> {
 
 pub fn dbsize(conn: &mut Connection) -> Result<u64, String> {
     query(conn, &mut redis::cmd("DBSIZE"))
-}
-
-fn free_port() -> Result<u16, String> {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .map_err(|e| format!("find a free port: {e}"))
 }
 
 /// `lk:000000000042`: the key names `redis-benchmark -r` draws for

@@ -299,7 +299,7 @@ pub fn run(
                     let keys_before = dbsize(&mut conn)?;
                     let requests = settings.requests_for(pipeline);
                     let cpu_before = server.cpu_ns();
-                    let rps = run_benchmark(server.port, settings, pipeline, case)?;
+                    let rps = run_benchmark(server.port(), settings, pipeline, case)?;
                     let cpu_ns = server.cpu_ns().saturating_sub(cpu_before);
                     let keys_after = dbsize(&mut conn)?;
                     let work_share = match group {

@@ -126,7 +126,7 @@ pub fn run(
         let summary: HandoffSummary = run_json(
             lock_handoff,
             &handoff_command(settings, scenario),
-            server.port,
+            server.port(),
         )?;
         Ok::<_, String>((summary, started.elapsed().as_secs_f64()))
     };
@@ -147,7 +147,7 @@ pub fn run(
         let summary: LoadSummary = run_json(
             lock_load,
             &fairness_command(settings, strategy),
-            server.port,
+            server.port(),
         )?;
         let cpu_ns = server.cpu_ns().saturating_sub(cpu_before);
         fairness.push(FairnessRun {

@@ -311,18 +311,12 @@ pub fn failover(ctx: &Ctx) -> Result<Report, String> {
             .iter()
             .enumerate()
             .map(|(i, ns)| {
-                Server::start_at(
-                    &ctx.cfg,
-                    &format!("s7-{i}"),
-                    &ip_of(ns),
-                    6379,
-                    Some(ns),
-                    &extra_args,
-                )
+                ctx.cfg
+                    .start_at(&format!("s7-{i}"), &ip_of(ns), 6379, ns, &extra_args)
             })
             .collect::<Result<_, _>>()?;
-        servers[1].replicate(&servers[0])?;
-        servers[2].replicate(&servers[0])?;
+        server::replicate(&servers[1], &servers[0])?;
+        server::replicate(&servers[2], &servers[0])?;
         let _sentinels = Sentinels::start(ctx, &servers[0].addr())?;
         let ns_of = |addr: &str| {
             SERVER_NS

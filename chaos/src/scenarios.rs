@@ -15,7 +15,7 @@ use redis::{Connection, Value};
 use crate::check::{check, Verdict};
 use crate::history::{self, mono_ns, Recorder, MS};
 use crate::replstream;
-use crate::server::{self, Config, Server};
+use crate::server::{self, Config};
 use crate::worker::WorkerArgs;
 
 pub struct Ctx {
@@ -271,9 +271,9 @@ pub fn contention(ctx: &Ctx) -> Result<Report, String> {
     let ttl = 2000;
     for run in 0..runs {
         let seed = ctx.seed + run;
-        let master = Server::start(&ctx.cfg, "s1-master", &[])?;
-        let replica = Server::start(&ctx.cfg, "s1-replica", &[])?;
-        replica.replicate(&master)?;
+        let master = ctx.cfg.start("s1-master", &[])?;
+        let replica = ctx.cfg.start("s1-replica", &[])?;
+        server::replicate(&replica, &master)?;
         let rec = Recorder::start(&ctx.out.join("s1.sock"))?;
         let mut base = worker_base(&rec, &master.addr(), "chaos:lock", ttl);
         base.duration_ms = secs * 1000;
@@ -306,7 +306,7 @@ pub fn paused_holder(ctx: &Ctx) -> Result<Report, String> {
     for run in 0..runs {
         let seed = ctx.seed + 100 + run;
         let mut rng = StdRng::seed_from_u64(seed);
-        let master = Server::start(&ctx.cfg, "s2-master", &[])?;
+        let master = ctx.cfg.start("s2-master", &[])?;
         let rec = Recorder::start(&ctx.out.join("s2.sock"))?;
         let mut base = worker_base(&rec, &master.addr(), "chaos:lock", ttl);
         base.hold_ms = (20, 80);
@@ -403,9 +403,9 @@ pub fn paused_server(ctx: &Ctx) -> Result<Report, String> {
     for run in 0..runs {
         let seed = ctx.seed + 200 + run;
         let mut rng = StdRng::seed_from_u64(seed);
-        let mut master = Server::start(&ctx.cfg, "s3-master", &[])?;
-        let replica = Server::start(&ctx.cfg, "s3-replica", &[])?;
-        replica.replicate(&master)?;
+        let mut master = ctx.cfg.start("s3-master", &[])?;
+        let replica = ctx.cfg.start("s3-replica", &[])?;
+        server::replicate(&replica, &master)?;
         let rec = Recorder::start(&ctx.out.join("s3.sock"))?;
         let mut base = worker_base(&rec, &master.addr(), "chaos:lock", ttl);
         base.hold_ms = (2, 20);
@@ -417,7 +417,7 @@ pub fn paused_server(ctx: &Ctx) -> Result<Report, String> {
         let mut worst_ms = 0;
         for i in 0..faults {
             sleep(Duration::from_millis(rng.gen_range(500..1200)));
-            if !master.is_alive() {
+            if !master.is_running() {
                 // Reported by the crash scan of the server logs.
                 println!("    the master died: no more faults in this run");
                 break;
@@ -430,7 +430,7 @@ pub fn paused_server(ctx: &Ctx) -> Result<Report, String> {
                 master.signal(libc::SIGCONT);
                 "sigstop-server"
             } else {
-                let paused = master.conn().and_then(|mut con| {
+                let paused = master.try_conn().and_then(|mut con| {
                     q::<()>(
                         &mut con,
                         redis::cmd("CLIENT").arg("PAUSE").arg(pause_ms).arg("ALL"),
@@ -458,7 +458,7 @@ pub fn paused_server(ctx: &Ctx) -> Result<Report, String> {
             let _ = w.kill();
         }
         join_workers(&mut workers, Duration::from_secs(5));
-        if master.is_alive() {
+        if master.is_running() {
             extra.c4 =
                 server::digests_agree(&master.addr(), &[replica.addr()], Duration::from_secs(5));
         }
@@ -501,7 +501,7 @@ pub fn crash_restart(ctx: &Ctx) -> Result<Report, String> {
     for (m, (mode, args)) in modes.iter().enumerate() {
         let seed = ctx.seed + 300 + m as u64;
         let mut rng = StdRng::seed_from_u64(seed);
-        let mut master = Server::start(&ctx.cfg, &format!("s4-{mode}"), args)?;
+        let mut master = ctx.cfg.start(&format!("s4-{mode}"), args)?;
         let rec = Recorder::start(&ctx.out.join("s4.sock"))?;
         let mut base = worker_base(&rec, &master.addr(), "chaos:lock", ttl);
         base.hold_ms = (5, 30);
@@ -513,7 +513,8 @@ pub fn crash_restart(ctx: &Ctx) -> Result<Report, String> {
         for _ in 0..kills {
             sleep(Duration::from_millis(rng.gen_range(800..2000)));
             let t_start = mono_ns();
-            master.restart()?;
+            master.kill();
+            master.try_restart()?;
             let t_heal = mono_ns();
             rec.fault("kill-9-restart", mode.to_string(), t_start, t_heal, t_heal);
         }
@@ -522,7 +523,7 @@ pub fn crash_restart(ctx: &Ctx) -> Result<Report, String> {
             let _ = w.kill();
         }
         join_workers(&mut workers, Duration::from_secs(5));
-        if master.log_tail().contains("Bad file format") {
+        if master.log_tail(20).contains("Bad file format") {
             extra
                 .scenario
                 .push(format!("{mode}: the server could not load its data"));
@@ -626,10 +627,10 @@ pub fn persistence(ctx: &Ctx) -> Result<Report, String> {
     let nkeys = 20;
     let seed = ctx.seed + 400;
     let mut rng = StdRng::seed_from_u64(seed);
-    let master = Server::start(&ctx.cfg, "s5-master", &["--appendonly", "yes"])?;
-    let target = Server::start(&ctx.cfg, "s5-target", &[])?;
-    let mut con = master.conn()?;
-    let mut tcon = target.conn()?;
+    let master = ctx.cfg.start("s5-master", &["--appendonly", "yes"])?;
+    let target = ctx.cfg.start("s5-target", &[])?;
+    let mut con = master.try_conn()?;
+    let mut tcon = target.try_conn()?;
     let keys: Vec<String> = (0..nkeys).map(|i| format!("chaos:p{i}")).collect();
     let mut v = Verdict::default();
     let mut ops = 0u64;
@@ -803,9 +804,9 @@ pub fn replication_stream(ctx: &Ctx) -> Result<Report, String> {
     let ttl = 300;
     for run in 0..runs {
         let seed = ctx.seed + 500 + run;
-        let master = Server::start(&ctx.cfg, "s6-master", &[])?;
-        let replica = Server::start(&ctx.cfg, "s6-replica", &[])?;
-        replica.replicate(&master)?;
+        let master = ctx.cfg.start("s6-master", &[])?;
+        let replica = ctx.cfg.start("s6-replica", &[])?;
+        server::replicate(&replica, &master)?;
         let stream = replstream::attach(&master.addr())?;
         let rec = Recorder::start(&ctx.out.join("s6.sock"))?;
         let mut base = worker_base(&rec, &master.addr(), "chaos:lock", ttl);
@@ -817,7 +818,7 @@ pub fn replication_stream(ctx: &Ctx) -> Result<Report, String> {
         let mut workers = spawn_pool(ctx, &base, 8, seed, 1000)?;
         // Every other effect by hand: renewal by the same token, EXTEND,
         // RELEASE, DEL by a client, expiry without waiters.
-        let mut con = master.conn()?;
+        let mut con = master.try_conn()?;
         let mut scripted = Vec::new();
         for i in 0..20 {
             let key = format!("chaos:s{i}");

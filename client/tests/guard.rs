@@ -6,8 +6,9 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{info, Server};
+use common::{info, LocksOn, Server};
 use redis_lock_client::{Error, LockOptions, Locks, LostReason};
+use redis_lock_testsupport::Launch;
 use tokio::sync::{Barrier, Mutex};
 use tokio::time::{timeout, Instant};
 
@@ -302,31 +303,13 @@ async fn errors_are_typed() {
         Err(Error::InvalidArgument(_))
     ));
     // A server without the module: the command is unknown, a server error.
-    let bare = common::free_port();
-    let mut child = std::process::Command::new(common::server_binary())
-        .args([
-            "--port",
-            &bare.to_string(),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-        ])
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let client = redis::Client::open(format!("redis://127.0.0.1:{bare}/")).unwrap();
-    let mut connected = None;
-    for _ in 0..200 {
-        if let Ok(c) = client.get_multiplexed_async_connection().await {
-            connected = Some(c);
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let no_module = Locks::from_connection(connected.expect("bare server up"));
+    let bare = Launch::new().without_module().start();
+    let no_module = Locks::from_connection(
+        bare.client()
+            .get_multiplexed_async_connection()
+            .await
+            .expect("bare server up"),
+    );
     let outcome = no_module.acquire("job", SEC).await;
-    let _ = child.kill();
-    let _ = child.wait();
     assert!(matches!(outcome, Err(Error::Server(_))), "got {outcome:?}");
 }

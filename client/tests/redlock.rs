@@ -5,7 +5,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::Server;
+use common::{LocksOn, Server};
 use redis_lock_client::{Error, FenceCheck, Locks, LostReason, Redlock, RedlockOptions};
 use tokio::time::{timeout, Instant};
 

@@ -1,236 +1,34 @@
-//! A real server per test: `redis-server` (or `$LOCK_TEST_SERVER`, e.g.
-//! Valkey) with the freshly built module, on a free loopback port, in its own
-//! directory, killed and cleaned up on drop, even when the test panics; and
-//! the helpers the test files share. DUMP/RESTORE payload helpers are in
-//! [`payload`] (`use common::payload::*;`).
+//! The helpers the test files share, over a real server per test:
+//! [`Server`] (from `redis-lock-testsupport`) is `redis-server` (or
+//! `$LOCK_TEST_SERVER`, e.g. Valkey) with the freshly built module, on a free
+//! loopback port, in its own directory, killed and cleaned up on drop, even
+//! when the test panics. DUMP/RESTORE payload helpers are in [`payload`]
+//! (`use common::payload::*;`).
 #![allow(dead_code)]
 
-use std::collections::HashSet;
-use std::net::TcpListener;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Mutex, OnceLock};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
 pub use redis::{Connection, Value};
+pub use redis_lock_testsupport::Server;
 
 pub mod payload;
 
-/// The server binary: `$LOCK_TEST_SERVER`, or `redis-server` from `PATH`.
-pub fn server_binary() -> String {
-    std::env::var("LOCK_TEST_SERVER").unwrap_or_else(|_| "redis-server".to_string())
-}
-
-/// The module to load: `$LOCK_MODULE`, or this crate's debug build, which is
-/// (re)built once per test binary so a plain `cargo test` never tests a stale
-/// `.so`.
-pub fn module_path() -> PathBuf {
-    static PATH: OnceLock<PathBuf> = OnceLock::new();
-    PATH.get_or_init(|| {
-        if let Ok(path) = std::env::var("LOCK_MODULE") {
-            return PathBuf::from(path);
-        }
-        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
-        let status = Command::new(cargo)
-            .args(["build", "--lib", "--quiet"])
-            .current_dir(root)
-            .status()
-            .expect("run cargo build");
-        assert!(status.success(), "cargo build of the module failed");
-        let path = root.join("target/debug/libredis_lock.so");
-        assert!(path.exists(), "{} is missing", path.display());
-        path
-    })
-    .clone()
-}
-
-pub struct Server {
-    pub port: u16,
-    pub dir: PathBuf,
-    extra: Vec<String>,
-    child: Option<Child>,
-}
-
-impl Server {
-    /// A fresh server with no persistence.
-    pub fn start() -> Server {
-        Server::start_with(&[])
-    }
-
-    /// A fresh server; `extra` are config arguments such as
-    /// `["--appendonly", "yes"]`, applied after the defaults.
-    pub fn start_with(extra: &[&str]) -> Server {
-        static SEQ: AtomicUsize = AtomicUsize::new(0);
-        let mut last_log = String::new();
-        for _ in 0..5 {
-            let port = free_port();
-            let dir = std::env::temp_dir().join(format!(
-                "redis-lock-test-{}-{}-{}",
-                std::process::id(),
-                SEQ.fetch_add(1, Ordering::Relaxed),
-                port
-            ));
-            std::fs::create_dir_all(&dir).expect("create server dir");
-            let mut server = Server {
-                port,
-                dir,
-                extra: extra.iter().map(|s| s.to_string()).collect(),
-                child: None,
-            };
-            if server.spawn() {
-                return server;
-            }
-            last_log = server.log();
-        }
-        panic!("server did not start; last log:\n{last_log}");
-    }
-
-    /// Start the process on this server's port and directory; true once it
-    /// answers PING.
-    fn spawn(&mut self) -> bool {
-        let module = module_path();
-        let child = Command::new(server_binary())
-            .arg("--port")
-            .arg(self.port.to_string())
-            .args(["--bind", "127.0.0.1", "--daemonize", "no", "--save", ""])
-            .args(["--appendonly", "no", "--enable-debug-command", "yes"])
-            .arg("--dir")
-            .arg(&self.dir)
-            .args(["--logfile", "server.log"])
-            .arg("--loadmodule")
-            .arg(&module)
-            .args(&self.extra)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|e| panic!("spawn {}: {e}", server_binary()));
-        self.child = Some(child);
-        let start = Instant::now();
-        while start.elapsed() < Duration::from_secs(20) {
-            if let Some(child) = self.child.as_mut() {
-                if let Ok(Some(_)) = child.try_wait() {
-                    self.child = None;
-                    return false;
-                }
-            }
-            if let Ok(mut con) = self.try_connect() {
-                // Answered by the process this server just started, not by
-                // anything else on the port.
-                let ours = self
-                    .child
-                    .as_ref()
-                    .map(|c| format!("process_id:{}\r\n", c.id()));
-                // Redis accepts connections while it still loads the RDB or
-                // AOF and answers commands with LOADING until it is done;
-                // INFO is one of the few it serves meanwhile.
-                let info: redis::RedisResult<String> = redis::cmd("INFO")
-                    .arg("server")
-                    .arg("persistence")
-                    .query(&mut con);
-                if let (Ok(info), Some(ours)) = (info, ours) {
-                    if info.contains(&ours) && info.contains("\nloading:0\r\n") {
-                        return true;
-                    }
-                }
-            }
-            sleep(Duration::from_millis(10));
-        }
-        self.kill();
-        false
-    }
-
-    fn try_connect(&self) -> redis::RedisResult<Connection> {
-        let client = redis::Client::open(format!("redis://127.0.0.1:{}/", self.port))?;
-        let con = client.get_connection_with_timeout(Duration::from_secs(5))?;
-        con.set_read_timeout(Some(Duration::from_secs(30)))?;
-        Ok(con)
-    }
-
-    /// A new connection (RESP2).
-    pub fn conn(&self) -> Connection {
-        self.try_connect()
-            .unwrap_or_else(|e| panic!("connect to {}: {e}\n{}", self.port, self.log()))
-    }
-
-    /// SIGKILL: no final save, as in a crash.
-    pub fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-
-    /// A clean `SHUTDOWN` (which saves if persistence is on), then wait.
-    pub fn shutdown(&mut self) {
-        if let Ok(mut con) = self.try_connect() {
-            let _: redis::RedisResult<Value> = redis::cmd("SHUTDOWN").query(&mut con);
-        }
-        if let Some(mut child) = self.child.take() {
-            let start = Instant::now();
-            while start.elapsed() < Duration::from_secs(20) {
-                if let Ok(Some(_)) = child.try_wait() {
-                    return;
-                }
-                sleep(Duration::from_millis(10));
-            }
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-
-    /// Start again on the same port and directory, with the same arguments.
-    pub fn restart(&mut self) {
-        assert!(self.child.is_none(), "restart a stopped server only");
-        assert!(self.spawn(), "server did not restart:\n{}", self.log());
-    }
-
-    /// Start again with other arguments (same port and directory).
-    pub fn restart_with(&mut self, extra: &[&str]) {
-        self.extra = extra.iter().map(|s| s.to_string()).collect();
-        self.restart();
-    }
-
-    pub fn is_running(&mut self) -> bool {
-        match self.child.as_mut() {
-            Some(child) => matches!(child.try_wait(), Ok(None)),
-            None => false,
-        }
-    }
-
-    pub fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.join("server.log")).unwrap_or_default()
-    }
-
+/// Replication set up from a test.
+pub trait ReplicaOf {
     /// Make this server a replica of `master` and wait until it has synced
     /// (see [`sync_replica`]).
-    pub fn replicate_from(&self, master: &Server) {
+    fn replicate_from(&self, master: &Server);
+}
+
+impl ReplicaOf for Server {
+    fn replicate_from(&self, master: &Server) {
         let _: String = redis::cmd("REPLICAOF")
             .arg("127.0.0.1")
             .arg(master.port)
             .query(&mut self.conn())
             .expect("REPLICAOF");
         sync_replica(master, self);
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        self.kill();
-        if std::thread::panicking() {
-            let log = self.log();
-            let tail: Vec<&str> = log.lines().rev().take(40).collect();
-            let tail: Vec<&str> = tail.into_iter().rev().collect();
-            eprintln!(
-                "--- last lines of the server log (port {}) ---\n{}",
-                self.port,
-                tail.join("\n")
-            );
-        }
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
@@ -275,23 +73,6 @@ pub fn promote(con: &mut Connection) {
         .arg("ONE")
         .query(con)
         .expect("REPLICAOF NO ONE");
-}
-
-/// A free port that no other server of this test process has had: a test
-/// that kills and restarts its server keeps its port, and must never find
-/// another test's server there.
-fn free_port() -> u16 {
-    static HANDED_OUT: Mutex<Option<HashSet<u16>>> = Mutex::new(None);
-    loop {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map(|a| a.port())
-            .expect("find a free port");
-        let mut handed_out = HANDED_OUT.lock().unwrap_or_else(|e| e.into_inner());
-        if handed_out.get_or_insert_with(HashSet::new).insert(port) {
-            return port;
-        }
-    }
 }
 
 /// Poll `cond` every 10 ms until it holds; panic after `timeout`.

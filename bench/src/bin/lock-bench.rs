@@ -156,7 +156,7 @@ fn run(args: &Args) -> Result<(), String> {
             spec.extra,
             spec.suffix,
         )?;
-        progress(&format!("{} on port {}", server.label, server.port));
+        progress(&format!("{} on port {}", server.label, server.port()));
         let mut entry = ServerResults {
             label: server.label.clone(),
             throughput_cases: Vec::new(),
