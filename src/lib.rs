@@ -30,7 +30,7 @@ pub mod waiting;
 
 use redis_module::{redis_module, Context, RedisResult, RedisString};
 
-use commands::{acquire, extend, info, release, run, setstate};
+use commands::{acquire, extend, guard, info, release, run, setstate};
 use events::{on_expired, on_key_event};
 use redis::datatype::LOCK_TYPE;
 use startup::init;
@@ -45,6 +45,10 @@ fn lock_extend(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 
 fn lock_release(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     run(ctx, args, release::run)
+}
+
+fn lock_guard(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    run(ctx, args, guard::run)
 }
 
 fn lock_info(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
@@ -69,8 +73,11 @@ const ALLOCATOR: Allocator = std::alloc::System;
 
 // Each command declares its key as first 1, last 1, step 1 (cluster routing,
 // ACL key patterns). RELEASE has no deny-oom, so a lock can always be given
-// back under maxmemory. The 7th field (mandatory ACL categories) must stay ""
-// on Redis 7.0.
+// back under maxmemory. GUARD reports the guarded command's keys too
+// (getkeys-api), and has neither deny-oom (a guarded read works under
+// maxmemory; a guarded write is refused as the bare write would be) nor
+// fast (the guarded command may be slow). The 7th field (mandatory ACL
+// categories) must stay "" on Redis 7.0.
 redis_module! {
     name: "lock",
     version: 1,
@@ -82,6 +89,7 @@ redis_module! {
         ["lock.extend", lock_extend, "write deny-oom fast", 1, 1, 1, ""],
         ["lock.release", lock_release, "write fast", 1, 1, 1, ""],
         ["lock.info", lock_info, "readonly fast", 1, 1, 1, ""],
+        ["lock.guard", lock_guard, "write getkeys-api", 1, 1, 1, ""],
         ["lock.setstate", lock_setstate, "write fast", 1, 1, 1, ""],
     ],
     event_handlers: [

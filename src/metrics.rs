@@ -43,9 +43,13 @@ pub enum Counter {
     Expiries,
     /// Locks released because the acquiring connection closed (`SESSION`).
     SessionReleases,
+    /// LOCK.GUARD calls whose token held the lock: the command ran.
+    Guards,
+    /// LOCK.GUARD calls refused with `LOST`: nothing ran.
+    GuardsLost,
 }
 
-const COUNTERS: [(Counter, &CStr); 16] = [
+const COUNTERS: [(Counter, &CStr); 18] = [
     (Counter::Grants, c"grants"),
     (Counter::Refused, c"refused"),
     (Counter::Renewals, c"renewals"),
@@ -62,6 +66,8 @@ const COUNTERS: [(Counter, &CStr); 16] = [
     (Counter::ExtendsLimited, c"extends_limited"),
     (Counter::Expiries, c"expiries"),
     (Counter::SessionReleases, c"session_releases"),
+    (Counter::Guards, c"guards"),
+    (Counter::GuardsLost, c"guards_lost"),
 ];
 
 #[allow(clippy::declare_interior_mutable_const)]

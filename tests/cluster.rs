@@ -470,6 +470,78 @@ fn cluster_locks_on_every_slot_follow_moved_and_survive_a_reshard() {
     assert!(fences.iter().all(|&f| f < future_fence));
 }
 
+/// LOCK.GUARD in a cluster: the cluster client routes it by the lock key
+/// (the first key of its key spec), keys that share the lock key's hash tag
+/// are written under the lock, a key in another slot is refused with
+/// `CROSSSLOT` by the server before anything runs, and a node that does not
+/// own the slot answers MOVED, which the client follows.
+#[test]
+fn cluster_guard_writes_same_slot_keys_and_refuses_crossslot() {
+    let mut cluster = Cluster::start();
+    let mut con = cluster.client();
+    cluster_acquire(&mut con, "{billing}:lock", 60_000, "me")
+        .expect("LOCK.ACQUIRE")
+        .expect("granted");
+    let guard = |con: &mut ClusterConnection, token: &str, args: &[&str]| {
+        redis::cmd("LOCK.GUARD")
+            .arg("{billing}:lock")
+            .arg(token)
+            .arg(args)
+            .query::<Value>(con)
+    };
+    assert_eq!(
+        guard(&mut con, "me", &["SET", "{billing}:total", "40"]).unwrap(),
+        Value::Okay
+    );
+    assert_eq!(
+        guard(
+            &mut con,
+            "me",
+            &["MSET", "{billing}:a", "1", "{billing}:b", "2"]
+        )
+        .unwrap(),
+        Value::Okay
+    );
+    let total: String = redis::cmd("GET")
+        .arg("{billing}:total")
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(total, "40");
+    let lost = guard(&mut con, "other", &["SET", "{billing}:total", "0"]).unwrap_err();
+    assert_eq!(lost.code(), Some("LOST"), "{lost}");
+    // A key in another slot: refused by the server, nothing written.
+    assert_ne!(get_slot(b"elsewhere"), get_slot(b"{billing}:lock"));
+    let owner = cluster.owner(get_slot(b"{billing}:lock"));
+    let mut direct = cluster.node(owner.port).conn();
+    let cross = error_of(
+        &mut direct,
+        redis::cmd("LOCK.GUARD")
+            .arg("{billing}:lock")
+            .arg("me")
+            .arg("SET")
+            .arg("elsewhere")
+            .arg("x"),
+    );
+    assert!(cross.starts_with("CROSSSLOT"), "{cross}");
+    let elsewhere: Option<String> = redis::cmd("GET").arg("elsewhere").query(&mut con).unwrap();
+    assert_eq!(elsewhere, None);
+    // A node that does not own the slot redirects, as for any keyed command.
+    let other = cluster
+        .masters()
+        .into_iter()
+        .find(|m| m.port != owner.port)
+        .expect("another master");
+    let moved = error_of(
+        &mut cluster.node(other.port).conn(),
+        redis::cmd("LOCK.GUARD")
+            .arg("{billing}:lock")
+            .arg("me")
+            .arg("GET")
+            .arg("{billing}:total"),
+    );
+    assert!(moved.starts_with("MOVED"), "{moved}");
+}
+
 /// A grant as a worker saw it, timed on this process' monotonic clock.
 #[derive(Debug, Clone)]
 struct Grant {

@@ -405,6 +405,49 @@ fn replication_stream_carries_effects_with_absolute_values_only() {
     assert_eq!(effects[5], ["DEL", "mine"]);
 }
 
+/// LOCK.GUARD sends what the guarded command changed, as Redis itself
+/// replicates it (`SET … EX` as `SET … PXAT`, an absolute time), after the
+/// grant that allowed it; a refused or read-only guard sends nothing, and
+/// LOCK.GUARD itself never appears in the stream.
+#[test]
+fn guarded_writes_are_replicated_as_their_effects_after_the_grant() {
+    let master = Server::start();
+    let mut link = ReplicationStream::open(&master);
+    let mut con = master.conn();
+    let (_, fence) = acquire(&mut con, "lk", 60_000, Some("me")).unwrap();
+    let guard = |con: &mut Connection, token: &str, args: &[&str]| -> redis::RedisResult<Value> {
+        redis::cmd("LOCK.GUARD")
+            .arg("lk")
+            .arg(token)
+            .arg(args)
+            .query(con)
+    };
+    guard(&mut con, "intruder", &["SET", "data", "lost"]).unwrap_err();
+    guard(&mut con, "me", &["GET", "data"]).unwrap();
+    let t0 = now_ms();
+    guard(&mut con, "me", &["SET", "data", "v", "EX", "100"]).unwrap();
+    let t1 = now_ms();
+    guard(&mut con, "me", &["INCRBY", "total", "5"]).unwrap();
+    assert_eq!(release(&mut con, "lk", "me"), 1);
+
+    let effects = link.effects_until(|c| c[0] == "DEL");
+    assert_eq!(effects.len(), 4, "{effects:?}");
+    assert_eq!(
+        &effects[0][..4],
+        ["LOCK.SETSTATE", "lk", "me", &fence.to_string()]
+    );
+    assert_eq!(effects[1][0].to_uppercase(), "SET");
+    assert_eq!(&effects[1][1..3], ["data", "v"]);
+    assert_eq!(effects[1][3].to_uppercase(), "PXAT", "{:?}", effects[1]);
+    let at: i64 = effects[1][4].parse().unwrap();
+    assert!(at >= t0 + 100_000 && at <= t1 + 100_000, "{:?}", effects[1]);
+    assert_eq!(effects[2][0].to_uppercase(), "INCRBY");
+    assert_eq!(effects[3], ["DEL", "lk"]);
+    for cmd in &effects {
+        assert_ne!(cmd[0].to_uppercase(), "LOCK.GUARD", "{cmd:?}");
+    }
+}
+
 // ---------------------------------------------------------------------------
 // 7–8. Full sync, transactions and scripts
 

@@ -69,6 +69,25 @@ pub struct SetStateArgs<'a> {
 }
 
 /// `max_ttl_ms` is `lock.max-ttl-ms`, checked once the syntax is known good.
+/// `LOCK.GUARD key token command [arg ...]`: the inner command is
+/// `args[GUARDED_COMMAND..]`, passed on as it came.
+#[derive(Debug, PartialEq, Eq)]
+pub struct GuardArgs<'a> {
+    pub token: &'a [u8],
+}
+
+/// Where the guarded command starts in `LOCK.GUARD`'s arguments.
+pub const GUARDED_COMMAND: usize = 3;
+
+pub fn parse_guard<A: ArgBytes>(args: &[A]) -> Result<GuardArgs<'_>, LockError> {
+    if args.len() <= GUARDED_COMMAND {
+        return Err(LockError::ArityGuard);
+    }
+    Ok(GuardArgs {
+        token: rules::check_token(args[2].bytes())?,
+    })
+}
+
 pub fn parse_acquire<A: ArgBytes>(
     args: &[A],
     max_ttl_ms: i64,
@@ -435,6 +454,34 @@ mod tests {
             parse_info(&["LOCK.INFO", "k", "j"]),
             Err(LockError::ArityInfo)
         );
+    }
+
+    #[test]
+    fn guard_needs_a_key_a_token_and_a_command() {
+        assert_eq!(
+            parse_guard(&["LOCK.GUARD", "k", "t", "SET", "d", "v"]),
+            Ok(GuardArgs { token: b"t" })
+        );
+        assert_eq!(
+            parse_guard(&["LOCK.GUARD", "k", "t", "PING"]),
+            Ok(GuardArgs { token: b"t" })
+        );
+        let long = "x".repeat(257);
+        for (args, want) in [
+            (vec!["LOCK.GUARD"], LockError::ArityGuard),
+            (vec!["LOCK.GUARD", "k"], LockError::ArityGuard),
+            (vec!["LOCK.GUARD", "k", "t"], LockError::ArityGuard),
+            (
+                vec!["LOCK.GUARD", "k", "", "GET", "d"],
+                LockError::TokenLength,
+            ),
+            (
+                vec!["LOCK.GUARD", "k", &long, "GET", "d"],
+                LockError::TokenLength,
+            ),
+        ] {
+            assert_eq!(parse_guard(&args), Err(want), "{args:?}");
+        }
     }
 
     #[test]

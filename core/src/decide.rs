@@ -194,6 +194,81 @@ pub fn lock_delay(deadline_ms: i64, delay_ms: i64, now_ms: i64) -> Option<i64> {
     (until > now_ms).then_some(until)
 }
 
+/// `LOCK.GUARD`: whether `token` holds the lock, so that the guarded
+/// command may run. A guarded command renews nothing and takes no fence.
+pub fn guard(holder: Option<&Lock>, token: &[u8]) -> Result<(), LockError> {
+    match holder {
+        Some(lock) if lock.held_by(token) => Ok(()),
+        Some(_) => Err(LockError::LostOther),
+        None => Err(LockError::LostFree),
+    }
+}
+
+/// What the server says of a command, as `LOCK.GUARD` needs to know it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CommandFlags {
+    /// `blocking`: it may block the client (`BLPOP`, `WAIT`, `XREAD` …).
+    pub blocking: bool,
+    /// `noscript`: Redis refuses it in scripts (`MULTI`, `EXEC`, `WATCH`,
+    /// `SUBSCRIBE`, …, and the script commands themselves).
+    pub noscript: bool,
+}
+
+/// How a guarded command is run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GuardedRun {
+    /// Run it in script mode, as a script would (refusing what scripts may
+    /// not do, and writes without enough good replicas). Off for `EVAL`,
+    /// `EVALSHA` and `FCALL`, which are themselves not allowed in scripts
+    /// but run a script of their own under one check.
+    pub script_mode: bool,
+}
+
+/// Script commands: allowed in `LOCK.GUARD`, although Redis flags them
+/// `noscript`, so that several keys change under one check.
+const SCRIPT_COMMANDS: [&[u8]; 6] = [
+    b"eval",
+    b"evalsha",
+    b"eval_ro",
+    b"evalsha_ro",
+    b"fcall",
+    b"fcall_ro",
+];
+
+/// Whether `LOCK.GUARD` may run the command named `name` (any case), whose
+/// flags the server reported (`None`: the server does not know it; it will
+/// say so itself). Refused: the module's own commands, commands that block,
+/// and commands Redis refuses in scripts (transactions, `WATCH`, pub/sub
+/// subscriptions, …), except the script commands, which are refused only
+/// when `LOCK.GUARD` itself runs in a script (`in_script`): a script cannot
+/// start another (Redis asserts).
+pub fn guarded_command(
+    name: &[u8],
+    flags: Option<CommandFlags>,
+    in_script: bool,
+) -> Result<GuardedRun, LockError> {
+    let starts = |prefix: &[u8]| {
+        name.len() > prefix.len() && name[..prefix.len()].eq_ignore_ascii_case(prefix)
+    };
+    if starts(b"lock.") || starts(b"sem.") {
+        return Err(LockError::GuardLockCommand);
+    }
+    let flags = flags.unwrap_or_default();
+    if flags.blocking {
+        return Err(LockError::GuardBlocking);
+    }
+    let script = SCRIPT_COMMANDS.iter().any(|s| name.eq_ignore_ascii_case(s));
+    if script && in_script {
+        return Err(LockError::GuardScriptInScript);
+    }
+    if flags.noscript && !script {
+        return Err(LockError::GuardNoScript);
+    }
+    Ok(GuardedRun {
+        script_mode: !script,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -405,5 +480,61 @@ mod tests {
         assert_eq!(lock_delay(100, 50, 150), None);
         assert_eq!(waiter_deadline(5, 10), Ok(15));
         assert_eq!(waiter_deadline(i64::MAX, 1), Err(LockError::TtlOverflow));
+    }
+
+    #[test]
+    fn only_the_holder_may_guard_a_command() {
+        let a = held_by(b"a");
+        assert_eq!(guard(Some(&a), b"a"), Ok(()));
+        assert_eq!(guard(Some(&a), b"b"), Err(LockError::LostOther));
+        assert_eq!(guard(None, b"a"), Err(LockError::LostFree));
+    }
+
+    #[test]
+    fn guarded_commands_exclude_blocking_transactions_and_lock_commands() {
+        let plain = Some(CommandFlags::default());
+        let run = Ok(GuardedRun { script_mode: true });
+        assert_eq!(guarded_command(b"SET", plain, false), run);
+        assert_eq!(guarded_command(b"get", plain, false), run);
+        // Unknown to the server: it answers for itself.
+        assert_eq!(guarded_command(b"NOSUCH", None, false), run);
+        let blocking = Some(CommandFlags {
+            blocking: true,
+            noscript: false,
+        });
+        assert_eq!(
+            guarded_command(b"BLPOP", blocking, false),
+            Err(LockError::GuardBlocking)
+        );
+        let noscript = Some(CommandFlags {
+            blocking: false,
+            noscript: true,
+        });
+        for name in [&b"MULTI"[..], b"exec", b"WATCH", b"SUBSCRIBE"] {
+            assert_eq!(
+                guarded_command(name, noscript, false),
+                Err(LockError::GuardNoScript)
+            );
+        }
+        for name in [&b"EVALSHA"[..], b"eval", b"FCALL", b"fcall_ro"] {
+            assert_eq!(
+                guarded_command(name, noscript, false),
+                Ok(GuardedRun { script_mode: false })
+            );
+        }
+        for name in [&b"LOCK.RELEASE"[..], b"lock.guard", b"SEM.ACQUIRE"] {
+            assert_eq!(
+                guarded_command(name, plain, false),
+                Err(LockError::GuardLockCommand)
+            );
+        }
+        // Not from a script: a script cannot start another.
+        assert_eq!(
+            guarded_command(b"EVALSHA", noscript, true),
+            Err(LockError::GuardScriptInScript)
+        );
+        assert_eq!(guarded_command(b"SET", plain, true), run);
+        // A key-like name is not a lock command.
+        assert_eq!(guarded_command(b"lock", plain, false), run);
     }
 }

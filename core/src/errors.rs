@@ -13,6 +13,23 @@ pub enum LockError {
     ArityRelease,
     ArityInfo,
     AritySetState,
+    ArityGuard,
+    /// LOCK.GUARD: the token does not hold the lock, which is free.
+    LostFree,
+    /// LOCK.GUARD: the token does not hold the lock; another token does.
+    LostOther,
+    /// LOCK.GUARD of a command that blocks (`BLPOP`, `WAIT`, `XREAD BLOCK`…).
+    GuardBlocking,
+    /// LOCK.GUARD of a command Redis refuses in scripts (`MULTI`, `EXEC`,
+    /// `WATCH`, `SUBSCRIBE`…).
+    GuardNoScript,
+    /// LOCK.GUARD of one of the module's own commands.
+    GuardLockCommand,
+    /// LOCK.GUARD of `EVAL`/`FCALL` from inside a script or function.
+    GuardScriptInScript,
+    /// LOCK.GUARD: the ACL user may not run the inner command or touch one
+    /// of its keys.
+    GuardNoPerm,
     /// An option that is unknown to the command.
     SyntaxUnknownOption,
     /// `TOKEN` given twice.
@@ -76,6 +93,24 @@ impl LockError {
             LockError::ArityInfo => c"ERR wrong number of arguments for 'lock.info' command",
             LockError::AritySetState => {
                 c"ERR wrong number of arguments for 'lock.setstate' command"
+            }
+            LockError::ArityGuard => c"ERR wrong number of arguments for 'lock.guard' command",
+            LockError::LostFree => {
+                c"LOST the token does not hold the lock: it is free (released, expired or deleted)"
+            }
+            LockError::LostOther => c"LOST the token does not hold the lock: another token holds it",
+            LockError::GuardBlocking => {
+                c"ERR blocking commands are not allowed in LOCK.GUARD"
+            }
+            LockError::GuardNoScript => {
+                c"ERR this command is not allowed in LOCK.GUARD (Redis does not allow it in scripts)"
+            }
+            LockError::GuardLockCommand => c"ERR lock commands are not allowed in LOCK.GUARD",
+            LockError::GuardScriptInScript => {
+                c"ERR scripts are not allowed in LOCK.GUARD called from a script or function"
+            }
+            LockError::GuardNoPerm => {
+                c"NOPERM this user has no permissions to run the guarded command or to access one of its keys"
             }
             LockError::SyntaxUnknownOption => c"ERR syntax error: unknown option",
             LockError::SyntaxRepeatedToken => c"ERR syntax error: TOKEN is given more than once",
@@ -155,7 +190,15 @@ impl std::error::Error for LockError {}
 mod tests {
     use super::*;
 
-    const ALL: [LockError; 35] = [
+    const ALL: [LockError; 43] = [
+        LockError::GuardScriptInScript,
+        LockError::ArityGuard,
+        LockError::LostFree,
+        LockError::LostOther,
+        LockError::GuardBlocking,
+        LockError::GuardNoScript,
+        LockError::GuardLockCommand,
+        LockError::GuardNoPerm,
         LockError::SessionInScript,
         LockError::WaitNoPerm,
         LockError::GrantedInvalid,
@@ -202,6 +245,14 @@ mod tests {
             | LockError::ArityRelease
             | LockError::ArityInfo
             | LockError::AritySetState
+            | LockError::ArityGuard
+            | LockError::LostFree
+            | LockError::LostOther
+            | LockError::GuardBlocking
+            | LockError::GuardNoScript
+            | LockError::GuardLockCommand
+            | LockError::GuardScriptInScript
+            | LockError::GuardNoPerm
             | LockError::SyntaxUnknownOption
             | LockError::SyntaxRepeatedToken
             | LockError::SyntaxMissingToken
@@ -241,7 +292,14 @@ mod tests {
         assert_eq!(distinct.len(), ALL.len(), "ALL lists a variant twice");
         for e in ALL {
             let s = e.as_str();
-            let coded = ["ERR ", "WRONGTYPE ", "READONLY ", "LIMIT ", "NOPERM "];
+            let coded = [
+                "ERR ",
+                "WRONGTYPE ",
+                "READONLY ",
+                "LIMIT ",
+                "NOPERM ",
+                "LOST ",
+            ];
             assert!(coded.iter().any(|c| s.starts_with(c)), "{s}");
             assert!(!s.contains('\n') && !s.contains('\r'), "{s}");
         }

@@ -5,6 +5,7 @@
 
 pub mod acquire;
 pub mod extend;
+pub mod guard;
 pub mod info;
 pub mod release;
 pub mod setstate;

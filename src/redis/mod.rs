@@ -10,6 +10,7 @@
 //! function the layer above registered: the layer never imports upward.
 
 pub mod blocked;
+pub mod call;
 pub mod client;
 pub mod datatype;
 pub mod events;

@@ -1,0 +1,242 @@
+//! Running a Redis command from inside a module command (`LOCK.GUARD`):
+//! what the server says of a command (its flags, its keys), and the call
+//! itself, whose reply goes to the client unchanged.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::os::raw::{c_char, c_int};
+
+use redis_lock_core::decide::CommandFlags;
+use redis_lock_core::errors::LockError;
+use redis_module::{raw, Context, RedisString};
+
+/// Longest command name (or `name|subcommand`) looked up; longer ones are
+/// unknown to any server.
+const MAX_NAME: usize = 64;
+
+thread_local! {
+    /// What `COMMAND INFO` said of each command (and `container|subcommand`)
+    /// asked about so far. Command flags do not change while the server
+    /// runs; a module loaded later adds names, which are looked up then.
+    static FLAGS: RefCell<HashMap<Box<[u8]>, Option<CommandFlags>>> = RefCell::new(HashMap::new());
+}
+
+/// The flags of the command `argv[0]` (`argv[1]` names its subcommand when
+/// it is a container such as `CONFIG`); `None` when the server does not
+/// know it.
+pub fn command_flags(ctx: &Context, argv: &[RedisString]) -> Option<CommandFlags> {
+    let mut buffer = [0u8; MAX_NAME];
+    let name = lowercase(argv.first()?, &mut buffer)?;
+    let (flags, container) = cached_or_asked(ctx, name)?;
+    if !container {
+        return Some(flags);
+    }
+    // A container's flags say little: its subcommand's do.
+    let sub = argv.get(1)?;
+    let mut full = [0u8; MAX_NAME];
+    let total = name.len() + 1 + sub.len();
+    if total > MAX_NAME {
+        return None;
+    }
+    full[..name.len()].copy_from_slice(name);
+    full[name.len()] = b'|';
+    full[name.len() + 1..total].copy_from_slice(sub);
+    full[..total].make_ascii_lowercase();
+    cached_or_asked(ctx, &full[..total]).map(|(flags, _)| flags)
+}
+
+/// `name` in lower case in `buffer`, if it fits.
+fn lowercase<'a>(name: &RedisString, buffer: &'a mut [u8; MAX_NAME]) -> Option<&'a [u8]> {
+    let bytes = name.as_slice();
+    let out = buffer.get_mut(..bytes.len())?;
+    out.copy_from_slice(bytes);
+    out.make_ascii_lowercase();
+    Some(out)
+}
+
+/// `(flags, is a container)` of `name` (lower case), from the cache or
+/// from `COMMAND INFO`.
+fn cached_or_asked(ctx: &Context, name: &[u8]) -> Option<(CommandFlags, bool)> {
+    if let Some(known) = FLAGS.with(|f| f.borrow().get(name).copied()) {
+        return known.map(|flags| (flags, false));
+    }
+    let (flags, container) = ask(ctx, name)?;
+    // Containers are not cached as such: their subcommands are.
+    if !container {
+        FLAGS.with(|f| f.borrow_mut().insert(name.into(), Some(flags)));
+    }
+    Some((flags, container))
+}
+
+/// `COMMAND INFO name`: its flags, and whether it has subcommands.
+fn ask(ctx: &Context, name: &[u8]) -> Option<(CommandFlags, bool)> {
+    let name = ctx.create_string(name);
+    unsafe {
+        let call = raw::RedisModule_Call?;
+        let reply = call(
+            ctx.get_raw(),
+            c"COMMAND".as_ptr(),
+            c"cs".as_ptr(),
+            c"INFO".as_ptr(),
+            name.inner,
+        );
+        if reply.is_null() {
+            return None;
+        }
+        let info = element(reply, 0);
+        let parsed = (!info.is_null() && length(info) >= 3).then(|| {
+            let mut flags = CommandFlags::default();
+            let list = element(info, 2);
+            for i in 0..length(list) {
+                match text(element(list, i)) {
+                    Some(b"blocking") => flags.blocking = true,
+                    Some(b"noscript") => flags.noscript = true,
+                    _ => {}
+                }
+            }
+            // Element 10 (from Redis 7) lists the subcommands.
+            let subcommands = element(info, 9);
+            (flags, !subcommands.is_null() && length(subcommands) > 0)
+        });
+        if let Some(free) = raw::RedisModule_FreeCallReply {
+            free(reply);
+        }
+        parsed
+    }
+}
+
+unsafe fn element(
+    reply: *mut raw::RedisModuleCallReply,
+    i: usize,
+) -> *mut raw::RedisModuleCallReply {
+    match raw::RedisModule_CallReplyArrayElement {
+        Some(at) if !reply.is_null() => at(reply, i),
+        _ => std::ptr::null_mut(),
+    }
+}
+
+unsafe fn length(reply: *mut raw::RedisModuleCallReply) -> usize {
+    match raw::RedisModule_CallReplyLength {
+        Some(len) if !reply.is_null() => len(reply),
+        _ => 0,
+    }
+}
+
+unsafe fn text<'a>(reply: *mut raw::RedisModuleCallReply) -> Option<&'a [u8]> {
+    let ptr_of = raw::RedisModule_CallReplyStringPtr?;
+    if reply.is_null() {
+        return None;
+    }
+    let mut len = 0usize;
+    let ptr = ptr_of(reply, &mut len);
+    (!ptr.is_null()).then(|| std::slice::from_raw_parts(ptr.cast::<u8>(), len))
+}
+
+/// Tell Redis where the keys of `LOCK.GUARD key token command …` are: the
+/// lock key (read only: GUARD does not change the lock), then every key of
+/// the guarded command `args[first..]` with the access the server says that
+/// command needs, so that ACL key patterns (`%R~`, `%W~`) and Cluster see
+/// them all.
+pub fn report_keys(ctx: &Context, args: &[RedisString], first: usize) {
+    let (Some(key_at), Some(keys_of), Some(free)) = (
+        unsafe { raw::RedisModule_KeyAtPosWithFlags },
+        unsafe { raw::RedisModule_GetCommandKeysWithFlags },
+        unsafe { raw::RedisModule_Free },
+    ) else {
+        return;
+    };
+    let read = (raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS) as c_int;
+    unsafe { key_at(ctx.get_raw(), 1, read) };
+    if args.len() <= first {
+        return;
+    }
+    let mut argv: Vec<*mut raw::RedisModuleString> =
+        args[first..].iter().map(|a| a.inner).collect();
+    let mut count: c_int = 0;
+    let mut flags: *mut c_int = std::ptr::null_mut();
+    unsafe {
+        let positions = keys_of(
+            ctx.get_raw(),
+            argv.as_mut_ptr(),
+            argv.len() as c_int,
+            &mut count,
+            &mut flags,
+        );
+        if positions.is_null() {
+            return;
+        }
+        for i in 0..usize::try_from(count).unwrap_or(0) {
+            let at = *positions.add(i) as usize + first;
+            let key_flags = if flags.is_null() { 0 } else { *flags.add(i) };
+            if at < args.len() {
+                key_at(ctx.get_raw(), at as c_int, key_flags);
+            }
+        }
+        free(positions.cast());
+        if !flags.is_null() {
+            free(flags.cast());
+        }
+    }
+}
+
+/// Run `args[0] args[1..]` as the calling client's ACL user, in the client's
+/// protocol, replicated to replicas and the AOF as Redis replicates it
+/// (its effects), and reply with its reply as it is. `script_mode`: refuse,
+/// as a script would, what scripts may not do. An ACL refusal is replied as
+/// `NOPERM`; every other error is the command's own.
+pub fn call_and_reply(ctx: &Context, args: &[RedisString], script_mode: bool) {
+    let format = if script_mode { c"0CSME!v" } else { c"0CME!v" };
+    let Some(name) = args.first() else {
+        return;
+    };
+    let rest = &args[1..];
+    let mut argv: Vec<*mut raw::RedisModuleString> = rest.iter().map(|a| a.inner).collect();
+    unsafe {
+        let (Some(call), Some(reply_with), Some(free), Some(ptr_len)) = (
+            raw::RedisModule_Call,
+            raw::RedisModule_ReplyWithCallReply,
+            raw::RedisModule_FreeCallReply,
+            raw::RedisModule_StringPtrLen,
+        ) else {
+            return reply_error(ctx, LockError::Internal);
+        };
+        let mut len = 0usize;
+        // An sds: NUL-terminated, as RM_Call reads a command name.
+        let command = ptr_len(name.inner, &mut len).cast::<c_char>();
+        set_errno(0);
+        let reply = call(
+            ctx.get_raw(),
+            command,
+            format.as_ptr(),
+            argv.as_mut_ptr(),
+            argv.len(),
+        );
+        let refused_by_acl = errno() == libc::EACCES;
+        if reply.is_null() {
+            let error = if refused_by_acl {
+                LockError::GuardNoPerm
+            } else {
+                LockError::Internal
+            };
+            return reply_error(ctx, error);
+        }
+        if refused_by_acl {
+            reply_error(ctx, LockError::GuardNoPerm);
+        } else {
+            reply_with(ctx.get_raw(), reply);
+        }
+        free(reply);
+    }
+}
+
+fn reply_error(ctx: &Context, error: LockError) {
+    super::reply::error(ctx, error);
+}
+
+fn errno() -> c_int {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
+}
+
+fn set_errno(value: c_int) {
+    unsafe { *libc::__errno_location() = value };
+}
