@@ -635,3 +635,30 @@ fn guarded_writes_survive_an_aof_reload_in_order_after_the_grant() {
     let lock: HashMap<String, i64> = info(&mut con, "lk").unwrap();
     assert!(lock["ttl"] > 500_000);
 }
+
+#[test]
+fn no_guard_reply_or_log_line_shows_a_token() {
+    let server = Server::start();
+    let mut con = server.conn();
+    let secret = "guard-secret-Zq9xW";
+    acquire(&mut con, "lk", 60_000, Some(secret)).unwrap();
+    let mut replies = Vec::new();
+    for (token, command) in [
+        ("stolen-secret-Kp2", &["SET", "data", "v"][..]),
+        (secret, &["BLPOP", "q", "1"]),
+        (secret, &["LOCK.RELEASE", "lk", secret]),
+        (secret, &["NOSUCH", "x"]),
+        (secret, &["INCR", "lk"]),
+    ] {
+        replies.push(guard_error(&mut con, "lk", token, command));
+    }
+    replies.push(guard_error(&mut con, "free", secret, &["SET", "data", "v"]));
+    for reply in &replies {
+        assert!(
+            !reply.contains("secret-Zq9xW") && !reply.contains("Kp2"),
+            "{reply}"
+        );
+    }
+    let _: i64 = redis::cmd("DEL").arg("lk").query(&mut con).unwrap();
+    assert!(!server.log().contains("Zq9xW"));
+}

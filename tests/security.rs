@@ -272,6 +272,14 @@ fn with_requirepass_every_lock_command_needs_auth_and_changes_nothing() {
         vec![b"LOCK.RELEASE", b"lock:held", token.as_bytes()],
         vec![b"LOCK.INFO", b"lock:held"],
         vec![
+            b"LOCK.GUARD",
+            b"lock:held",
+            token.as_bytes(),
+            b"SET",
+            b"data",
+            b"v",
+        ],
+        vec![
             b"LOCK.SETSTATE",
             b"lock:new",
             b"t",
