@@ -468,6 +468,21 @@ fn command_getkeys_lists_the_lock_key_and_the_guarded_keys() {
         .query(&mut con)
         .unwrap();
     assert_eq!(keys, ["lk", "a", "b"]);
+    // Incomplete or unknown: the lock key alone, and the server lives on.
+    for args in [
+        &["lk"][..],
+        &["lk", "tok"],
+        &["lk", "tok", "NOSUCH", "x"],
+        &["lk", "tok", "GET"],
+    ] {
+        let keys: Vec<String> = redis::cmd("COMMAND")
+            .arg("GETKEYS")
+            .arg("LOCK.GUARD")
+            .arg(args)
+            .query(&mut con)
+            .unwrap();
+        assert_eq!(keys, ["lk"], "{args:?}");
+    }
     // Cluster clients route by the first key of the key spec: the lock key.
     let info: Vec<Value> = redis::cmd("COMMAND")
         .arg("INFO")

@@ -145,6 +145,9 @@ pub fn report_keys(ctx: &Context, args: &[RedisString], first: usize) {
     ) else {
         return;
     };
+    if args.len() < 2 {
+        return;
+    }
     let read = (raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS) as c_int;
     unsafe { key_at(ctx.get_raw(), 1, read) };
     if args.len() <= first {
