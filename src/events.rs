@@ -16,7 +16,7 @@ use crate::redis::events::ServerEvent;
 use crate::redis::guard::guarded;
 use crate::redis::key::LockKey;
 use crate::redis::{replicate, server};
-use crate::{config, expiry, fence, sessions, waiting};
+use crate::{config, expiry, fence, observers, sessions, waiting};
 
 /// The data type's hooks: the fence high-water mark in the RDB, and the
 /// expiry note when Redis removes a lock.
@@ -72,7 +72,11 @@ pub fn on_key_event(ctx: &Context, _class: NotifyEvent, event: &str, key: &[u8])
         if event != "expire" && event != "persist" {
             expiry::forget_note();
         }
-        waiting::look_again(ctx, server::selected_db(ctx), key);
+        let db = server::selected_db(ctx);
+        waiting::look_again(ctx, db, key);
+        if observers::total() > 0 {
+            observers::changed(ctx, db, &ctx.create_string(key));
+        }
     });
 }
 
@@ -87,7 +91,9 @@ pub fn on_expired(ctx: &Context, _class: NotifyEvent, _event: &str, key: &[u8]) 
         };
         metrics::count(Counter::Expiries);
         waiting::lease_expired(db, key);
-        replicate::notify(ctx, c"lock.expired", &ctx.create_string(key));
+        let name = ctx.create_string(key);
+        replicate::notify(ctx, c"lock.expired", &name);
+        observers::changed(ctx, db, &name);
         let now_ms = server::now_ms();
         if let Some(until) = decide::lock_delay(deadline_ms, config::expiry_delay_ms(), now_ms) {
             expiry::delay(db, key, until, now_ms);
@@ -105,10 +111,13 @@ pub fn on_server_event(ctx: &Context, event: ServerEvent) {
         ServerEvent::Flushed { db } => {
             expiry::forget(db);
             waiting::look_again_in(ctx, db);
+            observers::changed_in(ctx, db);
         }
         ServerEvent::Swapped { a, b } => {
             waiting::look_again_in(ctx, Some(a));
             waiting::look_again_in(ctx, Some(b));
+            observers::changed_in(ctx, Some(a));
+            observers::changed_in(ctx, Some(b));
         }
         ServerEvent::RoleChanged { now_replica } => {
             server::set_replica(now_replica);
@@ -158,6 +167,7 @@ pub fn info_fields() -> Vec<(&'static CStr, i64)> {
     let gauges = [
         (c"locks", datatype::live_values()),
         (c"waiters", waiting::total_waiters() as i64),
+        (c"observers", observers::total() as i64),
         (c"fence_high_water", fence::high_water() as i64),
         (c"eviction_risk", i64::from(metrics::eviction_risk())),
     ];

@@ -11,24 +11,38 @@ use redis_lock_core::errors::LockError;
 use redis_lock_core::lock::Lock;
 use redis_module::{Context, RedisString};
 
-use crate::fence;
 use crate::metrics::{self, Counter};
 use crate::redis::key::LockKey;
 use crate::redis::replicate::{self, LockState};
+use crate::redis::server;
+use crate::{fence, observers};
 
-/// Make `token` the holder of the free key `name` (open as `key`) until
-/// `deadline_ms`, granted at `now_ms`, with a new fence; replicated as
+/// Who is granted a lock, and for how long.
+pub struct Grantee<'a> {
+    pub token: &'a [u8],
+    /// Its public label (`OWNER`), if any.
+    pub owner: Option<&'a [u8]>,
+    pub now_ms: i64,
+    pub deadline_ms: i64,
+}
+
+/// Make `grantee` the holder of the free key `name` (open as `key`) until
+/// its deadline, granted now, with a new fence; replicated as
 /// `LOCK.SETSTATE` with every value explicit. Returns the fence.
 pub fn grant(
     ctx: &Context,
     key: &mut LockKey,
     name: &RedisString,
-    token: &[u8],
-    now_ms: i64,
-    deadline_ms: i64,
+    grantee: &Grantee,
 ) -> Result<u64, LockError> {
+    let Grantee {
+        token,
+        owner,
+        now_ms,
+        deadline_ms,
+    } = *grantee;
     let fence = fence::issue().ok_or(LockError::FenceExhausted)?;
-    key.store(Lock::granted(token, fence, now_ms, deadline_ms))?;
+    key.store(Lock::granted(token, fence, now_ms, deadline_ms).with_owner(owner))?;
     replicate::touched(ctx, name);
     replicate::lock_state(
         ctx,
@@ -39,31 +53,36 @@ pub fn grant(
             deadline_ms,
             granted_ms: now_ms,
             extends: 0,
+            owner,
         },
     );
     replicate::notify(ctx, c"lock.acquired", name);
     metrics::count(Counter::Grants);
+    observers::changed(ctx, server::selected_db(ctx), name);
     Ok(fence)
 }
 
-/// The holder `token` of `name` keeps it until `renewal.deadline_ms`: the
-/// whole state is replicated again, since the extension count changed too.
-/// The caller counts it (an EXTEND, or a renewing ACQUIRE) and brings the
-/// queue's wake-up forward if the lease got shorter.
+/// The holder `token` of `name` keeps it until `renewal.deadline_ms`, with
+/// `owner` as its new label if given: the whole state is replicated again,
+/// since the extension count changed too. The caller counts it (an EXTEND,
+/// or a renewing ACQUIRE) and brings the queue's wake-up forward if the
+/// lease got shorter.
 pub fn renew(
     ctx: &Context,
     key: &mut LockKey,
     name: &RedisString,
     token: &[u8],
     renewal: &Renewal,
+    owner: Option<&[u8]>,
 ) -> Result<(), LockError> {
-    let lock = key.renew(renewal.deadline_ms, renewal.extends)?;
+    let lock = key.renew(renewal.deadline_ms, renewal.extends, owner)?;
     let state = LockState {
         token,
         fence: renewal.fence,
         deadline_ms: renewal.deadline_ms,
         granted_ms: lock.granted_ms,
         extends: renewal.extends,
+        owner: lock.owner.get(),
     };
     replicate::touched(ctx, name);
     replicate::lock_state(ctx, name, &state);
@@ -89,6 +108,7 @@ pub fn release(ctx: &Context, key: &mut LockKey, name: &RedisString, by: Release
     replicate::touched(ctx, name);
     replicate::notify(ctx, c"lock.released", name);
     replicate::del(ctx, name);
+    observers::changed(ctx, server::selected_db(ctx), name);
     match by {
         ReleasedBy::Holder => metrics::count(Counter::Releases),
         ReleasedBy::Session => metrics::count(Counter::SessionReleases),

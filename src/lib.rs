@@ -7,8 +7,8 @@
 //!   [`startup`];
 //! - flows: [`waiting`] (queues, hand-off, the one release path), then
 //!   [`lease`] (grant, renew, release of one key);
-//! - module-wide state: [`sessions`], [`expiry`], [`fence`], [`metrics`],
-//!   [`config`];
+//! - module-wide state: [`sessions`], [`observers`], [`expiry`], [`fence`],
+//!   [`metrics`], [`config`];
 //! - [`redis`]: every FFI call;
 //! - the `redis-lock-core` crate: parsing, errors and every decision, with
 //!   no Redis dependency.
@@ -23,6 +23,7 @@ pub mod expiry;
 pub mod fence;
 pub mod lease;
 pub mod metrics;
+pub mod observers;
 pub mod redis;
 pub mod sessions;
 pub mod startup;
@@ -30,7 +31,7 @@ pub mod waiting;
 
 use redis_module::{redis_module, Context, RedisResult, RedisString};
 
-use commands::{acquire, extend, guard, info, release, run, setstate};
+use commands::{acquire, extend, guard, info, observe, queue, release, run, setstate};
 use events::{on_expired, on_key_event};
 use redis::datatype::LOCK_TYPE;
 use startup::init;
@@ -53,6 +54,14 @@ fn lock_guard(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 
 fn lock_info(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     run(ctx, args, info::run)
+}
+
+fn lock_observe(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    run(ctx, args, observe::run)
+}
+
+fn lock_queue(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    run(ctx, args, queue::run)
 }
 
 fn lock_setstate(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
@@ -90,6 +99,8 @@ redis_module! {
         ["lock.release", lock_release, "write fast", 1, 1, 1, ""],
         ["lock.info", lock_info, "readonly fast", 1, 1, 1, ""],
         ["lock.guard", lock_guard, "write getkeys-api", 1, 1, 1, ""],
+        ["lock.queue", lock_queue, "readonly fast", 1, 1, 1, ""],
+        ["lock.observe", lock_observe, "readonly", 1, 1, 1, ""],
         ["lock.setstate", lock_setstate, "write fast", 1, 1, 1, ""],
     ],
     event_handlers: [

@@ -39,7 +39,7 @@ use redis_lock_core::token::{self, UUID_LEN};
 use redis_lock_core::waitqueue::{WaitQueues, WaiterId};
 use redis_module::{Context, RedisString};
 
-use crate::lease::{self, ReleasedBy};
+use crate::lease::{self, Grantee, ReleasedBy};
 use crate::metrics::{self, Counter};
 use crate::redis::blocked::{self, BlockedId, Waits};
 use crate::redis::key::LockKey;
@@ -61,6 +61,13 @@ struct Waiter {
     user: Option<Box<[u8]>>,
     /// The timer of `WAIT timeout-ms` (none for `WAIT 0`).
     timeout: Option<TimerId>,
+    /// `OWNER label`: recorded at queue time, the holder's label once granted.
+    owner: Option<Box<[u8]>>,
+    /// The waiting client's id (`CLIENT KILL ID` removes a stuck waiter).
+    client: u64,
+    /// When it queued, and when its wait ends (unix ms; none for `WAIT 0`).
+    queued_ms: i64,
+    ends_ms: Option<i64>,
 }
 
 /// What a blocked client is unblocked with.
@@ -126,6 +133,33 @@ pub fn total_waiters() -> usize {
     with_queues(|q| q.total())
 }
 
+/// A queued client as `LOCK.QUEUE` shows it: never its token.
+pub struct Queued {
+    pub owner: Option<Box<[u8]>>,
+    /// The lease it asked for.
+    pub ttl_ms: i64,
+    pub queued_ms: i64,
+    /// When its wait ends (none: `WAIT 0`).
+    pub ends_ms: Option<i64>,
+    pub client: u64,
+}
+
+/// The first `count` clients waiting for `key`, from the head.
+pub fn queued(db: i32, key: &[u8], count: usize) -> Vec<Queued> {
+    with_queues(|q| {
+        q.waiters(db, key)
+            .take(count)
+            .map(|w| Queued {
+                owner: w.owner.clone(),
+                ttl_ms: w.ttl_ms,
+                queued_ms: w.queued_ms,
+                ends_ms: w.ends_ms,
+                client: w.client,
+            })
+            .collect()
+    })
+}
+
 /// The lease on `key` ran out: if clients wait for it, its hand-off counts
 /// as a hand-off on expiry.
 pub fn lease_expired(db: i32, key: &[u8]) {
@@ -142,6 +176,7 @@ pub struct WaitRequest<'a> {
     pub wait_ms: i64,
     /// `SESSION`: the caller's client id.
     pub session: Option<u64>,
+    pub owner: Option<&'a [u8]>,
 }
 
 /// Block the calling client at the tail of `key`'s queue, and make sure the
@@ -161,12 +196,17 @@ pub fn enqueue(
     let id = blocked::block::<Queue>(ctx).ok_or(LockError::Internal)?;
     let timeout = (request.wait_ms > 0)
         .then(|| timer::start(ctx, request.wait_ms, Wake::Timeout { waiter: id }, on_wake));
+    let queued_ms = server::now_ms();
     let waiter = Waiter {
         token: request.token.map(Into::into),
         ttl_ms: request.ttl_ms,
         session: request.session,
         user: client::user(ctx),
         timeout,
+        owner: request.owner.map(Into::into),
+        client: client::id(ctx),
+        queued_ms,
+        ends_ms: (request.wait_ms > 0).then(|| queued_ms.saturating_add(request.wait_ms)),
     };
     with_queues(|q| q.push(db, key, id, waiter));
     metrics::count(Counter::Waits);
@@ -244,8 +284,13 @@ fn grant_to_head(
             None => token::draw(&mut drawn),
         };
         let granted = decide::waiter_deadline(now_ms, waiter.ttl_ms).and_then(|deadline_ms| {
-            lease::grant(ctx, lock_key, name, token, now_ms, deadline_ms)
-                .map(|fence| (fence, deadline_ms))
+            let grantee = Grantee {
+                token,
+                owner: waiter.owner.as_deref(),
+                now_ms,
+                deadline_ms,
+            };
+            lease::grant(ctx, lock_key, name, &grantee).map(|fence| (fence, deadline_ms))
         });
         let (fence, deadline_ms) = match granted {
             Ok(granted) => granted,

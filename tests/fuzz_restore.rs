@@ -56,11 +56,12 @@ fn plain_len(bytes: &[u8]) -> Option<(u64, &[u8])> {
 }
 
 /// Token and fence of a lock body that has the plain layout the module
-/// writes (encoding 2), after the seed's own `header` (type, module id,
+/// writes (encoding 3), after the seed's own `header` (type, module id,
 /// encoding version): `05 <len> <token> 02 <fence> 02 <granted-ms>
-/// 02 <deadline-ms> 02 <extends> 00`, and whether the three fields after the
-/// fence are in range (granted ≥ 0 and deadline ≥ -1 as signed values,
-/// extends a u32). `None` for anything else.
+/// 02 <deadline-ms> 02 <extends> 05 <len> <owner> 00`, and whether the four
+/// fields after the fence are in range (granted ≥ 0 and deadline ≥ -1 as
+/// signed values, extends a u32, the owner at most 128 bytes). `None` for
+/// anything else.
 fn decode(body: &[u8], header: &[u8]) -> Option<(Vec<u8>, u64, bool)> {
     let rest = body.strip_prefix(header)?.strip_prefix(&[0x05])?;
     let (len, rest) = plain_len(rest)?;
@@ -70,16 +71,25 @@ fn decode(body: &[u8], header: &[u8]) -> Option<(Vec<u8>, u64, bool)> {
     let (granted, rest) = plain_len(rest.strip_prefix(&[0x02])?)?;
     let (deadline, rest) = plain_len(rest.strip_prefix(&[0x02])?)?;
     let (extends, rest) = plain_len(rest.strip_prefix(&[0x02])?)?;
-    let in_range = granted as i64 >= 0 && deadline as i64 >= -1 && extends <= u64::from(u32::MAX);
+    let (owner_len, rest) = plain_len(rest.strip_prefix(&[0x05])?)?;
+    let owner_len = usize::try_from(owner_len)
+        .ok()
+        .filter(|&l| l <= rest.len())?;
+    let rest = &rest[owner_len..];
+    let in_range = granted as i64 >= 0
+        && deadline as i64 >= -1
+        && extends <= u64::from(u32::MAX)
+        && owner_len <= 128;
     (rest == [0x00]).then(|| (token.to_vec(), fence, in_range))
 }
 
 /// Where the 8 bytes of the fence sit in a seed payload: before granted-ms
-/// and deadline-ms (each `02 81` + 8 bytes), extends 0 (`02 00`), EOF (`00`),
-/// the RDB version (2) and the CRC64 (8). A seed is a fresh DUMP, so its
-/// extends is 0 and both times take the 8-byte form.
+/// and deadline-ms (each `02 81` + 8 bytes), extends 0 (`02 00`), no owner
+/// (`05 00`), EOF (`00`), the RDB version (2) and the CRC64 (8). A seed is a
+/// fresh DUMP without a label, so its extends is 0 and both times take the
+/// 8-byte form.
 fn fence_offset(payload: &[u8]) -> usize {
-    payload.len() - 10 - 1 - 2 - 10 - 10 - 8
+    payload.len() - 10 - 1 - 2 - 2 - 10 - 10 - 8
 }
 
 const INTERESTING: [u8; 10] = [0x00, 0x01, 0x02, 0x05, 0x3f, 0x40, 0x7f, 0x80, 0x81, 0xff];

@@ -707,7 +707,19 @@ fn restore_of_hand_made_invalid_payloads_is_refused() {
         ("fence 2^53", kit.body(1, token, MAX_FENCE + 1)),
         ("fence u64::MAX", kit.body(1, token, u64::MAX)),
         ("encoding version 0", kit.body(0, token, fence)),
-        ("encoding version 3", kit.body(3, token, fence)),
+        ("encoding version 4", kit.body(4, token, fence)),
+        ("encoding 3 without its owner field", {
+            let mut b = kit.body(2, token, fence);
+            b[2..10].copy_from_slice(&kit.header_with_encver(3)[2..10]);
+            b
+        }),
+        ("encoding 3, owner of 129 bytes", {
+            let mut b = kit.fields(3, token, fence);
+            b.extend(kit.v2_tail(1, u64::MAX, 0));
+            b.extend(owner_field(&[b'o'; 129]));
+            b.push(0x00);
+            b
+        }),
         (
             "encoding 2 without extends",
             v2(&kit.v2_tail(1, u64::MAX, 0)[..12]),
@@ -746,7 +758,15 @@ fn restore_of_hand_made_invalid_payloads_is_refused() {
     }
     assert_eq!(dbsize(&mut con), 0);
 
-    // The limits themselves are accepted.
+    // The limits themselves are accepted, and encoding 2 (before owner
+    // labels) still loads.
+    restore(&mut con, "v2", 0, &kit.seal(&kit.body(2, token, fence))).expect("encoding 2");
+    assert_eq!(info(&mut con, "v2").unwrap()["fence"], fence as i64);
+    let mut labelled = kit.fields(3, token, fence);
+    labelled.extend(kit.v2_tail(1, u64::MAX, 0));
+    labelled.extend(owner_field(&[b'o'; 128]));
+    labelled.push(0x00);
+    restore(&mut con, "owner128", 0, &kit.seal(&labelled)).expect("a 128-byte owner");
     let max_token = vec![b'y'; 256];
     restore(&mut con, "token256", 0, &kit.lock(&max_token, fence)).expect("256-byte token");
     restore(&mut con, "fence-max", 0, &kit.lock(token, MAX_FENCE)).expect("fence 2^53-1");

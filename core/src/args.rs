@@ -26,7 +26,8 @@ impl ArgBytes for &str {
     }
 }
 
-/// `LOCK.ACQUIRE key ttl-ms [TOKEN token] [WAIT timeout-ms] [SESSION]`
+/// `LOCK.ACQUIRE key ttl-ms [TOKEN token] [WAIT timeout-ms] [SESSION]
+/// [OWNER label]`
 #[derive(Debug, PartialEq, Eq)]
 pub struct AcquireArgs<'a> {
     pub ttl_ms: i64,
@@ -36,6 +37,29 @@ pub struct AcquireArgs<'a> {
     pub wait_ms: Option<i64>,
     /// Also release the lock when the acquiring connection closes.
     pub session: bool,
+    /// A public label for the holder (a host, a pod, a job id), shown by
+    /// `LOCK.INFO` and `LOCK.QUEUE`; never secret, unlike the token.
+    pub owner: Option<&'a [u8]>,
+}
+
+/// `LOCK.QUEUE key [COUNT n]`
+#[derive(Debug, PartialEq, Eq)]
+pub struct QueueArgs {
+    /// How many waiters to list, from the head (default 10).
+    pub count: usize,
+}
+
+/// Most waiters one `LOCK.QUEUE` lists (the error message says so).
+pub const MAX_QUEUE_COUNT: usize = 1000;
+const _: () = assert!(MAX_QUEUE_COUNT == 1000);
+
+/// `LOCK.OBSERVE key fence timeout-ms`
+#[derive(Debug, PartialEq, Eq)]
+pub struct ObserveArgs {
+    /// The holder fence the caller last saw; 0 for "free".
+    pub fence: u64,
+    /// How long to wait for a change; 0 waits without a limit.
+    pub timeout_ms: i64,
 }
 
 /// `LOCK.EXTEND key token ttl-ms`
@@ -66,6 +90,8 @@ pub struct SetStateArgs<'a> {
     /// When the holder was granted the lock (unix ms); `None` in the short form.
     pub granted_ms: Option<i64>,
     pub extends: u32,
+    /// The holder's label, `OWNER label` after `extends`.
+    pub owner: Option<&'a [u8]>,
 }
 
 /// `max_ttl_ms` is `lock.max-ttl-ms`, checked once the syntax is known good.
@@ -99,6 +125,7 @@ pub fn parse_acquire<A: ArgBytes>(
     let mut token = None;
     let mut wait_ms = None;
     let mut session = false;
+    let mut owner = None;
     let mut rest = args[3..].iter();
     while let Some(option) = rest.next() {
         if option.bytes().eq_ignore_ascii_case(b"TOKEN") {
@@ -119,6 +146,12 @@ pub fn parse_acquire<A: ArgBytes>(
                 return Err(LockError::SyntaxRepeatedSession);
             }
             session = true;
+        } else if option.bytes().eq_ignore_ascii_case(b"OWNER") {
+            let value = rest.next().ok_or(LockError::SyntaxMissingOwner)?;
+            if owner.is_some() {
+                return Err(LockError::SyntaxRepeatedOwner);
+            }
+            owner = Some(rules::check_owner(value.bytes())?);
         } else {
             return Err(LockError::SyntaxUnknownOption);
         }
@@ -128,6 +161,7 @@ pub fn parse_acquire<A: ArgBytes>(
         token,
         wait_ms,
         session,
+        owner,
     })
 }
 
@@ -161,9 +195,16 @@ pub fn parse_info<A: ArgBytes>(args: &[A]) -> Result<(), LockError> {
 }
 
 pub fn parse_setstate<A: ArgBytes>(args: &[A]) -> Result<SetStateArgs<'_>, LockError> {
-    if !(5..=7).contains(&args.len()) {
+    if !(5..=7).contains(&args.len()) && args.len() != 9 {
         return Err(LockError::AritySetState);
     }
+    let owner = match args.get(7..9) {
+        Some([keyword, label]) if keyword.bytes().eq_ignore_ascii_case(b"OWNER") => {
+            Some(rules::check_owner(label.bytes())?)
+        }
+        Some(_) => return Err(LockError::SyntaxUnknownOption),
+        None => None,
+    };
     let token = rules::check_token(args[2].bytes())?;
     let fence = parse_i64(args[3].bytes())
         .and_then(|f| u64::try_from(f).ok())
@@ -194,6 +235,38 @@ pub fn parse_setstate<A: ArgBytes>(args: &[A]) -> Result<SetStateArgs<'_>, LockE
         deadline_ms,
         granted_ms,
         extends,
+        owner,
+    })
+}
+
+pub fn parse_queue<A: ArgBytes>(args: &[A]) -> Result<QueueArgs, LockError> {
+    match args.len() {
+        2 => Ok(QueueArgs { count: 10 }),
+        4 if args[2].bytes().eq_ignore_ascii_case(b"COUNT") => {
+            let count = parse_i64(args[3].bytes())
+                .and_then(|n| usize::try_from(n).ok())
+                .filter(|n| (1..=MAX_QUEUE_COUNT).contains(n))
+                .ok_or(LockError::CountInvalid)?;
+            Ok(QueueArgs { count })
+        }
+        4 => Err(LockError::SyntaxUnknownOption),
+        3 => Err(LockError::SyntaxUnknownOption),
+        _ => Err(LockError::ArityQueue),
+    }
+}
+
+pub fn parse_observe<A: ArgBytes>(args: &[A]) -> Result<ObserveArgs, LockError> {
+    if args.len() != 4 {
+        return Err(LockError::ArityObserve);
+    }
+    let fence = parse_i64(args[2].bytes())
+        .and_then(|f| u64::try_from(f).ok())
+        .filter(|&f| f <= rules::MAX_FENCE)
+        .ok_or(LockError::ObservedFenceInvalid)?;
+    let timeout_ms = parse_i64(args[3].bytes()).ok_or(LockError::WaitNotInteger)?;
+    Ok(ObserveArgs {
+        fence,
+        timeout_ms: rules::check_wait(timeout_ms)?,
     })
 }
 
@@ -273,6 +346,7 @@ mod tests {
                 token: None,
                 wait_ms: None,
                 session: false,
+                owner: None,
             }
         );
         let a = parse_acquire(&["LOCK.ACQUIRE", "k", "5", "session", "WAIT", "0"], MAX).unwrap();
@@ -457,6 +531,124 @@ mod tests {
     }
 
     #[test]
+    fn owner_labels_queue_and_observe() {
+        let a = parse_acquire(
+            &["LOCK.ACQUIRE", "k", "5", "owner", "pod-7", "WAIT", "0"],
+            MAX,
+        )
+        .unwrap();
+        assert_eq!((a.owner, a.wait_ms), (Some(&b"pod-7"[..]), Some(0)));
+        let long = "x".repeat(129);
+        for (args, want) in [
+            (
+                vec!["LOCK.ACQUIRE", "k", "5", "OWNER"],
+                LockError::SyntaxMissingOwner,
+            ),
+            (
+                vec!["LOCK.ACQUIRE", "k", "5", "OWNER", ""],
+                LockError::OwnerLength,
+            ),
+            (
+                vec!["LOCK.ACQUIRE", "k", "5", "OWNER", &long],
+                LockError::OwnerLength,
+            ),
+            (
+                vec!["LOCK.ACQUIRE", "k", "5", "OWNER", "a", "OWNER", "b"],
+                LockError::SyntaxRepeatedOwner,
+            ),
+        ] {
+            assert_eq!(parse_acquire(&args, MAX), Err(want), "{args:?}");
+        }
+        let s = parse_setstate(&["LOCK.SETSTATE", "k", "t", "7", "1", "2", "0", "OWNER", "me"])
+            .unwrap();
+        assert_eq!((s.extends, s.owner), (0, Some(&b"me"[..])));
+        assert_eq!(
+            parse_setstate(&["LOCK.SETSTATE", "k", "t", "7", "1", "2", "0", "OWNED", "me"]),
+            Err(LockError::SyntaxUnknownOption)
+        );
+        assert_eq!(
+            parse_setstate(&["LOCK.SETSTATE", "k", "t", "7", "1", "2", "0", "OWNER", ""]),
+            Err(LockError::OwnerLength)
+        );
+
+        assert_eq!(
+            parse_queue(&["LOCK.QUEUE", "k"]),
+            Ok(QueueArgs { count: 10 })
+        );
+        assert_eq!(
+            parse_queue(&["LOCK.QUEUE", "k", "count", "1000"]),
+            Ok(QueueArgs { count: 1000 })
+        );
+        for (args, want) in [
+            (vec!["LOCK.QUEUE"], LockError::ArityQueue),
+            (
+                vec!["LOCK.QUEUE", "k", "COUNT"],
+                LockError::SyntaxUnknownOption,
+            ),
+            (
+                vec!["LOCK.QUEUE", "k", "LIMIT", "5"],
+                LockError::SyntaxUnknownOption,
+            ),
+            (
+                vec!["LOCK.QUEUE", "k", "COUNT", "0"],
+                LockError::CountInvalid,
+            ),
+            (
+                vec!["LOCK.QUEUE", "k", "COUNT", "1001"],
+                LockError::CountInvalid,
+            ),
+            (
+                vec!["LOCK.QUEUE", "k", "COUNT", "x"],
+                LockError::CountInvalid,
+            ),
+            (
+                vec!["LOCK.QUEUE", "k", "COUNT", "5", "x"],
+                LockError::ArityQueue,
+            ),
+        ] {
+            assert_eq!(parse_queue(&args), Err(want), "{args:?}");
+        }
+
+        assert_eq!(
+            parse_observe(&["LOCK.OBSERVE", "k", "0", "30000"]),
+            Ok(ObserveArgs {
+                fence: 0,
+                timeout_ms: 30_000
+            })
+        );
+        let over = (MAX_FENCE + 1).to_string();
+        for (args, want) in [
+            (vec!["LOCK.OBSERVE", "k", "0"], LockError::ArityObserve),
+            (
+                vec!["LOCK.OBSERVE", "k", "-1", "10"],
+                LockError::ObservedFenceInvalid,
+            ),
+            (
+                vec!["LOCK.OBSERVE", "k", over.as_str(), "10"],
+                LockError::ObservedFenceInvalid,
+            ),
+            (
+                vec!["LOCK.OBSERVE", "k", "x", "10"],
+                LockError::ObservedFenceInvalid,
+            ),
+            (
+                vec!["LOCK.OBSERVE", "k", "5", "soon"],
+                LockError::WaitNotInteger,
+            ),
+            (
+                vec!["LOCK.OBSERVE", "k", "5", "-1"],
+                LockError::WaitNegative,
+            ),
+            (
+                vec!["LOCK.OBSERVE", "k", "5", "31536000001"],
+                LockError::WaitTooLarge,
+            ),
+        ] {
+            assert_eq!(parse_observe(&args), Err(want), "{args:?}");
+        }
+    }
+
+    #[test]
     fn guard_needs_a_key_a_token_and_a_command() {
         assert_eq!(
             parse_guard(&["LOCK.GUARD", "k", "t", "SET", "d", "v"]),
@@ -495,6 +687,7 @@ mod tests {
                 deadline_ms: Some(1_700_000_000_000),
                 granted_ms: None,
                 extends: 0,
+                owner: None,
             }
         );
         let s = parse_setstate(&[

@@ -194,6 +194,12 @@ pub fn lock_delay(deadline_ms: i64, delay_ms: i64, now_ms: i64) -> Option<i64> {
     (until > now_ms).then_some(until)
 }
 
+/// `LOCK.OBSERVE`: whether the holder (by fence; 0 for free) differs from
+/// the one the observer last saw, so that it is answered now.
+pub fn holder_changed(seen_fence: u64, holder_fence: u64) -> bool {
+    seen_fence != holder_fence
+}
+
 /// `LOCK.GUARD`: whether `token` holds the lock, so that the guarded
 /// command may run. A guarded command renews nothing and takes no fence.
 pub fn guard(holder: Option<&Lock>, token: &[u8]) -> Result<(), LockError> {
@@ -480,6 +486,15 @@ mod tests {
         assert_eq!(lock_delay(100, 50, 150), None);
         assert_eq!(waiter_deadline(5, 10), Ok(15));
         assert_eq!(waiter_deadline(i64::MAX, 1), Err(LockError::TtlOverflow));
+    }
+
+    #[test]
+    fn an_observer_is_answered_when_the_holder_is_not_the_one_it_saw() {
+        assert!(!holder_changed(0, 0));
+        assert!(!holder_changed(42, 42));
+        assert!(holder_changed(0, 42));
+        assert!(holder_changed(42, 0));
+        assert!(holder_changed(42, 43));
     }
 
     #[test]

@@ -14,6 +14,8 @@ pub enum LockError {
     ArityInfo,
     AritySetState,
     ArityGuard,
+    ArityQueue,
+    ArityObserve,
     /// LOCK.GUARD: the token does not hold the lock, which is free.
     LostFree,
     /// LOCK.GUARD: the token does not hold the lock; another token does.
@@ -42,6 +44,15 @@ pub enum LockError {
     SyntaxRepeatedWait,
     /// `SESSION` given twice.
     SyntaxRepeatedSession,
+    /// `OWNER` as the last argument, with no value after it.
+    SyntaxMissingOwner,
+    /// `OWNER` given twice.
+    SyntaxRepeatedOwner,
+    OwnerLength,
+    /// `LOCK.QUEUE … COUNT` not an integer from 1 to the maximum.
+    CountInvalid,
+    /// `LOCK.OBSERVE`'s fence not 0 or a valid fence.
+    ObservedFenceInvalid,
     /// `SESSION` inside a Lua script or function, whose client never closes.
     SessionInScript,
     WaitNotInteger,
@@ -95,6 +106,8 @@ impl LockError {
                 c"ERR wrong number of arguments for 'lock.setstate' command"
             }
             LockError::ArityGuard => c"ERR wrong number of arguments for 'lock.guard' command",
+            LockError::ArityQueue => c"ERR wrong number of arguments for 'lock.queue' command",
+            LockError::ArityObserve => c"ERR wrong number of arguments for 'lock.observe' command",
             LockError::LostFree => {
                 c"LOST the token does not hold the lock: it is free (released, expired or deleted)"
             }
@@ -122,6 +135,13 @@ impl LockError {
             }
             LockError::SyntaxRepeatedSession => {
                 c"ERR syntax error: SESSION is given more than once"
+            }
+            LockError::SyntaxMissingOwner => c"ERR syntax error: OWNER needs a value",
+            LockError::SyntaxRepeatedOwner => c"ERR syntax error: OWNER is given more than once",
+            LockError::OwnerLength => c"ERR owner must be 1 to 128 bytes long",
+            LockError::CountInvalid => c"ERR COUNT must be an integer from 1 to 1000",
+            LockError::ObservedFenceInvalid => {
+                c"ERR fence must be 0 (free) or an integer from 1 to 9007199254740991"
             }
             LockError::WaitNotInteger => c"ERR timeout-ms is not an integer or out of range",
             LockError::WaitNegative => c"ERR timeout-ms must be 0 (no limit) or greater",
@@ -190,7 +210,14 @@ impl std::error::Error for LockError {}
 mod tests {
     use super::*;
 
-    const ALL: [LockError; 43] = [
+    const ALL: [LockError; 50] = [
+        LockError::ArityQueue,
+        LockError::ArityObserve,
+        LockError::SyntaxMissingOwner,
+        LockError::SyntaxRepeatedOwner,
+        LockError::OwnerLength,
+        LockError::CountInvalid,
+        LockError::ObservedFenceInvalid,
         LockError::GuardScriptInScript,
         LockError::ArityGuard,
         LockError::LostFree,
@@ -246,6 +273,8 @@ mod tests {
             | LockError::ArityInfo
             | LockError::AritySetState
             | LockError::ArityGuard
+            | LockError::ArityQueue
+            | LockError::ArityObserve
             | LockError::LostFree
             | LockError::LostOther
             | LockError::GuardBlocking
@@ -276,6 +305,11 @@ mod tests {
             | LockError::WrongType
             | LockError::SetStateInternal
             | LockError::SyntaxRepeatedSession
+            | LockError::SyntaxMissingOwner
+            | LockError::SyntaxRepeatedOwner
+            | LockError::OwnerLength
+            | LockError::CountInvalid
+            | LockError::ObservedFenceInvalid
             | LockError::SessionInScript
             | LockError::GrantedInvalid
             | LockError::ExtendsInvalid

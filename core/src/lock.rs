@@ -21,6 +21,31 @@ pub struct Lock {
     /// Extensions since the grant: `lock.max-extends` counts these.
     pub extends: u32,
     pub holder_token: StoredToken,
+    /// The holder's public label (`OWNER`), if it gave one.
+    pub owner: OwnerLabel,
+}
+
+/// A holder's public label: one pointer wide inside the lock, so a lock
+/// without one (most) costs no more than before labels existed, and the lock
+/// value stays in the same allocator size class.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct OwnerLabel(Option<Box<Box<[u8]>>>);
+
+impl OwnerLabel {
+    pub fn new(label: Option<&[u8]>) -> Self {
+        OwnerLabel(label.map(|l| Box::new(Box::from(l))))
+    }
+
+    pub fn get(&self) -> Option<&[u8]> {
+        self.0.as_deref().map(|l| &**l)
+    }
+
+    /// Bytes kept outside the lock value itself.
+    pub fn heap_len(&self) -> usize {
+        self.0
+            .as_ref()
+            .map_or(0, |l| l.len() + std::mem::size_of::<Box<[u8]>>())
+    }
 }
 
 impl Lock {
@@ -36,7 +61,14 @@ impl Lock {
             deadline_ms,
             extends,
             holder_token: StoredToken::new(token),
+            owner: OwnerLabel::default(),
         }
+    }
+
+    /// The same lock, labelled `owner`.
+    pub fn with_owner(mut self, owner: Option<&[u8]>) -> Self {
+        self.owner = OwnerLabel::new(owner);
+        self
     }
 
     /// Whether `token` holds this lock: the one ownership check.
@@ -68,5 +100,14 @@ mod tests {
         assert_eq!(lock.token(&mut [0u8; UUID_LEN]), b"me");
         assert_eq!((lock.extends, lock.deadline()), (0, Some(2_000)));
         assert_eq!(Lock::granted(b"x", 1, 0, -1).deadline(), None);
+    }
+
+    #[test]
+    fn a_label_costs_one_pointer_and_the_lock_stays_within_64_bytes() {
+        let labelled = Lock::granted(b"me", 7, 1, 2).with_owner(Some(b"pod-7"));
+        assert_eq!(labelled.owner.get(), Some(&b"pod-7"[..]));
+        assert_eq!(Lock::granted(b"me", 7, 1, 2).owner.get(), None);
+        assert_eq!(std::mem::size_of::<OwnerLabel>(), 8);
+        assert!(std::mem::size_of::<Lock>() <= 64);
     }
 }

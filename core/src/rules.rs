@@ -10,6 +10,7 @@ use crate::errors::LockError;
 // The limits are spelled out in the error messages; keep the two in step.
 const _: () = assert!(MAX_TOKEN_LEN == 256);
 const _: () = assert!(MAX_WAIT_MS == 31_536_000_000);
+const _: () = assert!(MAX_OWNER_LEN == 128);
 
 /// Largest fence handed out: 2^53 - 1, so JavaScript and JSON read it exactly.
 pub const MAX_FENCE: u64 = (1 << 53) - 1;
@@ -29,6 +30,9 @@ pub const MAX_WAIT_MS: i64 = 31_536_000_000;
 
 /// Tokens are 1 to 256 bytes, binary-safe.
 pub const MAX_TOKEN_LEN: usize = 256;
+
+/// Owner labels (`OWNER label`) are 1 to 128 bytes, binary-safe.
+pub const MAX_OWNER_LEN: usize = 128;
 
 /// The fence for the next grant: above every fence this server has issued
 /// (`high_water`) and at least the wall clock in microseconds, so that a server
@@ -128,6 +132,14 @@ pub fn check_token(token: &[u8]) -> Result<&[u8], LockError> {
     }
 }
 
+pub fn check_owner(owner: &[u8]) -> Result<&[u8], LockError> {
+    if owner.is_empty() || owner.len() > MAX_OWNER_LEN {
+        Err(LockError::OwnerLength)
+    } else {
+        Ok(owner)
+    }
+}
+
 pub fn check_fence(fence: u64) -> Result<u64, LockError> {
     if fence == 0 || fence > MAX_FENCE {
         Err(LockError::FenceInvalid)
@@ -190,6 +202,18 @@ mod tests {
             check_token(&[b'x'; MAX_TOKEN_LEN + 1]),
             Err(LockError::TokenLength)
         );
+    }
+
+    #[test]
+    fn owner_limits() {
+        assert_eq!(check_owner(b""), Err(LockError::OwnerLength));
+        assert!(check_owner(b"h").is_ok());
+        assert!(check_owner(&[0xffu8; MAX_OWNER_LEN]).is_ok());
+        assert_eq!(
+            check_owner(&[b'x'; MAX_OWNER_LEN + 1]),
+            Err(LockError::OwnerLength)
+        );
+        assert!(LockError::OwnerLength.as_str().contains("128"));
     }
 
     #[test]

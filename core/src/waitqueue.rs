@@ -91,6 +91,20 @@ impl<W> WaitQueues<W> {
         waiter
     }
 
+    /// `key`'s waiters, from the head.
+    pub fn waiters(&self, db: i32, key: &[u8]) -> impl Iterator<Item = &W> {
+        self.queue(db, key)
+            .into_iter()
+            .flat_map(|q| q.waiters.iter().map(|(_, w)| w))
+    }
+
+    /// `key`'s waiters with their ids, from the head.
+    pub fn waiters_with_ids(&self, db: i32, key: &[u8]) -> impl Iterator<Item = (WaiterId, &W)> {
+        self.queue(db, key)
+            .into_iter()
+            .flat_map(|q| q.waiters.iter().map(|(id, w)| (*id, w)))
+    }
+
     /// The timer armed for `key`, if any: `(timer id, due unix ms)`.
     pub fn timer(&self, db: i32, key: &[u8]) -> Option<(u64, i64)> {
         self.queue(db, key)?.timer
@@ -168,6 +182,11 @@ mod tests {
             (5, 1, 1)
         );
         assert_eq!(q.total(), 7);
+        let listed: Vec<u64> = q.waiters(0, b"k").copied().collect();
+        let ids: Vec<u64> = q.waiters_with_ids(0, b"k").map(|(id, _)| id).collect();
+        assert_eq!(ids, vec![1, 2, 3, 4, 5]);
+        assert_eq!(listed, vec![10, 20, 30, 40, 50]);
+        assert_eq!(q.waiters(0, b"none").count(), 0);
         let order: Vec<u64> =
             std::iter::from_fn(|| q.pop_front(0, b"k").map(|(id, _)| id)).collect();
         assert_eq!(order, vec![1, 2, 3, 4, 5]);

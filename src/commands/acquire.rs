@@ -1,4 +1,5 @@
-//! `LOCK.ACQUIRE key ttl-ms [TOKEN token] [WAIT timeout-ms] [SESSION]` →
+//! `LOCK.ACQUIRE key ttl-ms [TOKEN token] [WAIT timeout-ms] [SESSION]
+//! [OWNER label]` →
 //! `[token, fence]`, or null when the key is busy (another holder, others
 //! queued before the caller, or a lock-delay after an expiry). With `WAIT`, a
 //! busy key queues the caller instead (see `waiting.rs`); with `SESSION`,
@@ -10,11 +11,12 @@ use redis_lock_core::errors::LockError;
 use redis_lock_core::token::{self, UUID_LEN};
 use redis_module::{Context, RedisString};
 
+use crate::lease::{self, Grantee};
 use crate::metrics::{self, Counter};
 use crate::redis::key::LockKey;
 use crate::redis::{self, client, reply, server};
 use crate::waiting::{self, WaitRequest};
-use crate::{config, expiry, lease, sessions};
+use crate::{config, expiry, sessions};
 
 pub fn run(ctx: &Context, args: &[RedisString]) -> Result<(), LockError> {
     let parsed = parse_acquire(redis::args(args), config::max_ttl_ms())?;
@@ -73,13 +75,14 @@ pub fn run(ctx: &Context, args: &[RedisString]) -> Result<(), LockError> {
                 ttl_ms: parsed.ttl_ms,
                 wait_ms: parsed.wait_ms.unwrap_or(0),
                 session,
+                owner: parsed.owner,
             };
             waiting::enqueue(ctx, db, name, &request, wake_at_ms)?;
         }
         Acquire::Renew(renewal) => {
             // Renew is only decided for a caller-supplied token.
             let token = parsed.token.unwrap_or_default();
-            lease::renew(ctx, &mut key, name, token, &renewal)?;
+            lease::renew(ctx, &mut key, name, token, &renewal, parsed.owner)?;
             drop(key);
             metrics::count(Counter::Renewals);
             waiting::wake_at(ctx, db, name, renewal.wake_at_ms());
@@ -94,7 +97,13 @@ pub fn run(ctx: &Context, args: &[RedisString]) -> Result<(), LockError> {
                 Some(token) => token,
                 None => token::draw(&mut drawn),
             };
-            let fence = lease::grant(ctx, &mut key, name, token, now_ms, deadline_ms)?;
+            let grantee = Grantee {
+                token,
+                owner: parsed.owner,
+                now_ms,
+                deadline_ms,
+            };
+            let fence = lease::grant(ctx, &mut key, name, &grantee)?;
             drop(key);
             if let Some(client) = session {
                 sessions::bind(ctx, client, db, name, fence);

@@ -32,7 +32,7 @@ pub fn run(ctx: &Context, args: &[RedisString]) -> Result<(), LockError> {
             reply::integer(ctx, 0);
         }
         Ok(Extend::Renewed(renewal)) => {
-            lease::renew(ctx, &mut key, name, parsed.token, &renewal)?;
+            lease::renew(ctx, &mut key, name, parsed.token, &renewal, None)?;
             drop(key);
             // A shorter lease brings the hand-off to waiters forward.
             waiting::wake_at(ctx, server::selected_db(ctx), name, renewal.wake_at_ms());

@@ -7,6 +7,8 @@ pub mod acquire;
 pub mod extend;
 pub mod guard;
 pub mod info;
+pub mod observe;
+pub mod queue;
 pub mod release;
 pub mod setstate;
 

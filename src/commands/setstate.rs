@@ -1,4 +1,5 @@
-//! `LOCK.SETSTATE key token fence deadline-ms [granted-ms extends]`: a
+//! `LOCK.SETSTATE key token fence deadline-ms [granted-ms [extends [OWNER
+//! label]]]`: a
 //! grant or an extension as its effect.
 //!
 //! The master replicates every grant as this command, and the AOF records it,
@@ -12,9 +13,9 @@ use redis_lock_core::errors::LockError;
 use redis_lock_core::lock::Lock;
 use redis_module::{Context, RedisString};
 
-use crate::fence;
 use crate::redis::key::LockKey;
 use crate::redis::{self, replicate, reply, server};
+use crate::{fence, observers};
 
 pub fn run(ctx: &Context, args: &[RedisString]) -> Result<(), LockError> {
     if !server::is_replicated_or_loading(ctx) {
@@ -25,14 +26,19 @@ pub fn run(ctx: &Context, args: &[RedisString]) -> Result<(), LockError> {
 
     let mut key = LockKey::open_write(ctx, name);
     key.lock()?;
-    key.store(Lock::new(
-        parsed.token,
-        parsed.fence,
-        parsed.granted_ms.unwrap_or_else(server::now_ms),
-        parsed.deadline_ms.unwrap_or(-1),
-        parsed.extends,
-    ))?;
+    key.store(
+        Lock::new(
+            parsed.token,
+            parsed.fence,
+            parsed.granted_ms.unwrap_or_else(server::now_ms),
+            parsed.deadline_ms.unwrap_or(-1),
+            parsed.extends,
+        )
+        .with_owner(parsed.owner),
+    )?;
     fence::observe(parsed.fence);
+    drop(key);
+    observers::changed(ctx, server::selected_db(ctx), name);
     replicate::touched(ctx, name);
     replicate::verbatim(ctx);
     reply::ok(ctx);

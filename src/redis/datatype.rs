@@ -71,10 +71,11 @@ pub fn raw_type() -> *mut raw::RedisModuleType {
 }
 
 /// Version of the RDB encoding: a lock is `[token: string buffer][fence:
-/// unsigned][granted-ms: signed][deadline-ms: signed][extends: unsigned]`,
-/// and the aux field (which Redis tags with the same version) is `[fence
-/// high-water mark: unsigned]`. Version 1 (token and fence only) still loads.
-const ENCODING_VERSION: i32 = 2;
+/// unsigned][granted-ms: signed][deadline-ms: signed][extends: unsigned]
+/// [owner: string buffer, empty for none]`, and the aux field (which Redis
+/// tags with the same version) is `[fence high-water mark: unsigned]`.
+/// Version 2 (no owner) and version 1 (token and fence only) still load.
+const ENCODING_VERSION: i32 = 3;
 
 pub static LOCK_TYPE: RedisType = RedisType::new(
     "redislock",
@@ -113,7 +114,7 @@ unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *m
 }
 
 fn load_lock(rdb: *mut raw::RedisModuleIO, encver: c_int) -> Option<Lock> {
-    if encver != 1 && encver != ENCODING_VERSION {
+    if !(1..=ENCODING_VERSION).contains(&encver) {
         return None;
     }
     let token = raw::load_string_buffer(rdb).ok()?;
@@ -132,10 +133,19 @@ fn load_lock(rdb: *mut raw::RedisModuleIO, encver: c_int) -> Option<Lock> {
         }
         (granted, deadline, extends)
     };
+    let owner = if encver >= 3 {
+        Some(raw::load_string_buffer(rdb).ok()?)
+    } else {
+        None
+    };
+    let owner = match owner.as_ref().map(|o| o.as_ref()) {
+        None | Some([]) => None,
+        Some(label) => Some(rules::check_owner(label).ok()?),
+    };
     // The fence high-water mark is not raised here: Redis may still refuse
     // this value. A full RDB load restores it from the aux field, and a
     // RESTORE raises it once the key is stored (`events.rs`).
-    Some(Lock::new(token, fence, granted_ms, deadline_ms, extends))
+    Some(Lock::new(token, fence, granted_ms, deadline_ms, extends).with_owner(owner))
 }
 
 unsafe extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
@@ -146,11 +156,12 @@ unsafe extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) 
     raw::save_signed(rdb, lock.granted_ms);
     raw::save_signed(rdb, lock.deadline_ms);
     raw::save_unsigned(rdb, u64::from(lock.extends));
+    raw::save_slice(rdb, lock.owner.get().unwrap_or_default());
 }
 
-/// Rewritten as `LOCK.SETSTATE key token fence deadline granted extends`
-/// (absolute times); Redis itself appends `PEXPIREAT key <deadline>` after it,
-/// from the key's TTL.
+/// Rewritten as `LOCK.SETSTATE key token fence deadline granted extends
+/// [OWNER label]` (absolute times); Redis itself appends `PEXPIREAT key
+/// <deadline>` after it, from the key's TTL.
 unsafe extern "C" fn aof_rewrite(
     aof: *mut raw::RedisModuleIO,
     key: *mut raw::RedisModuleString,
@@ -159,8 +170,11 @@ unsafe extern "C" fn aof_rewrite(
     let lock = &*value.cast::<Lock>();
     let mut buffer = [0u8; UUID_LEN];
     let token = lock.token(&mut buffer);
-    if let Some(emit) = raw::RedisModule_EmitAOF {
-        emit(
+    let Some(emit) = raw::RedisModule_EmitAOF else {
+        return;
+    };
+    match lock.owner.get() {
+        None => emit(
             aof,
             c"LOCK.SETSTATE".as_ptr(),
             c"sbllll".as_ptr(),
@@ -171,13 +185,28 @@ unsafe extern "C" fn aof_rewrite(
             lock.deadline_ms as c_longlong,
             lock.granted_ms as c_longlong,
             c_longlong::from(lock.extends),
-        );
+        ),
+        Some(owner) => emit(
+            aof,
+            c"LOCK.SETSTATE".as_ptr(),
+            c"sbllllcb".as_ptr(),
+            key,
+            token.as_ptr().cast::<c_char>(),
+            token.len(),
+            lock.fence as c_longlong,
+            lock.deadline_ms as c_longlong,
+            lock.granted_ms as c_longlong,
+            c_longlong::from(lock.extends),
+            c"OWNER".as_ptr(),
+            owner.as_ptr().cast::<c_char>(),
+            owner.len(),
+        ),
     }
 }
 
 unsafe extern "C" fn mem_usage(value: *const c_void) -> usize {
     let lock = &*value.cast::<Lock>();
-    std::mem::size_of::<Lock>() + lock.holder_token.heap_len()
+    std::mem::size_of::<Lock>() + lock.holder_token.heap_len() + lock.owner.heap_len()
 }
 
 unsafe extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
@@ -193,6 +222,9 @@ unsafe extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void)
         add_ll(md, lock.fence as c_longlong);
         add_ll(md, lock.granted_ms as c_longlong);
         add_ll(md, c_longlong::from(lock.extends));
+        if let Some(owner) = lock.owner.get() {
+            add_buffer(md, owner.as_ptr().cast::<c_char>(), owner.len());
+        }
         end(md);
     }
 }

@@ -9,7 +9,7 @@
 use std::os::raw::c_int;
 
 use redis_lock_core::errors::LockError;
-use redis_lock_core::lock::Lock;
+use redis_lock_core::lock::{Lock, OwnerLabel};
 use redis_module::{raw, Context, RedisString};
 
 use super::datatype;
@@ -95,8 +95,13 @@ impl LockKey {
     }
 
     /// The holder's lease moves to `deadline_ms`, its `extends`-th extension:
-    /// the value and the TTL together.
-    pub fn renew(&mut self, deadline_ms: i64, extends: u32) -> Result<&Lock, LockError> {
+    /// the value and the TTL together; with `owner`, a new label.
+    pub fn renew(
+        &mut self,
+        deadline_ms: i64,
+        extends: u32,
+        owner: Option<&[u8]>,
+    ) -> Result<&Lock, LockError> {
         let value = match self.value()? {
             Some(value) if self.writable => value,
             _ => return Err(LockError::Internal),
@@ -105,6 +110,9 @@ impl LockKey {
         let lock = unsafe { &mut *value };
         lock.deadline_ms = deadline_ms;
         lock.extends = extends;
+        if owner.is_some() {
+            lock.owner = OwnerLabel::new(owner);
+        }
         self.set_ttl(Some(deadline_ms));
         Ok(lock)
     }

@@ -53,20 +53,39 @@ pub fn error(ctx: &Context, error: LockError) {
     }
 }
 
-/// A map of names to integers: a RESP3 map, or a flat name/value array on
+/// A value in a [`map`].
+pub enum Field<'a> {
+    Int(i64),
+    Bytes(&'a [u8]),
+}
+
+/// A map of names to values: a RESP3 map, or a flat name/value array on
 /// RESP2 (Redis' `ReplyWithMap` picks by the client's protocol).
-pub fn integer_map(ctx: &Context, fields: &[(&CStr, i64)]) {
+pub fn map(ctx: &Context, fields: &[(&CStr, Field)]) {
     unsafe {
-        if let (Some(map), Some(name), Some(integer)) = (
+        if let (Some(map), Some(name), Some(integer), Some(buffer)) = (
             raw::RedisModule_ReplyWithMap,
             raw::RedisModule_ReplyWithCString,
             raw::RedisModule_ReplyWithLongLong,
+            raw::RedisModule_ReplyWithStringBuffer,
         ) {
             map(ctx.get_raw(), fields.len() as c_long);
             for (field, value) in fields {
                 name(ctx.get_raw(), field.as_ptr());
-                integer(ctx.get_raw(), *value);
+                match value {
+                    Field::Int(n) => integer(ctx.get_raw(), *n),
+                    Field::Bytes(b) => buffer(ctx.get_raw(), b.as_ptr().cast::<c_char>(), b.len()),
+                };
             }
+        }
+    }
+}
+
+/// An array of `len` elements; the caller replies each.
+pub fn array(ctx: &Context, len: usize) {
+    unsafe {
+        if let Some(array) = raw::RedisModule_ReplyWithArray {
+            array(ctx.get_raw(), len as c_long);
         }
     }
 }

@@ -120,12 +120,34 @@ pub fn release(con: &mut Connection, key: &str, token: &str) -> i64 {
         .expect("LOCK.RELEASE")
 }
 
-/// `LOCK.INFO key` as field → value pairs, or `None` when free.
+/// `LOCK.INFO key`'s integer fields as field → value pairs, or `None` when
+/// free (the text field `owner` is read with [`owner`]).
 pub fn info(con: &mut Connection, key: &str) -> Option<std::collections::HashMap<String, i64>> {
-    redis::cmd("LOCK.INFO")
+    let fields: Option<std::collections::HashMap<String, Value>> = redis::cmd("LOCK.INFO")
         .arg(key)
         .query(con)
-        .expect("LOCK.INFO")
+        .expect("LOCK.INFO");
+    fields.map(|fields| {
+        fields
+            .into_iter()
+            .filter_map(|(name, value)| match value {
+                Value::Int(n) => Some((name, n)),
+                _ => None,
+            })
+            .collect()
+    })
+}
+
+/// The `owner` label `LOCK.INFO key` shows, if any.
+pub fn owner(con: &mut Connection, key: &str) -> Option<Vec<u8>> {
+    let fields: Option<std::collections::HashMap<String, Value>> = redis::cmd("LOCK.INFO")
+        .arg(key)
+        .query(con)
+        .expect("LOCK.INFO");
+    match fields?.remove("owner")? {
+        Value::BulkString(label) => Some(label),
+        other => panic!("owner is not a string: {other:?}"),
+    }
 }
 
 /// Fence and absolute deadline of a held lock, as LOCK.INFO shows them;

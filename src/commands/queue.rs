@@ -1,0 +1,41 @@
+//! `LOCK.QUEUE key [COUNT n]` → the clients waiting for `key`, in queue
+//! order (at most `n`, default 10), each a map of `owner` (when it gave one),
+//! `ttl` (the lease it asked for), `waited` (ms so far), `timeout` (ms left,
+//! 0 for none) and `client` (its id, for `CLIENT KILL ID`). Never a token.
+//! An empty array when nobody waits.
+
+use redis_lock_core::args::parse_queue;
+use redis_lock_core::errors::LockError;
+use redis_module::{Context, RedisString};
+
+use crate::redis::key::LockKey;
+use crate::redis::reply::{self, Field};
+use crate::redis::{self, server};
+use crate::waiting;
+
+pub fn run(ctx: &Context, args: &[RedisString]) -> Result<(), LockError> {
+    let parsed = parse_queue(redis::args(args))?;
+    // A key of another type is refused, as every lock command refuses it.
+    LockKey::open_read(ctx, &args[1]).lock()?;
+    let queued = waiting::queued(server::selected_db(ctx), &args[1], parsed.count);
+    let now_ms = server::now_ms();
+    reply::array(ctx, queued.len());
+    for waiter in &queued {
+        let fields = [
+            (c"ttl", Field::Int(waiter.ttl_ms)),
+            (c"waited", Field::Int((now_ms - waiter.queued_ms).max(0))),
+            (
+                c"timeout",
+                Field::Int(waiter.ends_ms.map_or(0, |end| (end - now_ms).max(1))),
+            ),
+            (c"client", Field::Int(waiter.client as i64)),
+            (
+                c"owner",
+                Field::Bytes(waiter.owner.as_deref().unwrap_or_default()),
+            ),
+        ];
+        let shown = if waiter.owner.is_some() { 5 } else { 4 };
+        reply::map(ctx, &fields[..shown]);
+    }
+    Ok(())
+}

@@ -1,0 +1,158 @@
+//! `LOCK.OBSERVE key fence timeout-ms`: clients that wait for the holder of
+//! a key to change (a grant, a hand-off, a release, an expiry, a delete, a
+//! flush), and are answered with the new holder, with no polling.
+//!
+//! Module-wide state, touched only here: per key, the blocked observers,
+//! each with the holder fence it last saw (0: free) and its timeout timer.
+//! Main thread only, hence a thread-local; no borrow is held across a call
+//! into Redis.
+//!
+//! Whoever changes a key calls [`changed`] once the change is made: the
+//! lease owner (grant, release), `LOCK.SETSTATE` (a replica applying its
+//! master's grant), and the keyspace and server events (`events.rs`). Each
+//! observer whose fence differs from the key's holder now is unblocked once;
+//! its reply reads the holder at reply time, so an observer woken by a
+//! release that was followed by a hand-off in the same command sees the new
+//! holder. A change that leaves the holder as it was (a renewal, a
+//! `PEXPIRE`) wakes nobody.
+
+use std::cell::RefCell;
+
+use redis_lock_core::decide;
+use redis_lock_core::waitqueue::{WaitQueues, WaiterId};
+use redis_module::{Context, RedisString};
+
+use crate::redis::blocked::{self, BlockedId, Waits};
+use crate::redis::key::LockKey;
+use crate::redis::reply::{self, Field};
+use crate::redis::server;
+use crate::redis::timer::{self, TimerId};
+
+struct Observer {
+    /// The holder fence the observer last saw; 0 for "free".
+    seen: u64,
+    timeout: Option<TimerId>,
+}
+
+thread_local! {
+    static OBSERVERS: RefCell<WaitQueues<Observer>> = RefCell::new(WaitQueues::new());
+}
+
+fn with_observers<T>(f: impl FnOnce(&mut WaitQueues<Observer>) -> T) -> T {
+    OBSERVERS.with(|o| f(&mut o.borrow_mut()))
+}
+
+/// Observers over all keys (`INFO lock`).
+pub fn total() -> usize {
+    with_observers(|o| o.total())
+}
+
+/// The holder fence of `name` now: 0 when free (or not a lock).
+fn holder_fence(ctx: &Context, name: &RedisString) -> u64 {
+    match LockKey::open_read(ctx, name).lock() {
+        Ok(Some(lock)) => lock.fence,
+        _ => 0,
+    }
+}
+
+/// Reply with the holder of `name` now: a map of `fence`, `ttl` and `owner`
+/// (when it gave one), or null when the key is free.
+pub fn reply_holder(ctx: &Context, name: &RedisString) {
+    let key = LockKey::open_read(ctx, name);
+    let Ok(Some(lock)) = key.lock() else {
+        return reply::null(ctx);
+    };
+    let ttl = key.deadline().map_or(-1, |d| (d - server::now_ms()).max(0));
+    let fields = [
+        (c"fence", Field::Int(lock.fence as i64)),
+        (c"ttl", Field::Int(ttl)),
+        (c"owner", Field::Bytes(lock.owner.get().unwrap_or_default())),
+    ];
+    let shown = if lock.owner.get().is_some() { 3 } else { 2 };
+    reply::map(ctx, &fields[..shown]);
+}
+
+/// `LOCK.OBSERVE`: reply now if the holder differs from `seen` (or the
+/// caller may not block), else block until it changes or `timeout_ms`
+/// passes (0: no limit).
+pub fn observe(ctx: &Context, name: &RedisString, seen: u64, timeout_ms: i64) {
+    let now = holder_fence(ctx, name);
+    if decide::holder_changed(seen, now) || !server::can_block(ctx) {
+        return reply_holder(ctx, name);
+    }
+    let Some(id) = blocked::block::<Observers>(ctx) else {
+        return reply_holder(ctx, name);
+    };
+    let db = server::selected_db(ctx);
+    let timeout = (timeout_ms > 0).then(|| {
+        let payload: Timeout = (id, name.as_slice().into());
+        timer::start(ctx, timeout_ms, payload, on_timeout)
+    });
+    with_observers(|o| o.push(db, name, id, Observer { seen, timeout }));
+}
+
+/// `name` in `db` (the context's selected db) may have a new holder: wake
+/// every observer that saw another one. Cheap when nobody observes.
+pub fn changed(ctx: &Context, db: i32, name: &RedisString) {
+    if total() == 0 || with_observers(|o| o.len(db, name)) == 0 {
+        return;
+    }
+    let now = holder_fence(ctx, name);
+    let stale: Vec<(WaiterId, Option<TimerId>)> = with_observers(|o| {
+        o.waiters_with_ids(db, name)
+            .filter(|(_, w)| decide::holder_changed(w.seen, now))
+            .map(|(id, w)| (id, w.timeout))
+            .collect()
+    });
+    for (id, timeout) in stale {
+        with_observers(|o| o.remove(id));
+        if let Some(timer) = timeout {
+            timer::stop::<Timeout>(ctx, timer);
+        }
+        let key = name.as_slice().into();
+        blocked::unblock::<Observers>(id, Look { key });
+    }
+}
+
+/// Every key of `db` (`None`: every db) may have changed at once (a flush,
+/// `SWAPDB`, a demotion): look at each observed key there.
+pub fn changed_in(ctx: &Context, db: Option<i32>) {
+    for (db, key) in with_observers(|o| o.keys_with_waiters(db)) {
+        server::select_db(ctx, db);
+        changed(ctx, db, &ctx.create_string(&*key));
+    }
+}
+
+/// A timeout timer's payload: the observer and its key.
+type Timeout = (BlockedId, Box<[u8]>);
+
+/// `timeout-ms` passed with no change: reply with the holder as it is.
+fn on_timeout(_ctx: &Context, (id, key): Timeout) {
+    if with_observers(|o| o.remove(id)).is_some() {
+        blocked::unblock::<Observers>(id, Look { key });
+    }
+}
+
+/// What an observer is unblocked with: look at this key now.
+pub struct Look {
+    key: Box<[u8]>,
+}
+
+struct Observers;
+
+impl Waits for Observers {
+    type Outcome = Look;
+
+    fn reply(ctx: &Context, look: &Look) {
+        reply_holder(ctx, &ctx.create_string(&*look.key));
+    }
+
+    fn disconnected(ctx: &Context, client: BlockedId, _outcome: Option<&Look>) {
+        if let Some(observer) = with_observers(|o| o.remove(client)) {
+            if let Some(timer) = observer.timeout {
+                timer::stop::<Timeout>(ctx, timer);
+            }
+            blocked::unblock_without_reply(client);
+        }
+    }
+}
