@@ -16,6 +16,11 @@ pub enum LostReason {
     /// server is down, or the connection is gone and did not come back in
     /// time.
     Expired,
+    /// The server answered a guarded command
+    /// ([`Guard::guarded`](crate::Guard::guarded), `LOCK.GUARD`) with
+    /// `LOST`: the token no longer holds the lock (it expired, was released
+    /// or deleted, or another token holds it), and the command did not run.
+    NotHeld,
 }
 
 impl fmt::Display for LostReason {
@@ -24,6 +29,9 @@ impl fmt::Display for LostReason {
             LostReason::Refused => f.write_str("the server refused to extend the lease"),
             LostReason::Expired => f.write_str(
                 "no extend succeeded before the lease's deadline (minus the safety margin)",
+            ),
+            LostReason::NotHeld => f.write_str(
+                "the server refused a guarded command: the token no longer holds the lock",
             ),
         }
     }
@@ -38,7 +46,11 @@ pub enum Error {
     NotAcquired,
     /// A waiting acquire's timeout passed before the lock was granted.
     TimedOut,
-    /// The lease was lost while the work ran; the work was stopped.
+    /// The lease was lost: while the work of
+    /// [`Locks::with_lock`](crate::Locks::with_lock) ran (the work was
+    /// stopped), or before a guarded command
+    /// ([`Guard::guarded`](crate::Guard::guarded), reason
+    /// [`LostReason::NotHeld`]), which then did not run.
     Lost(LostReason),
     /// Redlock: connection errors or timeouts on some nodes kept a majority
     /// out of reach (had those nodes answered, the lock might have been

@@ -6,7 +6,9 @@
 //! `valid_until − safety margin` comes (on the monotonic clock) without a
 //! successful extend; it retries failed extends until then, so a reconnect
 //! of the connection manager in between is survived. It ends when the lease
-//! is lost, released, or its guard is dropped.
+//! is lost, released, or its guard is dropped. A guarded command answered
+//! `LOST` marks the lease lost too ([`Lease::mark_lost`]); the watchdog then
+//! stops before its next extend.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -144,6 +146,12 @@ impl Lease {
         }
     }
 
+    /// Mark the lease lost, as the server said outside the watchdog (a
+    /// guarded command answered `LOST`). The first loss keeps its reason.
+    pub(crate) fn mark_lost(&self, reason: LostReason) {
+        mark_lost(&self.state, reason);
+    }
+
     /// Stop the watchdog, then release. The watchdog is stopped first so
     /// that no extend follows the release.
     pub(crate) async fn release(&mut self) -> Result<bool> {
@@ -183,6 +191,18 @@ impl Drop for Lease {
     }
 }
 
+/// Held → lost, once: a later loss, or one after a release, changes nothing.
+fn mark_lost(state: &watch::Sender<State>, reason: LostReason) {
+    state.send_if_modified(|s| {
+        if *s == State::Held {
+            *s = State::Lost(reason);
+            true
+        } else {
+            false
+        }
+    });
+}
+
 #[derive(Clone, Copy)]
 struct Timing {
     ttl: Duration,
@@ -207,16 +227,7 @@ async fn watchdog(
     mut sent: Instant,
     mut valid_until: Instant,
 ) {
-    let lose = |reason| {
-        state.send_if_modified(|s| {
-            if *s == State::Held {
-                *s = State::Lost(reason);
-                true
-            } else {
-                false
-            }
-        });
-    };
+    let lose = |reason| mark_lost(&state, reason);
     loop {
         let lost_at = valid_until
             .checked_sub(timing.margin)
@@ -229,6 +240,11 @@ async fn watchdog(
             _ = sleep_until(next_extend) => {}
         }
         loop {
+            // A guarded command may have been answered LOST meanwhile:
+            // there is no lease left to extend.
+            if *state.borrow() != State::Held {
+                return;
+            }
             let outcome = tokio::select! {
                 biased;
                 _ = stop.changed() => return,

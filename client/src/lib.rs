@@ -5,6 +5,9 @@
 //!   when the lease is lost ([`Guard::lost`]) *before* its deadline passes on
 //!   this client's monotonic clock, with a safety margin
 //!   ([`LockOptions::safety_margin`]).
+//! - [`Guard::guarded`]: a command that runs only while the lease is live on
+//!   the server (`LOCK.GUARD`), with its own typed reply, or
+//!   [`Error::Lost`] and nothing run.
 //! - [`Redlock`]: one lock across N independent masters (or clusters), with
 //!   per-node fences, a combined fence, and the same watchdog.
 //! - [`Error`]: not acquired, timed out, lost, connection and server errors

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redis::cluster::ClusterClient;
-use redis::Cmd;
+use redis::{Arg, Cmd, FromRedisValue};
 use tokio::time::Instant;
 
 use crate::conn::{LockConnection, Opener, WAIT_REPLY_SLACK};
@@ -291,6 +291,7 @@ impl Locks {
             self.options.release_timeout,
         );
         Guard {
+            conn: self.conn.clone(),
             key: key.to_string(),
             token,
             fence,
@@ -342,9 +343,12 @@ pub struct Held {
 ///   stops, and so must the work.
 /// - [`Guard::release`] gives it back: `Ok(true)` released, `Ok(false)` the
 ///   server no longer had this lease.
+/// - [`Guard::guarded`] runs a command only while the lease is live, in the
+///   same atomic step as the server's check.
 /// - Dropping the guard stops the watchdog and releases in the background
 ///   (when a tokio runtime is there to run it); the lease expires anyway.
 pub struct Guard {
+    conn: LockConnection,
     key: String,
     token: String,
     fence: u64,
@@ -380,10 +384,11 @@ impl Guard {
     }
 
     /// Resolves when the lease is lost: an extend was refused (the key was
-    /// deleted, expired or taken over), or no extend succeeded before the
-    /// deadline minus the safety margin (server down, network stalled). It
-    /// fires before the deadline passes on this client's monotonic clock.
-    /// Never resolves once the guard is released.
+    /// deleted, expired or taken over), a guarded command was answered
+    /// `LOST`, or no extend succeeded before the deadline minus the safety
+    /// margin (server down, network stalled). It fires before the deadline
+    /// passes on this client's monotonic clock. Never resolves once the
+    /// guard is released.
     pub async fn lost(&self) -> LostReason {
         self.lease.lost_signal().wait().await
     }
@@ -396,6 +401,68 @@ impl Guard {
     /// Whether the lease has been lost by now.
     pub fn is_lost(&self) -> bool {
         self.lease.lost_signal().is_lost()
+    }
+
+    /// Run `cmd` on the server only if this lease is still live there, in
+    /// the same atomic step as the check (`LOCK.GUARD key token cmd…`), and
+    /// return its reply, converted like [`redis::Cmd::query_async`] would.
+    ///
+    /// - [`Error::Lost`]`(`[`LostReason::NotHeld`]`)` when the server
+    ///   answered `LOST`: the token no longer holds the lock (expired,
+    ///   released, deleted or taken over), and `cmd` did not run. The lease
+    ///   is marked lost as well, so [`Guard::lost`] and every
+    ///   [`LostSignal`] fire and the watchdog stops.
+    /// - [`Error::Server`] when the command's own reply is an error
+    ///   (`WRONGTYPE`, …) or the server refuses to guard it (`ERR … not
+    ///   allowed in LOCK.GUARD`: blocking, transaction, pub/sub and lock
+    ///   commands), or the lock key holds another type. The lease is not
+    ///   marked lost for these.
+    /// - [`Error::Connection`] when the reply did not come: the command may
+    ///   or may not have run.
+    ///
+    /// The command runs as the connection's ACL user and renews nothing;
+    /// the watchdog keeps extending the lease as before. In a cluster, the
+    /// command's keys must share the lock key's slot (a hash tag, such as
+    /// `{billing}` in both), since `LOCK.GUARD` is routed by the lock key.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use redis_lock_client::{Error, LostReason};
+    ///
+    /// # async fn demo(locks: redis_lock_client::Locks) -> Result<(), Error> {
+    /// let guard = locks
+    ///     .acquire("{billing}:nightly", Duration::from_secs(10))
+    ///     .await?
+    ///     .expect("free");
+    /// // Written only while this guard holds the lock.
+    /// let total: i64 = guard
+    ///     .guarded(redis::cmd("INCRBY").arg("{billing}:total").arg(1200))
+    ///     .await?;
+    /// let last: Option<String> = guard
+    ///     .guarded(redis::cmd("GET").arg("{billing}:last-customer"))
+    ///     .await?;
+    /// match guard
+    ///     .guarded::<()>(redis::cmd("SET").arg("{billing}:last-customer").arg("acme"))
+    ///     .await
+    /// {
+    ///     Ok(()) => println!("total {total}, last {last:?}"),
+    ///     // Nothing was written, and guard.lost() has fired.
+    ///     Err(Error::Lost(LostReason::NotHeld)) => return Ok(()),
+    ///     Err(e) => return Err(e),
+    /// }
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn guarded<T: FromRedisValue>(&self, cmd: &Cmd) -> Result<T> {
+        let guarded = guard_cmd(&self.key, &self.token, cmd)?;
+        match self.conn.query(&guarded).await {
+            Ok(reply) => Ok(reply),
+            Err(e) if e.code() == Some("LOST") => {
+                self.lease.mark_lost(LostReason::NotHeld);
+                Err(Error::Lost(LostReason::NotHeld))
+            }
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// Stop the watchdog and release: `Ok(true)` released, `Ok(false)` the
@@ -478,6 +545,26 @@ pub(crate) fn extend_cmd(key: &str, token: &str, ttl: Duration) -> Result<Cmd> {
     let mut cmd = redis::cmd("LOCK.EXTEND");
     cmd.arg(key).arg(token).arg(ttl_ms(ttl)?);
     Ok(cmd)
+}
+
+/// `LOCK.GUARD key token` followed by `cmd`'s name and arguments.
+pub(crate) fn guard_cmd(key: &str, token: &str, cmd: &Cmd) -> Result<Cmd> {
+    if cmd.args_iter().len() == 0 {
+        return Err(Error::InvalidArgument("guarded needs a command to run"));
+    }
+    let mut guarded = redis::cmd("LOCK.GUARD");
+    guarded.arg(key).arg(token);
+    for arg in cmd.args_iter() {
+        match arg {
+            Arg::Simple(bytes) => guarded.arg(bytes),
+            Arg::Cursor => {
+                return Err(Error::InvalidArgument(
+                    "a cursor argument (Cmd::cursor_arg) cannot be guarded: pass the cursor as a plain argument",
+                ))
+            }
+        };
+    }
+    Ok(guarded)
 }
 
 pub(crate) fn release_cmd(key: &str, token: &str) -> Cmd {

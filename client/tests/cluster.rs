@@ -1,5 +1,6 @@
 //! A 3-master Redis Cluster with the module on every master: the lock
-//! commands route by their key, across many slots.
+//! commands route by their key, across many slots; a guarded write goes to
+//! the lock key's master, with its keys in the same slot.
 
 mod common;
 
@@ -7,7 +8,7 @@ use std::time::Duration;
 
 use common::Cluster;
 use redis::cluster::ClusterClient;
-use redis_lock_client::Locks;
+use redis_lock_client::{Error, Locks, LostReason};
 
 const SEC: Duration = Duration::from_secs(1);
 
@@ -63,10 +64,10 @@ async fn acquire_and_release_across_many_slots() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn waiting_and_the_watchdog_work_in_a_cluster() {
+async fn waiting_the_watchdog_and_guarded_writes_work_in_a_cluster() {
     let cluster = Cluster::start();
     let client = ClusterClient::new(cluster.urls()).unwrap();
-    let locks = Locks::connect_cluster(client).await.unwrap();
+    let locks = Locks::connect_cluster(client.clone()).await.unwrap();
     let holder = locks.acquire("{billing}", SEC).await.unwrap().unwrap();
     let waiter = {
         let locks = locks.clone();
@@ -81,5 +82,38 @@ async fn waiting_and_the_watchdog_work_in_a_cluster() {
     assert!(holder.release().await.unwrap());
     let next = waiter.await.unwrap().expect("handed the lock");
     assert!(next.fence() > fence);
+
+    // LOCK.GUARD is routed by the lock key; the total shares its hash tag.
+    let total: i64 = next
+        .guarded(redis::cmd("INCRBY").arg("{billing}:total").arg(7))
+        .await
+        .unwrap();
+    assert_eq!(total, 7);
+    // A holder whose lock was released behind its back (by its token).
+    let stale = locks
+        .acquire("{billing}:other", SEC)
+        .await
+        .unwrap()
+        .unwrap();
+    let mut admin = client.get_async_connection().await.unwrap();
+    let released: i64 = redis::cmd("LOCK.RELEASE")
+        .arg("{billing}:other")
+        .arg(stale.token())
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    assert_eq!(released, 1);
+    let refused = stale
+        .guarded::<i64>(redis::cmd("INCRBY").arg("{billing}:total").arg(1))
+        .await;
+    assert!(
+        matches!(refused, Err(Error::Lost(LostReason::NotHeld))),
+        "got {refused:?}"
+    );
+    let total: i64 = next
+        .guarded(redis::cmd("GET").arg("{billing}:total"))
+        .await
+        .unwrap();
+    assert_eq!(total, 7, "the stale write did not land");
     assert!(next.release().await.unwrap());
 }
