@@ -525,6 +525,9 @@ fn case_description(case: &Case) -> &'static str {
         "set.ifeq" => "SET IFEQ PX by the holder (Valkey 8.1 native)",
         "lock.release" => "LOCK.RELEASE by the holder",
         "lua.release" => "Lua compare-and-delete by the holder",
+        "lock.guard" => "LOCK.GUARD … SET by the holder",
+        "lua.guard" => "Lua compare-and-set by the holder",
+        "set" => "plain SET, no guard (the ceiling)",
         _ => "",
     }
 }
@@ -726,8 +729,20 @@ fn throughput_section(md: &mut String, results: &Results, summary: &Summary, img
          before and after every run).\n\
          - **RELEASE rows** run on the same held keys, taken again before each run. A \
          key drawn twice is already free the second time; `work` is the share of \
-         requests that deleted a lock.\n",
-        throughput::PREPARED_TTL_MS / 60_000
+         requests that deleted a lock.\n\
+         - **GUARD rows** write `SET dk:<n> {value}` while holding a lock: \
+         `LOCK.GUARD lk:<n> <token> SET …` against the Lua compare-and-set on the \
+         recipe's `sk:<n>` and against the plain `SET` that nothing guards. Before \
+         the GUARD phase every `lk:` and `sk:` key of the range is held as for \
+         EXTEND and every `dk:` key is set, so every write overwrites a key and the \
+         keys stay as they were from run to run. A lock per resource, each write \
+         under one of the range's locks (`redis-benchmark` draws the lock's and the \
+         data key's numbers independently, which costs the same as a matching \
+         pair); `work` is the share of requests that got no error reply \
+         (`LOST`), from `INFO stats` `total_error_replies` (`redis-benchmark` \
+         stops at the first error, so a lost lock fails the run).\n",
+        throughput::PREPARED_TTL_MS / 60_000,
+        value = throughput::GUARDED_VALUE
     );
     if results.servers.iter().any(|s| s.label.ends_with("+ AOF")) {
         let _ = writeln!(
@@ -745,8 +760,8 @@ fn throughput_section(md: &mut String, results: &Results, summary: &Summary, img
         md,
         "The scripts (loaded with `SCRIPT LOAD`, called by SHA):\n"
     );
-    let _ = writeln!(md, "```lua\n-- acquire-with-fence: KEYS = {{lock, fence}}, ARGV = {{token, ttl-ms}}\n{}\n-- compare-and-delete: KEYS = {{lock}}, ARGV = {{token}}\n{}\n-- compare-and-pexpire: KEYS = {{lock}}, ARGV = {{token, ttl-ms}}\n{}\n```\n",
-        scripts::ACQUIRE, scripts::RELEASE, scripts::EXTEND);
+    let _ = writeln!(md, "```lua\n-- acquire-with-fence: KEYS = {{lock, fence}}, ARGV = {{token, ttl-ms}}\n{}\n-- compare-and-delete: KEYS = {{lock}}, ARGV = {{token}}\n{}\n-- compare-and-pexpire: KEYS = {{lock}}, ARGV = {{token, ttl-ms}}\n{}\n-- compare-and-set: KEYS = {{lock, data}}, ARGV = {{token, value}}\n{}\n```\n",
+        scripts::ACQUIRE, scripts::RELEASE, scripts::EXTEND, scripts::GUARD);
     let _ = writeln!(
         md,
         "Valkey 8.1 has `SET … IFEQ` (so a native compare-and-extend, \
