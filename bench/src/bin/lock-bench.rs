@@ -1,6 +1,6 @@
 //! `lock-bench`: run every benchmark and write the report.
 //!
-//! `make bench` runs the full profile (about 14 minutes) and writes
+//! `make bench` runs the full profile (about 16 minutes) and writes
 //! `docs/benchmarks.md` and `docs/img/*.png`; `make bench-quick` runs a tiny
 //! version of everything into `target/bench-quick/`, only to show the harness
 //! works. Nothing here judges a speed.
