@@ -143,7 +143,7 @@ bench-quick: bench-build valkey bench-venv ## A tiny run of every benchmark (< 2
 	  test -s $(BENCH_QUICK_DIR)/$$f || { echo "bench-quick: $(BENCH_QUICK_DIR)/$$f is missing"; exit 1; }; done
 	@echo "bench-quick: the harness ran every benchmark; report in $(BENCH_QUICK_DIR)/benchmarks.md"
 
-bench-profile: bench-build ## Instructions per request of ACQUIRE/RELEASE/EXTEND vs SET NX PX and Lua, by function (callgrind, a few minutes)
+bench-profile: bench-build ## Instructions per request of ACQUIRE/RELEASE/EXTEND/GUARD vs SET NX PX, SET and Lua, by function (callgrind, a few minutes)
 	bash bench/profile.sh
 
 chaos-build: build ## Build the module and the fault-injection harness (lock-chaos) in release mode

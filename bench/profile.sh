@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Where the server's instructions go, per request, for LOCK.ACQUIRE against
-# SET NX PX (and LOCK.RELEASE against the Lua compare-and-delete): each
+# SET NX PX (LOCK.RELEASE and LOCK.EXTEND against the Lua compare-and-delete
+# and compare-and-pexpire, LOCK.GUARD … SET against the Lua compare-and-set
+# and a plain SET): each
 # workload runs on its own redis-server under callgrind, then the inclusive
 # instruction counts of the interesting functions are divided by the number
 # of requests. Instruction counts do not depend on the machine's noise, so
@@ -24,6 +26,9 @@ token=0b8e4f53-3c43-4a0e-9f53-1e7d51f4a9c6
 acquire_lua="if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return {ARGV[1], redis.call('INCR', KEYS[2])} end return false"
 release_lua="if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end"
 extend_lua="if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) else return 0 end"
+guard_lua="if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('SET', KEYS[2], ARGV[2]) else return redis.error_reply('LOST') end"
+# What the guarded (and the plain) SET writes, over dk: keys set beforehand.
+value=v
 command -v valgrind >/dev/null || { echo "valgrind is missing: apt-get install -y valgrind"; exit 1; }
 rm -rf "$out" && mkdir -p "$out"
 
@@ -45,48 +50,58 @@ profile() {
   eval "$prep"
   callgrind_control -i on "$pid" >/dev/null
   redis-benchmark -p "$port" -c 50 -P 16 -r "$keyspace" -n "$requests" --csv "$@" | tail -1 >"$out/$name.csv"
+  # A LOST (or any error) reply did not do the work being measured.
+  redis-cli -p "$port" info stats | tr -d '\r' | sed -n 's/^total_error_replies://p' >"$out/$name.errors"
   kill "$pid"
   wait "$pid" 2>/dev/null || true
 }
 
-hold_locks() { # $1 port: take every lk: key of the range with $token
-  python3 - "$1" "$token" "$keyspace" <<'EOF' | redis-cli -p "$1" --pipe >/dev/null
+# fill PORT PREFIX ARG...: send the command ARG... once for every key
+# PREFIX<n> of the range (the names redis-benchmark draws), the key in place
+# of the argument KEY, through redis-cli --pipe.
+fill() {
+  local port=$1 prefix=$2; shift 2
+  python3 - "$prefix" "$keyspace" "$@" <<'EOF' | redis-cli -p "$port" --pipe >/dev/null
 import sys
-port, token, keyspace = sys.argv[1], sys.argv[2].encode(), int(sys.argv[3])
+prefix, keyspace = sys.argv[1].encode(), int(sys.argv[2])
+args = [a.encode() for a in sys.argv[3:]]
 out = sys.stdout.buffer
 for i in range(keyspace):
-    key = b"lk:%012d" % i
-    out.write(b"*5\r\n$12\r\nLOCK.ACQUIRE\r\n$%d\r\n%s\r\n$6\r\n600000\r\n$5\r\nTOKEN\r\n$%d\r\n%s\r\n"
-              % (len(key), key, len(token), token))
+    key = b"%s%012d" % (prefix, i)
+    parts = [key if a == b"KEY" else a for a in args]
+    out.write(b"*%d\r\n" % len(parts) + b"".join(b"$%d\r\n%s\r\n" % (len(p), p) for p in parts))
 EOF
 }
+# Every lk: key held with $token; every sk: key set to $token, as the recipe
+# leaves it; every dk: key set to $value, so that each write overwrites.
+hold_locks() { fill "$1" lk: LOCK.ACQUIRE KEY 600000 TOKEN "$token"; }
+hold_strings() { fill "$1" sk: SET KEY "$token" PX 600000; }
+fill_data() { fill "$1" dk: SET KEY "$value"; }
 
-hold_strings() { # $1 port: set every sk: key of the range to $token, as the recipe leaves them
-  python3 - "$1" "$token" "$keyspace" <<'EOF' | redis-cli -p "$1" --pipe >/dev/null
-import sys
-port, token, keyspace = sys.argv[1], sys.argv[2].encode(), int(sys.argv[3])
-out = sys.stdout.buffer
-for i in range(keyspace):
-    key = b"sk:%012d" % i
-    out.write(b"*5\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n$2\r\nPX\r\n$6\r\n600000\r\n"
-              % (len(key), key, len(token), token))
-EOF
-}
+sha1() { printf %s "$1" | sha1sum | cut -d' ' -f1; }
 
-all_workloads=(acquire acquire-token set-nx lua-acquire release lua-release extend lua-extend)
+all_workloads=(acquire acquire-token set-nx lua-acquire release lua-release extend lua-extend
+  guard lua-guard set)
 read -ra workloads <<<"${WORKLOADS:-${all_workloads[*]}}"
 echo "profiling $requests requests per workload under callgrind (a few minutes)"
 profile acquire ':' LOCK.ACQUIRE 'lk:__rand_int__' 30000
 profile acquire-token ':' LOCK.ACQUIRE 'lk:__rand_int__' 30000 TOKEN "$token"
 profile set-nx ':' SET 'sk:__rand_int__' "$token" NX PX 30000
-profile lua-acquire 'sha=$(redis-cli -p $port script load "$acquire_lua")' \
-  EVALSHA dee132ccdea574921305581a5560ba93d749a04b 2 'sk:__rand_int__' lock:fence "$token" 30000
+profile lua-acquire 'redis-cli -p $port script load "$acquire_lua" >/dev/null' \
+  EVALSHA "$(sha1 "$acquire_lua")" 2 'sk:__rand_int__' lock:fence "$token" 30000
 profile release 'hold_locks $port' LOCK.RELEASE 'lk:__rand_int__' "$token"
 profile lua-release 'hold_strings $port; redis-cli -p $port script load "$release_lua" >/dev/null' \
-  EVALSHA d02e481a9c91ceec59c5822a58a49d5d5d7ac80b 1 'sk:__rand_int__' "$token"
+  EVALSHA "$(sha1 "$release_lua")" 1 'sk:__rand_int__' "$token"
 profile extend 'hold_locks $port' LOCK.EXTEND 'lk:__rand_int__' "$token" 600000
 profile lua-extend 'hold_strings $port; redis-cli -p $port script load "$extend_lua" >/dev/null' \
-  EVALSHA 3c47f94dc28d90f47ce03eabe2ebe59e85e54bf1 1 'sk:__rand_int__' "$token" 600000
+  EVALSHA "$(sha1 "$extend_lua")" 1 'sk:__rand_int__' "$token" 600000
+# The guarded write: each request's lock and data key are drawn independently
+# from the range (every lock held), as in lock-bench's GUARD rows.
+profile guard 'hold_locks $port; fill_data $port' \
+  LOCK.GUARD 'lk:__rand_int__' "$token" SET 'dk:__rand_int__' "$value"
+profile lua-guard 'hold_strings $port; fill_data $port; redis-cli -p $port script load "$guard_lua" >/dev/null' \
+  EVALSHA "$(sha1 "$guard_lua")" 2 'sk:__rand_int__' 'dk:__rand_int__' "$token" "$value"
+profile set 'fill_data $port' SET 'dk:__rand_int__' "$value"
 
 # Inclusive instructions per request of FUNCTION in a callgrind file.
 per_request() { # $1 file, $2 function
@@ -101,6 +116,7 @@ functions=(readQueryFromClient call RedisModuleCommandDispatcher setCommand eval
   RM_Replicate lookupCommandByCString moduleCreateArgvFromUserFormat RM_ModuleTypeSetValue
   RM_SetAbsExpire RM_OpenKey RM_ReplyWithArray RM_ReplyWithStringBuffer RM_ReplyWithLongLong
   RM_DeleteKey setKey setExpire dbDelete pexpireCommand
+  RM_Call RM_ReplyWithCallReply luaCallFunction setGenericCommand
   redis_module::redismodule::decode_args)
 {
   printf "Instructions per request (callgrind; %s requests, pipeline 16, 50 clients, keys over %s)\n\n" "$requests" "$keyspace"
@@ -114,5 +130,8 @@ functions=(readQueryFromClient call RedisModuleCommandDispatcher setCommand eval
     done
     printf "\n"
   done
+  printf "%-40s" "error replies (of all requests)"
+  for w in "${workloads[@]}"; do printf "%14s" "$(cat "$out/$w.errors")"; done
+  printf "\n"
 } | tee "$out/summary.txt"
 echo "callgrind files in $out/ (callgrind_annotate --inclusive=yes --tree=calling FILE)"

@@ -17,6 +17,13 @@ return redis.call('DEL', KEYS[1]) else return 0 end";
 pub const EXTEND: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then \
 return redis.call('PEXPIRE', KEYS[1], ARGV[2]) else return 0 end";
 
+/// Compare-and-set, the recipe's guarded write: `KEYS[1]` the lock,
+/// `KEYS[2]` the data key, `ARGV[1]` the token, `ARGV[2]` the value. Writes and
+/// replies `SET`'s OK when `ARGV[1]` holds `KEYS[1]`, else the error `LOST`,
+/// like `LOCK.GUARD lock token SET data value`.
+pub const GUARD: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then \
+return redis.call('SET', KEYS[2], ARGV[2]) else return redis.error_reply('LOST') end";
+
 /// The single global fence counter of the recipe's global-fence variant.
 pub const GLOBAL_FENCE_KEY: &str = "lock:fence";
 

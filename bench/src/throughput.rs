@@ -6,7 +6,7 @@ use std::process::Command;
 use serde::Serialize;
 
 use crate::scripts;
-use crate::server::{bench_key, dbsize, flushall, pipelined, query, Server};
+use crate::server::{bench_key, dbsize, flushall, info_int, pipelined, query, Server};
 use crate::stats::median;
 
 /// The 36-byte token of the rows that pass one (the length of a drawn UUID).
@@ -16,16 +16,37 @@ pub const TOKEN: &str = "0b8e4f53-3c43-4a0e-9f53-1e7d51f4a9c6";
 pub const PREPARED_TTL_MS: u64 = 600_000;
 const LOCK_PREFIX: &str = "lk:";
 const STRING_PREFIX: &str = "sk:";
+/// The keys the GUARD rows write, each run over the same range.
+const DATA_PREFIX: &str = "dk:";
+/// What the GUARD rows write (and what the data keys hold before they run).
+pub const GUARDED_VALUE: &str = "v";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub enum Group {
     Acquire,
     Extend,
     Release,
+    Guard,
 }
 
 impl Group {
-    pub const ALL: [Group; 3] = [Group::Acquire, Group::Extend, Group::Release];
+    pub const ALL: [Group; 4] = [Group::Acquire, Group::Extend, Group::Release, Group::Guard];
+
+    /// The group's name for `lock-bench --only`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Group::Acquire => "acquire",
+            Group::Extend => "extend",
+            Group::Release => "release",
+            Group::Guard => "guard",
+        }
+    }
+
+    /// Its runs leave the keys as they found them (leases moved, values
+    /// overwritten), so one preparation serves the whole phase.
+    fn keeps_keys(self) -> bool {
+        matches!(self, Group::Extend | Group::Guard)
+    }
 }
 
 /// The keys a run needs in place before it starts.
@@ -38,6 +59,10 @@ pub enum Prep {
     /// Every `sk:` key of the range set to [`TOKEN`] with a TTL, as the Lua
     /// recipe (or `SET NX PX`) leaves it.
     HeldStrings,
+    /// Every `dk:` key of the range set to [`GUARDED_VALUE`], so that every
+    /// guarded or plain write overwrites a key, as a job updating its
+    /// resource does.
+    Data,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -61,7 +86,7 @@ pub struct Comparison {
     pub goal_p16: Option<f64>,
 }
 
-pub const COMPARISONS: [Comparison; 7] = [
+pub const COMPARISONS: [Comparison; 9] = [
     Comparison {
         title: "LOCK.ACQUIRE vs Lua acquire-with-fence",
         native: "lock.acquire",
@@ -104,12 +129,55 @@ pub const COMPARISONS: [Comparison; 7] = [
         baseline: "set.ifeq",
         goal_p16: None,
     },
+    Comparison {
+        title: "LOCK.GUARD … SET vs Lua compare-and-set",
+        native: "lock.guard",
+        baseline: "lua.guard",
+        goal_p16: Some(1.5),
+    },
+    Comparison {
+        title: "LOCK.GUARD … SET vs plain SET (no guard)",
+        native: "lock.guard",
+        baseline: "set",
+        goal_p16: Some(0.75),
+    },
 ];
 
-/// Every command measured; `sha` are the SHA1s of the loaded Lua scripts.
-pub fn cases(acquire_sha: &str, release_sha: &str, extend_sha: &str) -> Vec<Case> {
+/// The SHA1s of the Lua recipe's scripts, as `SCRIPT LOAD` gave them.
+pub struct LoadedScripts {
+    pub acquire: String,
+    pub release: String,
+    pub extend: String,
+    pub guard: String,
+}
+
+impl LoadedScripts {
+    pub fn load(conn: &mut redis::Connection) -> Result<LoadedScripts, String> {
+        let mut load = |script: &str| -> Result<String, String> {
+            query(conn, redis::cmd("SCRIPT").arg("LOAD").arg(script))
+        };
+        Ok(LoadedScripts {
+            acquire: load(scripts::ACQUIRE)?,
+            release: load(scripts::RELEASE)?,
+            extend: load(scripts::EXTEND)?,
+            guard: load(scripts::GUARD)?,
+        })
+    }
+}
+
+/// Every command measured, calling the Lua scripts by the SHA1s in `sha`.
+///
+/// The GUARD rows guard each write with one of the range's locks, all held
+/// by [`TOKEN`], as jobs that each hold the lock of the resource they update:
+/// a lock per resource, spread over the keyspace like every other row, not
+/// one hot lock per client. `redis-benchmark` draws every `__rand_int__` of a
+/// request on its own, so the lock and the data key of one request are not
+/// the same number; the work is the same (a held lock looked up, then a data
+/// key written, each in a large keyspace).
+pub fn cases(sha: &LoadedScripts) -> Vec<Case> {
     let lock = format!("{LOCK_PREFIX}__rand_int__");
     let string = format!("{STRING_PREFIX}__rand_int__");
+    let data = format!("{DATA_PREFIX}__rand_int__");
     let ttl = "30000".to_string();
     let held_ttl = PREPARED_TTL_MS.to_string();
     let args = |parts: &[&str]| parts.iter().map(|s| s.to_string()).collect::<Vec<_>>();
@@ -133,7 +201,7 @@ pub fn cases(acquire_sha: &str, release_sha: &str, extend_sha: &str) -> Vec<Case
             group: Group::Acquire,
             args: args(&[
                 "EVALSHA",
-                acquire_sha,
+                &sha.acquire,
                 "2",
                 &string,
                 scripts::GLOBAL_FENCE_KEY,
@@ -160,7 +228,7 @@ pub fn cases(acquire_sha: &str, release_sha: &str, extend_sha: &str) -> Vec<Case
         Case {
             id: "lua.extend",
             group: Group::Extend,
-            args: args(&["EVALSHA", extend_sha, "1", &string, TOKEN, &held_ttl]),
+            args: args(&["EVALSHA", &sha.extend, "1", &string, TOKEN, &held_ttl]),
             prep: Prep::HeldStrings,
             needs_ifeq: false,
         },
@@ -181,8 +249,37 @@ pub fn cases(acquire_sha: &str, release_sha: &str, extend_sha: &str) -> Vec<Case
         Case {
             id: "lua.release",
             group: Group::Release,
-            args: args(&["EVALSHA", release_sha, "1", &string, TOKEN]),
+            args: args(&["EVALSHA", &sha.release, "1", &string, TOKEN]),
             prep: Prep::HeldStrings,
+            needs_ifeq: false,
+        },
+        Case {
+            id: "lock.guard",
+            group: Group::Guard,
+            args: args(&["LOCK.GUARD", &lock, TOKEN, "SET", &data, GUARDED_VALUE]),
+            prep: Prep::HeldLocks,
+            needs_ifeq: false,
+        },
+        Case {
+            id: "lua.guard",
+            group: Group::Guard,
+            args: args(&[
+                "EVALSHA",
+                &sha.guard,
+                "2",
+                &string,
+                &data,
+                TOKEN,
+                GUARDED_VALUE,
+            ]),
+            prep: Prep::HeldStrings,
+            needs_ifeq: false,
+        },
+        Case {
+            id: "set",
+            group: Group::Guard,
+            args: args(&["SET", &data, GUARDED_VALUE]),
+            prep: Prep::Data,
             needs_ifeq: false,
         },
     ]
@@ -220,7 +317,8 @@ pub struct Sample {
     /// Server main-thread CPU time per request, in µs.
     pub cpu_us_per_op: f64,
     /// The share of requests that did the full job: new grants for ACQUIRE,
-    /// deletions for RELEASE; EXTEND rows find every key held (1.0).
+    /// deletions for RELEASE; EXTEND rows find every key held (1.0); GUARD
+    /// rows, the requests that did not get an error reply (`LOST`).
     pub work_share: f64,
 }
 
@@ -248,9 +346,9 @@ pub fn benchmark_command(settings: &Settings, pipeline: usize, case: &Case) -> V
     argv
 }
 
-/// Run every case on `server`, phase by phase (ACQUIRE, EXTEND, RELEASE);
-/// within a phase the commands alternate run by run, in reverse order on odd
-/// rounds, so slow drifts of the machine hit all of them alike.
+/// Run every case on `server`, phase by phase (ACQUIRE, EXTEND, RELEASE,
+/// GUARD); within a phase the commands alternate run by run, in reverse order
+/// on odd rounds, so slow drifts of the machine hit all of them alike.
 pub fn run(
     server: &Server,
     settings: &Settings,
@@ -258,25 +356,27 @@ pub fn run(
     progress: &mut dyn FnMut(&str),
 ) -> Result<(Vec<Case>, Vec<Sample>), String> {
     let mut conn = server.conn()?;
-    let load = |conn: &mut redis::Connection, script: &str| -> Result<String, String> {
-        query(conn, redis::cmd("SCRIPT").arg("LOAD").arg(script))
-    };
-    let acquire_sha = load(&mut conn, scripts::ACQUIRE)?;
-    let release_sha = load(&mut conn, scripts::RELEASE)?;
-    let extend_sha = load(&mut conn, scripts::EXTEND)?;
+    let sha = LoadedScripts::load(&mut conn)?;
     let ifeq = supports_ifeq(&mut conn);
-    let cases: Vec<Case> = cases(&acquire_sha, &release_sha, &extend_sha)
+    let cases: Vec<Case> = cases(&sha)
         .into_iter()
         .filter(|c| (ifeq || !c.needs_ifeq) && groups.contains(&c.group))
         .collect();
     let mut samples = Vec::new();
     for &group in groups {
         let group_cases: Vec<&Case> = cases.iter().filter(|c| c.group == group).collect();
-        if group == Group::Extend {
-            // EXTEND keeps its keys held, so one preparation serves the phase.
+        let mut phase_keys = 0;
+        if group.keeps_keys() {
+            // Every case's keys in place at once, for the whole phase.
             flushall(&mut conn)?;
-            prepare(&mut conn, Prep::HeldLocks, settings.keyspace)?;
-            prepare(&mut conn, Prep::HeldStrings, settings.keyspace)?;
+            let mut prepared = Vec::new();
+            for case in &group_cases {
+                if !prepared.contains(&case.prep) {
+                    prepare(&mut conn, case.prep, settings.keyspace)?;
+                    prepared.push(case.prep);
+                }
+            }
+            phase_keys = dbsize(&mut conn)?;
         }
         for round in 0..settings.rounds {
             for &pipeline in &settings.pipelines {
@@ -292,16 +392,18 @@ pub fn run(
                         settings.rounds,
                         case.id
                     ));
-                    if group != Group::Extend {
+                    if !group.keeps_keys() {
                         flushall(&mut conn)?;
                         prepare(&mut conn, case.prep, settings.keyspace)?;
                     }
                     let keys_before = dbsize(&mut conn)?;
+                    let errors_before = error_replies(&mut conn)?;
                     let requests = settings.requests_for(pipeline);
                     let cpu_before = server.cpu_ns();
                     let rps = run_benchmark(server.port(), settings, pipeline, case)?;
                     let cpu_ns = server.cpu_ns().saturating_sub(cpu_before);
                     let keys_after = dbsize(&mut conn)?;
+                    let errors = error_replies(&mut conn)?.saturating_sub(errors_before);
                     let work_share = match group {
                         Group::Acquire => {
                             // The Lua recipe's fence key is not a lock.
@@ -312,12 +414,13 @@ pub fn run(
                             keys_before.saturating_sub(keys_after) as f64 / requests as f64
                         }
                         Group::Extend => {
-                            if keys_after == keys_before && keys_before == 2 * settings.keyspace {
+                            if keys_after == keys_before && keys_before == phase_keys {
                                 1.0
                             } else {
                                 keys_after as f64 / keys_before.max(1) as f64
                             }
                         }
+                        Group::Guard => 1.0 - errors as f64 / requests as f64,
                     };
                     samples.push(Sample {
                         server: server.label.clone(),
@@ -335,6 +438,11 @@ pub fn run(
     }
     flushall(&mut conn)?;
     Ok((cases, samples))
+}
+
+/// Error replies the server has sent since it started (`LOST` among them).
+fn error_replies(conn: &mut redis::Connection) -> Result<u64, String> {
+    Ok(info_int(conn, "stats", "total_error_replies")?.max(0) as u64)
 }
 
 /// Whether `SET` takes `IFEQ` here (Valkey 8.1 and later).
@@ -375,6 +483,14 @@ pub fn prepare(conn: &mut redis::Connection, prep: Prep, keyspace: u64) -> Resul
                     .arg(TOKEN)
                     .arg("PX")
                     .arg(PREPARED_TTL_MS);
+                cmd
+            }),
+        ),
+        Prep::Data => pipelined(
+            conn,
+            (0..keyspace).map(|i| {
+                let mut cmd = redis::cmd("SET");
+                cmd.arg(bench_key(DATA_PREFIX, i)).arg(GUARDED_VALUE);
                 cmd
             }),
         ),
@@ -464,6 +580,41 @@ pub fn paired_ratio(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn cases_with_dummy_scripts() -> Vec<Case> {
+        cases(&LoadedScripts {
+            acquire: "sha-acquire".into(),
+            release: "sha-release".into(),
+            extend: "sha-extend".into(),
+            guard: "sha-guard".into(),
+        })
+    }
+
+    #[test]
+    fn every_comparison_names_measured_cases_of_one_group() {
+        let cases = cases_with_dummy_scripts();
+        let group = |id: &str| cases.iter().find(|c| c.id == id).map(|c| c.group);
+        for comparison in &COMPARISONS {
+            let native = group(comparison.native);
+            assert!(native.is_some(), "{}", comparison.title);
+            assert_eq!(native, group(comparison.baseline), "{}", comparison.title);
+        }
+    }
+
+    #[test]
+    fn guard_rows_write_the_same_keys_and_value() {
+        let cases = cases_with_dummy_scripts();
+        let guard: Vec<&Case> = cases.iter().filter(|c| c.group == Group::Guard).collect();
+        assert_eq!(guard.len(), 3);
+        for case in guard {
+            assert!(
+                case.args.contains(&"dk:__rand_int__".to_string()),
+                "{}",
+                case.id
+            );
+            assert_eq!(case.args.last().map(String::as_str), Some(GUARDED_VALUE));
+        }
+    }
 
     #[test]
     fn reads_rps_from_csv() {

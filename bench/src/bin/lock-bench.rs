@@ -1,6 +1,6 @@
 //! `lock-bench`: run every benchmark and write the report.
 //!
-//! `make bench` runs the full profile (about 14 minutes) and writes
+//! `make bench` runs the full profile (about 16 minutes) and writes
 //! `docs/benchmarks.md` and `docs/img/*.png`; `make bench-quick` runs a tiny
 //! version of everything into `target/bench-quick/`, only to show the harness
 //! works. Nothing here judges a speed.
@@ -49,9 +49,13 @@ struct Args {
     #[arg(long, default_value = "make bench")]
     made_by: String,
     /// Only these sections (throughput, contention, memory, scale, waiting)
+    /// or throughput groups (acquire, extend, release, guard): `--only guard`
+    /// runs the GUARD comparisons alone
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
 }
+
+const SECTIONS: [&str; 5] = ["throughput", "contention", "memory", "scale", "waiting"];
 
 fn main() {
     let args = Args::parse();
@@ -68,6 +72,18 @@ fn run(args: &Args) -> Result<(), String> {
         ProfileName::Quick => Profile::quick(),
     };
     let wanted = |section: &str| args.only.is_empty() || args.only.iter().any(|s| s == section);
+    let group_names: Vec<&str> = Group::ALL.iter().map(|g| g.name()).collect();
+    if let Some(unknown) = args
+        .only
+        .iter()
+        .find(|s| !SECTIONS.contains(&s.as_str()) && !group_names.contains(&s.as_str()))
+    {
+        return Err(format!(
+            "--only {unknown}: not a section ({}) nor a throughput group ({})",
+            SECTIONS.join(", "),
+            group_names.join(", ")
+        ));
+    }
     let module = std::fs::canonicalize(&args.module)
         .map_err(|e| format!("module {}: {e}", args.module.display()))?;
     let tool = |name: &str| -> Result<PathBuf, String> {
@@ -142,7 +158,13 @@ fn run(args: &Args) -> Result<(), String> {
         });
     }
     for spec in &specs {
-        let wants_any = (wanted("throughput"))
+        let groups: Vec<Group> = spec
+            .groups
+            .iter()
+            .copied()
+            .filter(|g| wanted("throughput") || wanted(g.name()))
+            .collect();
+        let wants_any = !groups.is_empty()
             || (spec.memory && wanted("memory"))
             || (spec.contention_and_scale
                 && (wanted("contention") || wanted("scale") || wanted("waiting")));
@@ -163,9 +185,9 @@ fn run(args: &Args) -> Result<(), String> {
             throughput: Vec::new(),
             memory: None,
         };
-        if wanted("throughput") {
+        if !groups.is_empty() {
             let (cases, samples) =
-                throughput::run(&server, &profile.throughput, spec.groups, &mut progress)?;
+                throughput::run(&server, &profile.throughput, &groups, &mut progress)?;
             entry.throughput_cases = cases;
             entry.throughput = samples;
         }
