@@ -4,6 +4,7 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::os::raw::{c_char, c_int};
 
 use redis_lock_core::decide::CommandFlags;
@@ -14,12 +15,40 @@ use redis_module::{raw, Context, RedisString};
 /// unknown to any server.
 const MAX_NAME: usize = 64;
 
+/// FNV-1a: command names are short and chosen by the server's own table,
+/// so a cheap hash does (SipHash cost more than the rest of the lookup).
+#[derive(Default)]
+struct Fnv(u64);
+
+impl Hasher for Fnv {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        let mut hash = if self.0 == 0 {
+            0xcbf2_9ce4_8422_2325
+        } else {
+            self.0
+        };
+        for &b in bytes {
+            hash = (hash ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+        self.0 = hash;
+    }
+}
+
+type FlagTable = HashMap<Box<[u8]>, Option<CommandFlags>, BuildHasherDefault<Fnv>>;
+
 thread_local! {
     /// What `COMMAND INFO` said of each command (and `container|subcommand`)
     /// asked about so far. Command flags do not change while the server
     /// runs; a module loaded later adds names, which are looked up then.
-    static FLAGS: RefCell<HashMap<Box<[u8]>, Option<CommandFlags>>> = RefCell::new(HashMap::new());
+    static FLAGS: RefCell<FlagTable> = RefCell::new(FlagTable::default());
 }
+
+/// Most arguments passed to the server without a heap allocation.
+const STACK_ARGS: usize = 16;
 
 /// The flags of the command `argv[0]` (`argv[1]` names its subcommand when
 /// it is a container such as `CONFIG`); `None` when the server does not
@@ -193,7 +222,18 @@ pub fn call_and_reply(ctx: &Context, args: &[RedisString], script_mode: bool) {
         return;
     };
     let rest = &args[1..];
-    let mut argv: Vec<*mut raw::RedisModuleString> = rest.iter().map(|a| a.inner).collect();
+    // The raw strings, on the stack for a command of up to 16 arguments.
+    let mut on_stack = [std::ptr::null_mut(); STACK_ARGS];
+    let mut on_heap = Vec::new();
+    let argv: &mut [*mut raw::RedisModuleString] = if rest.len() <= STACK_ARGS {
+        for (slot, arg) in on_stack.iter_mut().zip(rest) {
+            *slot = arg.inner;
+        }
+        &mut on_stack[..rest.len()]
+    } else {
+        on_heap.extend(rest.iter().map(|a| a.inner));
+        &mut on_heap
+    };
     unsafe {
         let (Some(call), Some(reply_with), Some(free), Some(ptr_len)) = (
             raw::RedisModule_Call,
