@@ -222,10 +222,7 @@ fn the_label_is_replicated_and_survives_reload_aof_and_restore() {
     let mut r = replica.conn();
     acquire_as(&mut m, "job", 600_000, "me", "pod-1").unwrap();
     acquire_as(&mut m, "job2", 600_000, "me", "pod-2").unwrap();
-    assert_eq!(
-        acquire_as(&mut m, "job2", 600_000, "me", "pod-2b").is_some(),
-        true
-    );
+    assert!(acquire_as(&mut m, "job2", 600_000, "me", "pod-2b").is_some());
     sync_replica(&master, &replica);
     assert_eq!(owner(&mut r, "job").as_deref(), Some(&b"pod-1"[..]));
     assert_eq!(owner(&mut r, "job2").as_deref(), Some(&b"pod-2b"[..]));
