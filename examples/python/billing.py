@@ -1,13 +1,14 @@
-"""The nightly billing job with redis-lock from Python (redis-py).
+"""The nightly billing job with redis-lock from Python (the redis-lock-client package).
 
 Several workers (threads here, processes in real life) try to run the job at
-once; exactly one gets the lock and runs it. A renewal thread extends the
-lease every ttl/3 and flags the loss if an extend is refused or the deadline
-(minus a margin) passes. Every ledger write carries the fence; the ledger
-refuses stale fences.
+once; exactly one gets the lock and runs it, while the package's watchdog
+extends the lease and would set `lease.lost` on a loss. Every ledger write
+carries the fence; the ledger refuses stale fences. An auditor waits in the
+server's queue for the job to finish, then records the night's total in
+Redis with a guarded write, which runs only while its lease holds.
 
     redis-server --port 6379 --loadmodule target/debug/libredis_lock.so &
-    pip install redis
+    pip install ./clients/python
     REDIS_URL=redis://127.0.0.1:6379/ python3 examples/python/billing.py
 
 Exits non-zero if the outcome is not the one described (CI runs it).
@@ -17,12 +18,12 @@ import os
 import sys
 import threading
 import time
-import uuid
 
 import redis
 
-TTL_MS = 2000
-MARGIN_S = 0.2
+from redis_lock_client import Locks, NotAcquired
+
+TTL = 2.0  # seconds; the job runs longer, the watchdog extends the lease
 WORKERS = 5
 
 
@@ -34,42 +35,16 @@ class Ledger:
         self.highest_fence = 0
         self.invoices = {}
 
-    def write_invoice(self, fence, customer, cents):
+    def write_invoice(self, fence, night, customer, cents):
         with self.lock:
             if fence < self.highest_fence:
                 raise ValueError(f"stale fence {fence} (seen {self.highest_fence}): write refused")
             self.highest_fence = fence
-            self.invoices[customer] = (cents, fence)
+            self.invoices[night, customer] = (cents, fence)
 
-
-class Lease:
-    """A held lock: keeps itself alive until release(), sets `lost` on loss."""
-
-    def __init__(self, r, key, token, fence, sent):
-        self.r, self.key, self.token, self.fence = r, key, token, fence
-        self.lost = threading.Event()
-        self._stop = threading.Event()
-        self._valid_until = sent + TTL_MS / 1000  # on the monotonic clock
-        self._thread = threading.Thread(target=self._renew, daemon=True)
-        self._thread.start()
-
-    def _renew(self):
-        while not self._stop.wait(TTL_MS / 3000):
-            sent = time.monotonic()
-            try:
-                extended = self.r.execute_command("LOCK.EXTEND", self.key, self.token, TTL_MS)
-            except redis.RedisError:
-                extended = None  # try again until the deadline
-            if extended == 1:
-                self._valid_until = sent + TTL_MS / 1000
-            elif extended == 0 or time.monotonic() > self._valid_until - MARGIN_S:
-                self.lost.set()
-                return
-
-    def release(self):
-        self._stop.set()
-        self._thread.join()
-        return self.r.execute_command("LOCK.RELEASE", self.key, self.token) == 1
+    def total(self, night):
+        with self.lock:
+            return sum(cents for (n, _), (cents, _) in self.invoices.items() if n == night)
 
 
 def say(line):
@@ -77,47 +52,50 @@ def say(line):
     sys.stdout.flush()
 
 
-def try_acquire(r, key):
-    token = str(uuid.uuid4())
-    sent = time.monotonic()
-    reply = r.execute_command("LOCK.ACQUIRE", key, TTL_MS, "TOKEN", token)
-    if reply is None:
-        return None  # held by another worker
-    _token, fence = reply
-    return Lease(r, key, token, int(fence), sent)
-
-
-def worker(url, night, ledger, ran, worker_id, start):
-    r = redis.Redis.from_url(url)
+def worker(locks, night, ledger, ran, worker_id, start, job_started):
     start.wait()
-    lease = try_acquire(r, f"billing:nightly:{night}")
-    if lease is None:
-        say(f"[{night}] worker {worker_id}: another worker is running it, skipping")
-        return
     try:
-        for i, customer in enumerate(["acme", "globex", "initech"]):
-            time.sleep(0.9)  # longer than the lease in total: the renewal keeps it
-            if lease.lost.is_set():
-                raise RuntimeError("lease lost: stopping the job")
-            ledger.write_invoice(lease.fence, customer, 1000 * (i + 1))
-        ran.append(lease.fence)
-        say(f"[{night}] worker {worker_id}: ran the billing job with fence {lease.fence}")
-    finally:
-        lease.release()
+        with locks.lock(f"billing:nightly:{night}", TTL) as lease:
+            job_started.set()
+            for i, customer in enumerate(["acme", "globex", "initech"]):
+                time.sleep(0.9)  # longer than the lease in total: the watchdog keeps it
+                if lease.lost.is_set():
+                    raise RuntimeError(f"lease lost ({lease.lost_reason}): stopping the job")
+                ledger.write_invoice(lease.fence, night, customer, 1000 * (i + 1))
+            ran.append(lease.fence)
+            say(f"[{night}] worker {worker_id}: ran the billing job with fence {lease.fence}")
+    except NotAcquired:
+        say(f"[{night}] worker {worker_id}: another worker is running it, skipping")
+
+
+def audit(locks, night, ledger, audited):
+    """Waits (on a connection of its own) until the job releases the lock."""
+    with locks.lock(f"billing:nightly:{night}", TTL, wait=30) as lease:
+        total = ledger.total(night)
+        lease.guard("SET", f"billing:total:{night}", total)
+        audited.append(lease.fence)
+        say(f"[{night}] auditor: recorded the total {total} with fence {lease.fence}")
 
 
 def night(url, ledger, name):
-    ran = []
-    start = threading.Barrier(WORKERS)
+    locks = Locks(redis.Redis.from_url(url))
+    ran, audited = [], []
+    start, job_started = threading.Barrier(WORKERS), threading.Event()
     threads = [
-        threading.Thread(target=worker, args=(url, name, ledger, ran, i, start))
+        threading.Thread(target=worker, args=(locks, name, ledger, ran, i, start, job_started))
         for i in range(WORKERS)
     ]
     for t in threads:
         t.start()
-    for t in threads:
+    assert job_started.wait(10), "a worker got the lock"
+    auditor = threading.Thread(target=audit, args=(locks, name, ledger, audited))
+    auditor.start()
+    for t in [*threads, auditor]:
         t.join()
     assert len(ran) == 1, f"exactly one worker ran the job on {name}: {ran}"
+    assert audited and audited[0] > ran[0], "the auditor came after the job, with a larger fence"
+    stored = int(locks.client.get(f"billing:total:{name}"))
+    assert stored == ledger.total(name) == 6000, f"the total in Redis: {stored}"
     return ran[0]
 
 
@@ -128,11 +106,10 @@ def main():
     second = night(url, ledger, "2026-11-29")
     assert second > first, "the later holder has the larger fence"
     try:
-        ledger.write_invoice(first, "acme", 999_999)
+        ledger.write_invoice(first, "2026-11-29", "acme", 999_999)
         raise AssertionError("a stale fence must be refused")
     except ValueError as refused:
         say(f"late write with fence {first}: {refused}")
-    assert all(fence == second for _cents, fence in ledger.invoices.values())
     say(f"ledger: {ledger.invoices}")
     say("python billing example: ok")
 
