@@ -19,11 +19,17 @@ BENCH_QUICK_DIR := target/bench-quick
 CLIENT_VENV := target/client-venv
 CLIENT_REDIS_PY := redis==5.2.1
 MODULE_DEBUG := target/debug/libredis_lock.so
+# The Python package (clients/python/): its tools and the client libraries it is
+# tested with, pinned; the billing example runs on CLIENT_VENV's older redis-py.
+PYTHON_VENV := target/python-venv
+PYTHON_TOOLS := ruff==0.17.6 mypy==2.4.1 pytest==9.2.0 redis==8.1.0 valkey==6.2.0
+PYTHON_RUN := cd clients/python && export MYPY_CACHE_DIR=$(CURDIR)/target/mypy-cache RUFF_CACHE_DIR=$(CURDIR)/target/ruff-cache
 # The fault-injection harness (chaos/); e.g. CHAOS_ARGS="--seed 7 --scenarios 2".
 CHAOS := target/release/lock-chaos
 CHAOS_ARGS ?=
 
 .PHONY: help deps build run test test-redis test-valkey test-client valkey unit lint layers fmt clean \
+	python-venv lint-python test-python \
 	bench bench-quick bench-build bench-venv bench-profile test-cluster cluster-long fuzz \
 	chaos chaos-quick chaos-build
 
@@ -97,7 +103,7 @@ fuzz: deps ## cargo-fuzz on the argument parsers and the lock model (FUZZ_SECOND
 # check-layers: top-level modules (of every crate) that import each other in a
 # cycle fail the lint; the layers only import downwards. `make layers` shows
 # the graph. Every FFI call (`raw::`, `unsafe`) stays in src/redis/.
-lint: ## rustfmt check, clippy with warnings as errors, no import cycle between modules, FFI only in src/redis/
+lint: lint-python ## rustfmt check, clippy with warnings as errors, no import cycle between modules, FFI only in src/redis/; ruff and mypy --strict on clients/python
 	cargo fmt --all -- --check
 	cargo clippy --locked --workspace --all-targets -- -D warnings
 	python3 scripts/check-layers.py --self-test
@@ -107,18 +113,37 @@ lint: ## rustfmt check, clippy with warnings as errors, no import cycle between 
 	@if grep -rnE 'redis_module|redis-module' core/src core/Cargo.toml; then \
 	  echo "lint: the core crate must not depend on Redis (above)"; exit 1; fi
 
+python-venv: ## Install ruff, mypy, pytest, redis-py, valkey-py and the package (clients/python) into target/python-venv
+	@grep -qxF '$(PYTHON_TOOLS)' $(PYTHON_VENV)/tools.txt 2>/dev/null || { \
+	  python3 -m venv $(PYTHON_VENV) && $(PYTHON_VENV)/bin/pip install --quiet $(PYTHON_TOOLS) && \
+	  echo '$(PYTHON_TOOLS)' > $(PYTHON_VENV)/tools.txt; }
+	$(PYTHON_VENV)/bin/pip install --quiet --no-deps ./clients/python
+
+lint-python: python-venv ## ruff (lint and format check) and mypy --strict on the Python package and its tests
+	$(PYTHON_RUN) && $(CURDIR)/$(PYTHON_VENV)/bin/ruff check . && $(CURDIR)/$(PYTHON_VENV)/bin/ruff format --check .
+	$(PYTHON_RUN) && $(CURDIR)/$(PYTHON_VENV)/bin/mypy src tests
+
+# A fresh server per test; every test runs with redis-py and with valkey-py.
+test-python: deps valkey lint-python ## The Python package's tests (pytest) on Redis 7.0, then on Valkey 8.1 (~20 s each)
+	cargo build --locked --lib -p redis-lock
+	$(PYTHON_RUN) && LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) \
+	  $(CURDIR)/$(PYTHON_VENV)/bin/pytest -p no:cacheprovider -q tests
+	$(PYTHON_RUN) && LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) LOCK_TEST_SERVER=$$(ls $(CURDIR)/$(VALKEY_SERVER)) \
+	  $(CURDIR)/$(PYTHON_VENV)/bin/pytest -p no:cacheprovider -q tests
+
 layers: ## Print each crate's graph of top-level modules and any import cycle (scripts/check-layers.py)
 	python3 scripts/check-layers.py --print
 
-test-client: deps ## The Rust client crate: its tests (real servers, Redlock, a cluster), rustdoc, the billing examples (Rust, Python)
+test-client: deps ## The Rust client crate: its tests (real servers, Redlock, a cluster), rustdoc, the billing examples (Rust, Python with the package)
 	cargo build --locked --lib -p redis-lock
 	LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) cargo test --locked -p redis-lock-client -- --test-threads 2
 	RUSTDOCFLAGS="-D warnings" cargo doc --locked --quiet -p redis-lock-client --no-deps
 	@$(CLIENT_VENV)/bin/python -c 'import redis' >/dev/null 2>&1 || { \
 	  python3 -m venv $(CLIENT_VENV) && $(CLIENT_VENV)/bin/pip install --quiet '$(CLIENT_REDIS_PY)'; }
+	$(CLIENT_VENV)/bin/pip install --quiet --no-deps ./clients/python
 	LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) EXAMPLES_PYTHON=$(CLIENT_VENV)/bin/python bash examples/run-billing.sh
 
-test: deps lint unit test-redis test-valkey test-cluster test-client bench-quick chaos-quick test-docker ## Everything CI runs: lint, unit (core), integration on Redis 7.0 and Valkey 8.1, Redis Cluster, the client crate, bench-quick, chaos-quick, the Docker image
+test: deps lint unit test-redis test-valkey test-cluster test-client test-python bench-quick chaos-quick test-docker ## Everything CI runs: lint, unit (core), integration on Redis 7.0 and Valkey 8.1, Redis Cluster, the client crate, the Python package, bench-quick, chaos-quick, the Docker image
 
 bench-build: build ## Build the module and the benchmark harness (lock-bench, lock-load) in release mode
 	cargo build --release --locked -p redis-lock-bench

@@ -6,7 +6,7 @@
 # holder's guarded write was refused.
 #   LOCK_MODULE       the module (default: target/debug/libredis_lock.so)
 #   LOCK_TEST_SERVER  the server binary (default: redis-server)
-#   EXAMPLES_PYTHON   a python with redis-py (default: python3)
+#   EXAMPLES_PYTHON   a python with redis-py and the package clients/python (default: python3)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

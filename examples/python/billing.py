@@ -1,16 +1,16 @@
-"""The nightly billing job with redis-lock from Python (redis-py).
+"""The nightly billing job with redis-lock from Python (the redis-lock-client package).
 
 Several workers (threads here, processes in real life) try to run the job at
-once; exactly one gets the lock and runs it. A renewal thread extends the
-lease every ttl/3 and flags the loss if an extend is refused or the deadline
-(minus a margin) passes. Every ledger write carries the fence; the ledger
-refuses stale fences. The day's total, a Redis key next to the lock
-(`{billing}:total:<night>`, the same hash tag), is written only under the
-lock, with `LOCK.GUARD key token INCRBY ...`: a stale holder's write is
-refused by the server (`LOST`) and changes nothing.
+once; exactly one gets the lock and runs it, while the package's watchdog
+extends the lease and would set `lease.lost` on a loss. Every ledger write
+carries the fence; the ledger refuses stale fences. The day's total, a Redis
+key next to the lock (`{billing}:total:<night>`, the same hash tag), is
+written only under the lock, with `lease.guard("INCRBY", ...)` (the server's
+`LOCK.GUARD`): a stale holder's write is refused by the server (`LOST`) and
+changes nothing.
 
     redis-server --port 6379 --loadmodule target/debug/libredis_lock.so &
-    pip install redis
+    pip install ./clients/python
     REDIS_URL=redis://127.0.0.1:6379/ python3 examples/python/billing.py
 
 Exits non-zero if the outcome is not the one described (CI runs it).
@@ -20,12 +20,12 @@ import os
 import sys
 import threading
 import time
-import uuid
 
 import redis
 
-TTL_MS = 2000
-MARGIN_S = 0.2
+from redis_lock_client import Locks, Lost, NotAcquired
+
+TTL = 2.0  # seconds; the job runs longer, the watchdog extends the lease
 WORKERS = 5
 NIGHTS = ["2026-11-28", "2026-11-29"]
 INVOICES = [("acme", 1000), ("globex", 2000), ("initech", 3000)]
@@ -42,10 +42,6 @@ def total_key(night):
     return f"{{billing}}:total:{night}"
 
 
-class LockLost(Exception):
-    """The server answered a guarded command with LOST: nothing ran."""
-
-
 class Ledger:
     """Stands for the database: refuses writes with a fence below the highest seen."""
 
@@ -54,57 +50,12 @@ class Ledger:
         self.highest_fence = 0
         self.invoices = {}
 
-    def write_invoice(self, fence, customer, cents):
+    def write_invoice(self, fence, night, customer, cents):
         with self.lock:
             if fence < self.highest_fence:
                 raise ValueError(f"stale fence {fence} (seen {self.highest_fence}): write refused")
             self.highest_fence = fence
-            self.invoices[customer] = (cents, fence)
-
-
-class Lease:
-    """A held lock: keeps itself alive until release(), sets `lost` on loss."""
-
-    def __init__(self, r, key, token, fence, sent, renew=True):
-        self.r, self.key, self.token, self.fence = r, key, token, fence
-        self.lost = threading.Event()
-        self._stop = threading.Event()
-        self._valid_until = sent + TTL_MS / 1000  # on the monotonic clock
-        self._thread = threading.Thread(target=self._renew, daemon=True)
-        if renew:
-            self._thread.start()
-
-    def guard(self, *command):
-        """Run `command` only while this lease holds the lock, in one atomic
-        step with the server's check; its reply, or LockLost (and `lost` set)."""
-        try:
-            return self.r.execute_command("LOCK.GUARD", self.key, self.token, *command)
-        except redis.ResponseError as e:
-            if str(e).startswith("LOST "):
-                self.lost.set()
-                raise LockLost(str(e)) from e
-            raise  # the command's own error, or one LOCK.GUARD refuses to run
-
-    def _renew(self):
-        while not self._stop.wait(TTL_MS / 3000):
-            if self.lost.is_set():
-                return  # a guarded command was answered LOST
-            sent = time.monotonic()
-            try:
-                extended = self.r.execute_command("LOCK.EXTEND", self.key, self.token, TTL_MS)
-            except redis.RedisError:
-                extended = None  # try again until the deadline
-            if extended == 1:
-                self._valid_until = sent + TTL_MS / 1000
-            elif extended == 0 or time.monotonic() > self._valid_until - MARGIN_S:
-                self.lost.set()
-                return
-
-    def release(self):
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join()
-        return self.r.execute_command("LOCK.RELEASE", self.key, self.token) == 1
+            self.invoices[night, customer] = (cents, fence)
 
 
 def say(line):
@@ -112,42 +63,28 @@ def say(line):
     sys.stdout.flush()
 
 
-def try_acquire(r, key, ttl_ms=TTL_MS, renew=True):
-    token = str(uuid.uuid4())
-    sent = time.monotonic()
-    reply = r.execute_command("LOCK.ACQUIRE", key, ttl_ms, "TOKEN", token)
-    if reply is None:
-        return None  # held by another worker
-    _token, fence = reply
-    return Lease(r, key, token, int(fence), sent, renew)
-
-
-def worker(url, night, ledger, ran, worker_id, start):
-    r = redis.Redis.from_url(url)
+def worker(locks, night, ledger, ran, worker_id, start):
     start.wait()
-    lease = try_acquire(r, lock_key(night))
-    if lease is None:
-        say(f"[{night}] worker {worker_id}: another worker is running it, skipping")
-        return
     try:
-        for customer, cents in INVOICES:
-            time.sleep(0.9)  # longer than the lease in total: the renewal keeps it
-            if lease.lost.is_set():
-                raise RuntimeError("lease lost: stopping the job")
-            ledger.write_invoice(lease.fence, customer, cents)
-            # Added only if the lease is live on the server (else LockLost).
-            lease.guard("INCRBY", total_key(night), cents)
-        ran.append(lease.fence)
-        say(f"[{night}] worker {worker_id}: ran the billing job with fence {lease.fence}")
-    finally:
-        lease.release()
+        with locks.lock(lock_key(night), TTL) as lease:
+            for customer, cents in INVOICES:
+                time.sleep(0.9)  # longer than the lease in total: the watchdog keeps it
+                if lease.lost.is_set():
+                    raise RuntimeError(f"lease lost ({lease.lost_reason}): stopping the job")
+                ledger.write_invoice(lease.fence, night, customer, cents)
+                # Added only if the lease is live on the server (else Lost).
+                lease.guard("INCRBY", total_key(night), cents)
+            ran.append(lease.fence)
+            say(f"[{night}] worker {worker_id}: ran the billing job with fence {lease.fence}")
+    except NotAcquired:
+        say(f"[{night}] worker {worker_id}: another worker is running it, skipping")
 
 
-def night(url, ledger, name):
+def night(locks, ledger, name):
     ran = []
     start = threading.Barrier(WORKERS)
     threads = [
-        threading.Thread(target=worker, args=(url, name, ledger, ran, i, start))
+        threading.Thread(target=worker, args=(locks, name, ledger, ran, i, start))
         for i in range(WORKERS)
     ]
     for t in threads:
@@ -162,17 +99,17 @@ def total(r, night):
     return int(r.get(total_key(night)) or 0)
 
 
-def stale_holder(r, night):
+def stale_holder(locks, night):
     """A rerun of `night` gets the lock with a short lease and stalls (a GC
-    pause, a stopped VM) past it, renewing nothing. When it wakes up, its
+    pause, a stopped VM) past it, with no watchdog. When it wakes up, its
     guarded write to the total is refused by the server: nothing is written."""
-    stale = try_acquire(r, lock_key(night), ttl_ms=200, renew=False)
+    stale = locks.acquire(lock_key(night), 0.2, watchdog=False)
     assert stale is not None, "the night's job is over: the lock is free"
     time.sleep(0.5)
     try:
         stale.guard("INCRBY", total_key(night), 999_999)
         raise AssertionError("a stale holder's guarded write must be refused")
-    except LockLost as refused:
+    except Lost as refused:
         say(f"stale guarded write to {total_key(night)}: refused, LOST ({refused})")
     assert stale.lost.is_set()
     assert not stale.release(), "the stale lease was gone"
@@ -181,22 +118,23 @@ def stale_holder(r, night):
 def main():
     url = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/")
     r = redis.Redis.from_url(url)
+    locks = Locks(r)
     # Start from no totals, so that the example can run again on one server.
     r.delete(*[total_key(night) for night in NIGHTS])
     ledger = Ledger()
-    first = night(url, ledger, NIGHTS[0])
-    second = night(url, ledger, NIGHTS[1])
+    first = night(locks, ledger, NIGHTS[0])
+    second = night(locks, ledger, NIGHTS[1])
     assert second > first, "the later holder has the larger fence"
     for name in NIGHTS:
         assert total(r, name) == NIGHT_TOTAL, f"{name}: {total(r, name)}"
-    stale_holder(r, NIGHTS[1])
+    stale_holder(locks, NIGHTS[1])
     assert total(r, NIGHTS[1]) == NIGHT_TOTAL, "the stale write changed nothing"
     try:
-        ledger.write_invoice(first, "acme", 999_999)
+        ledger.write_invoice(first, NIGHTS[1], "acme", 999_999)
         raise AssertionError("a stale fence must be refused")
     except ValueError as refused:
         say(f"late write with fence {first}: {refused}")
-    assert all(fence == second for _cents, fence in ledger.invoices.values())
+    assert all(fence == second for (n, _), (_c, fence) in ledger.invoices.items() if n == NIGHTS[1])
     say(f"ledger: {ledger.invoices}")
     for name in NIGHTS:
         say(f"total {total_key(name)}: {total(r, name)}")

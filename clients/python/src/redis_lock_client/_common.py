@@ -1,0 +1,352 @@
+"""What the sync and asyncio APIs share: arguments, replies, errors, the
+lease's clock, and the settings of the dedicated connections.
+
+Nothing here does I/O. The client library (redis-py or valkey-py) is found
+from the class of the client the caller passed, so valkey-py works without
+being a dependency.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import re
+import time
+import uuid
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+from ._errors import LimitReached, LockError, Lost, LostReason, ServerError
+
+Key = str | bytes
+
+# The server refuses a WAIT longer than this (docs/commands.md).
+MAX_WAIT_MS = 31_536_000_000
+# A dedicated WAIT connection reads for this much longer than the wait, so that
+# the server's own timeout (a null reply) always comes first.
+WAIT_READ_SLACK_S = 5.0
+# Codes the client libraries leave at the front of the message: everything
+# else they strip (and then `status_code` or the exception class tells it).
+_UNSTRIPPED_CODES = frozenset(
+    {"LIMIT", "LOST", "WRONGTYPE", "UNBLOCKED", "BUSY", "MISCONF", "NOREPLICAS"}
+)
+_CLASS_CODES = {
+    "OutOfMemoryError": "OOM",
+    "ReadOnlyError": "READONLY",
+    "NoPermissionError": "NOPERM",
+    "BusyLoadingError": "LOADING",
+    "ExecAbortError": "EXECABORT",
+    "NoScriptError": "NOSCRIPT",
+    "AuthenticationError": "NOAUTH",
+    "ClusterCrossSlotError": "CROSSSLOT",
+    "ClusterDownError": "CLUSTERDOWN",
+    "MasterDownError": "MASTERDOWN",
+    "TryAgainError": "TRYAGAIN",
+}
+_CODE = re.compile(r"^([A-Z]+) (.*)$", re.DOTALL)
+
+
+@dataclass(frozen=True)
+class Family:
+    """The client library a client comes from: its exceptions and retry classes."""
+
+    name: str  # "redis" or "valkey"
+    asyncio: bool  # the client is redis.asyncio's or valkey.asyncio's
+    module: ModuleType  # the package, or its asyncio subpackage
+    response_error: type[Exception]
+    connection_errors: tuple[type[Exception], ...]
+
+    def retry_off(self) -> Any:
+        """A Retry that never retries, of this library's sync or asyncio kind."""
+        retry = importlib.import_module(f"{self.module.__name__}.retry")
+        backoff = importlib.import_module(f"{self.name}.backoff")
+        return retry.Retry(backoff.NoBackoff(), 0)
+
+
+def family_of(client: Any) -> Family:
+    """redis-py or valkey-py, from the class (or a base class) of `client`."""
+    for cls in type(client).__mro__:
+        name = cls.__module__.partition(".")[0]
+        if name in ("redis", "valkey"):
+            asyncio = any(c.__module__.startswith(f"{name}.asyncio") for c in type(client).__mro__)
+            exceptions = importlib.import_module(f"{name}.exceptions")
+            return Family(
+                name=name,
+                asyncio=asyncio,
+                module=importlib.import_module(f"{name}.asyncio" if asyncio else name),
+                response_error=exceptions.ResponseError,
+                connection_errors=(exceptions.ConnectionError, exceptions.TimeoutError),
+            )
+    raise TypeError(
+        "Locks needs a redis-py or valkey-py client (redis.Redis, valkey.Valkey, "
+        f"or their asyncio forms), not {type(client).__name__}"
+    )
+
+
+def dedicated_pool_kwargs(
+    client: Any, family: Family, read_timeout: float | None
+) -> dict[str, Any]:
+    """Arguments for a connection pool of one connection to the same server as
+    `client`, with retries off and its own read timeout.
+
+    Retries are off because a retried `LOCK.ACQUIRE … WAIT` queues again at the
+    tail, and after a `CLIENT KILL` a reconnecting client would be granted a
+    lock nobody waits for (docs/clients.md, "Rules for any client").
+    """
+    pool = getattr(client, "connection_pool", None)
+    if pool is None:
+        raise TypeError(
+            "Locks needs a client with a connection pool (redis.Redis, valkey.Valkey); "
+            "cluster clients are not supported"
+        )
+    kwargs = dict(pool.connection_kwargs)
+    kwargs.update(
+        connection_class=pool.connection_class,
+        max_connections=1,
+        socket_timeout=read_timeout,
+        socket_connect_timeout=_shorter(kwargs.get("socket_connect_timeout"), read_timeout),
+        retry=family.retry_off(),
+        retry_on_timeout=False,
+        retry_on_error=[],
+    )
+    return kwargs
+
+
+def _shorter(a: float | None, b: float | None) -> float | None:
+    """The shorter of two timeouts, where None is no limit."""
+    if a is None or b is None:
+        return b if a is None else a
+    return min(a, b)
+
+
+REFUSED_MESSAGE = "the token no longer holds the lock: released, expired, deleted or taken"
+LOST_IN_BLOCK = "the lease was lost before the block ended: its work may not have been protected"
+
+
+def not_acquired_message(key: Key, wait: float | None) -> str:
+    if wait is None:
+        return f"{key!r} is held by another token"
+    return f"{key!r} was still held when the wait of {wait} s ran out"
+
+
+def new_token() -> str:
+    """The token of a new lease: chosen here, so a lost reply can still be released."""
+    return str(uuid.uuid4())
+
+
+def check_key(key: object) -> Key:
+    if not isinstance(key, str | bytes):
+        raise TypeError(f"key must be str or bytes, not {type(key).__name__}")
+    return key
+
+
+def seconds_to_ms(name: str, seconds: object, *, minimum_ms: int) -> int:
+    """A duration in seconds (int or float) as whole milliseconds, rounded."""
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+        raise TypeError(f"{name} must be a number of seconds, not {type(seconds).__name__}")
+    if not math.isfinite(seconds):
+        raise ValueError(f"{name} must be finite, not {seconds}")
+    ms = round(seconds * 1000)
+    if ms < minimum_ms:
+        raise ValueError(f"{name} must be at least {minimum_ms / 1000} s, not {seconds}")
+    return ms
+
+
+def ttl_to_ms(ttl: object) -> int:
+    return seconds_to_ms("ttl", ttl, minimum_ms=1)
+
+
+def wait_to_ms(wait: object) -> int | None:
+    if wait is None:
+        return None
+    ms = seconds_to_ms("wait", wait, minimum_ms=1)
+    if ms > MAX_WAIT_MS:
+        raise ValueError(f"wait must be at most {MAX_WAIT_MS // 1000} s (365 days)")
+    return ms
+
+
+@dataclass(frozen=True)
+class Acquire:
+    """One `LOCK.ACQUIRE`, checked: its arguments, the client's token, and the
+    connection of its own it needs for a wait or a session."""
+
+    key: Key
+    ttl_ms: int
+    wait_ms: int | None
+    session: bool
+    token: str
+
+    @classmethod
+    def of(cls, key: object, ttl: object, wait: object, session: bool) -> Acquire:
+        return cls(check_key(key), ttl_to_ms(ttl), wait_to_ms(wait), bool(session), new_token())
+
+    @property
+    def args(self) -> list[object]:
+        args: list[object] = ["LOCK.ACQUIRE", self.key, self.ttl_ms, "TOKEN", self.token]
+        if self.wait_ms is not None:
+            args += ["WAIT", self.wait_ms]
+        if self.session:
+            args.append("SESSION")
+        return args
+
+    @property
+    def needs_own_connection(self) -> bool:
+        return self.wait_ms is not None or self.session
+
+    def read_timeout(self, client: Any) -> float | None:
+        """The own connection's: longer than the wait, else the client's own."""
+        if self.wait_ms is None:
+            timeout: float | None = client.connection_pool.connection_kwargs.get("socket_timeout")
+            return timeout
+        return self.wait_ms / 1000 + WAIT_READ_SLACK_S
+
+
+def fence_of(reply: object) -> int | None:
+    """The fence of an ACQUIRE reply `[token, fence]`, or None for a refusal."""
+    if reply is None:
+        return None
+    if isinstance(reply, (list, tuple)) and len(reply) == 2:
+        return int(reply[1])
+    raise ServerError("ERR", f"unexpected reply to LOCK.ACQUIRE: {reply!r}")
+
+
+def info_of(reply: object) -> dict[str, int] | None:
+    """LOCK.INFO's map (RESP3) or flat name/value array (RESP2) as a dict."""
+    if reply is None:
+        return None
+    if isinstance(reply, dict):
+        pairs = list(reply.items())
+    elif isinstance(reply, (list, tuple)):
+        pairs = list(zip(reply[::2], reply[1::2], strict=True))
+    else:
+        raise ServerError("ERR", f"unexpected reply to LOCK.INFO: {reply!r}")
+    return {
+        (name.decode() if isinstance(name, bytes) else str(name)): int(value)
+        for name, value in pairs
+    }
+
+
+def lock_error(error: Exception) -> LockError:
+    """The package's exception for an error reply of the client library."""
+    message = str(error)
+    code = getattr(error, "status_code", None) or _CLASS_CODES.get(type(error).__name__)
+    if code is None:
+        match = _CODE.match(message)
+        if match and match.group(1) in _UNSTRIPPED_CODES:
+            code, message = match.group(1), match.group(2)
+        else:
+            code = "ERR"  # the libraries strip `ERR ` and keep the rest
+    if code == "LIMIT":
+        return LimitReached(f"LIMIT {message}")
+    if code == "LOST":
+        return Lost(LostReason.REFUSED, f"LOST {message}")
+    return ServerError(code, message)
+
+
+class LeaseClock:
+    """When a lease ends, by the client's monotonic clock, and when to extend it.
+
+    The deadline counts from the moment the command that set the lease was
+    sent: the server starts the lease later than that, so the client's deadline
+    is never later than the server's. `lost_at` is that deadline less the
+    safety margin.
+    """
+
+    def __init__(self, sent: float, ttl_ms: int, margin: float | None) -> None:
+        self.ttl_ms = ttl_ms
+        self.margin_fraction = margin
+        self.valid_until = sent + ttl_ms / 1000
+        self.next_extend_at = sent + self.interval
+        self.limit_reached = False
+
+    @property
+    def ttl(self) -> float:
+        return self.ttl_ms / 1000
+
+    @property
+    def interval(self) -> float:
+        """The watchdog extends every ttl/3."""
+        return self.ttl / 3
+
+    @property
+    def margin(self) -> float:
+        return self.ttl * (0.1 if self.margin_fraction is None else self.margin_fraction)
+
+    @property
+    def lost_at(self) -> float:
+        return self.valid_until - self.margin
+
+    @property
+    def retry_delay(self) -> float:
+        """The pause after a failed extend before the next try."""
+        return min(self.ttl / 20, 0.5)
+
+    def extended(self, sent: float, ttl_ms: int) -> None:
+        self.ttl_ms = ttl_ms
+        self.valid_until = sent + ttl_ms / 1000
+        self.next_extend_at = sent + self.interval
+
+    def failed(self, now: float) -> None:
+        self.next_extend_at = now + self.retry_delay
+
+    def expiry_reason(self) -> LostReason:
+        return LostReason.LIMIT if self.limit_reached else LostReason.EXPIRED
+
+    def expiry_message(self) -> str:
+        if self.limit_reached:
+            return "the server's hold limit refused to extend the lease, and it is about to end"
+        return "the lease is about to end and no extend succeeded (server down or unreachable?)"
+
+
+class LeaseFacts:
+    """What a sync and an asyncio lease both hold: the lock's facts, the clock,
+    why it was lost. Each adds its own `lost` event and I/O."""
+
+    def __init__(self, key: Key, token: str, fence: int, clock: LeaseClock) -> None:
+        self.key = key
+        self.token = token
+        self.fence = fence
+        self.lost_reason: LostReason | None = None
+        self.lost_message: str | None = None
+        self._clock = clock
+        self._stopped = False  # released or lost: the watchdog ends
+        self._released = False
+
+    @property
+    def valid_until(self) -> float:
+        """The lease's end by `time.monotonic()`, never later than the server's."""
+        return self._clock.valid_until
+
+    @property
+    def released(self) -> bool:
+        return self._released
+
+    def _record_loss(self, reason: LostReason, message: str) -> bool:
+        """Notes the loss; False when the lease was already released or lost."""
+        if self._stopped:
+            return False
+        self._stopped = True
+        self.lost_reason = reason
+        self.lost_message = message
+        return True
+
+
+def now() -> float:
+    return time.monotonic()
+
+
+def check_margin(margin: object) -> float | None:
+    """The safety margin, a fraction of the ttl in [0, 0.5)."""
+    if margin is None:
+        return None
+    if isinstance(margin, bool) or not isinstance(margin, (int, float)):
+        raise TypeError(f"safety_margin must be a fraction of the ttl, not {type(margin).__name__}")
+    if not 0 <= margin < 0.5:
+        raise ValueError(f"safety_margin must be in [0, 0.5), not {margin}")
+    return float(margin)
+
+
+def check_command(command: tuple[object, ...]) -> None:
+    if not command:
+        raise ValueError("guard needs a command to run, as in guard('SET', 'key', 'value')")

@@ -1,0 +1,57 @@
+"""The package's exceptions: one per thing a caller decides on.
+
+Connection problems are not wrapped: the client's own ConnectionError and
+TimeoutError (redis-py's or valkey-py's) pass through, since the caller
+cannot tell from them whether the command ran.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class LockError(Exception):
+    """Base class of every error this package raises for a lock reply."""
+
+
+class NotAcquired(LockError):
+    """`Locks.lock()` could not get the lock: it is held, or the wait ran out."""
+
+
+class LostReason(str, enum.Enum):
+    """Why a lease was lost (`Lease.lost_reason`)."""
+
+    REFUSED = "refused"
+    """The server said the token no longer holds the lock: released, expired,
+    deleted or taken (`LOCK.EXTEND` replied 0, or `LOCK.GUARD` replied `LOST`)."""
+    EXPIRED = "expired"
+    """The deadline, less the safety margin, passed without a successful extend
+    (server down, paused or unreachable)."""
+    LIMIT = "limit"
+    """The server's hold policy (`lock.max-hold-ms`, `lock.max-extends`) refused
+    an extension, and the deadline, less the margin, came."""
+
+
+class Lost(LockError):
+    """The lease is gone, or is about to be: stop working on the resource."""
+
+    def __init__(self, reason: LostReason, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class LimitReached(LockError):
+    """A `LIMIT …` reply: `lock.max-hold-ms`, `lock.max-extends` or
+    `lock.max-waiters`. After an extend, the lease still holds until its
+    current deadline."""
+
+
+class ServerError(LockError):
+    """Any other error reply to a lock command (`ERR …`, `WRONGTYPE …`, `OOM …`,
+    `READONLY …`, an unknown command when the module is not loaded, or the
+    error of a command run by `Lease.guard`). `code` is its first word."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code} {message}")
+        self.code = code
+        self.message = message

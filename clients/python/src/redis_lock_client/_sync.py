@@ -1,0 +1,254 @@
+"""Locks and leases over a synchronous client (redis.Redis, valkey.Valkey).
+
+A lease has two daemon threads: the watchdog, which extends it every ttl/3 on
+a connection of its own, and the deadline watcher, which sets `lost` when the
+deadline less the margin comes without a successful extend. They are apart so
+that an extend stuck on a paused server cannot delay `lost`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+from . import _common as common
+from ._errors import LimitReached, Lost, LostReason, NotAcquired
+
+
+class _Dedicated:
+    """A client over a pool of one connection of its own, retries off."""
+
+    def __init__(self, locks: Locks, read_timeout: float | None) -> None:
+        kwargs = common.dedicated_pool_kwargs(locks.client, locks.family, read_timeout)
+        self.pool = locks.family.module.ConnectionPool(**kwargs)
+        self.client = locks.family.module.Redis(connection_pool=self.pool)
+
+    def close(self) -> None:
+        """Closes the connection: a waiter leaves the server's queue with it."""
+        self.pool.disconnect()
+
+
+class Locks:
+    """Fenced locks on one server, through `client` (redis.Redis or valkey.Valkey).
+
+    `safety_margin` is the fraction of the ttl by which `Lease.lost` is set
+    before the client's deadline (default 0.1).
+    """
+
+    def __init__(self, client: Any, *, safety_margin: float | None = None) -> None:
+        self.client = client
+        self.family = common.family_of(client)
+        if self.family.asyncio:
+            raise TypeError("an asyncio client: use redis_lock_client.asyncio.Locks")
+        common.dedicated_pool_kwargs(client, self.family, None)
+        self.safety_margin = common.check_margin(safety_margin)
+
+    def acquire(
+        self,
+        key: common.Key,
+        ttl: float,
+        *,
+        wait: float | None = None,
+        session: bool = False,
+        watchdog: bool = True,
+    ) -> Lease | None:
+        """The lease on `key` for `ttl` seconds, or None when another holds it.
+
+        With `wait` (seconds), waits in the server's queue on a connection of
+        its own, and returns None when the wait runs out. With `session`, the
+        server also releases the lock when that connection closes (the lease
+        keeps it open). With `watchdog` (default), a thread extends the lease
+        every ttl/3 until `release()`.
+        """
+        request = common.Acquire.of(key, ttl, wait, session)
+        dedicated = None
+        if request.needs_own_connection:
+            dedicated = _Dedicated(self, request.read_timeout(self.client))
+        sent = common.now()
+        try:
+            reply = self._call(
+                self.client if dedicated is None else dedicated.client, *request.args
+            )
+        except BaseException:
+            # The reply may be lost after a grant: give back what this token may hold.
+            if dedicated is not None:
+                dedicated.close()
+            self._release_quietly(request.key, request.token)
+            raise
+        fence = common.fence_of(reply)
+        if dedicated is not None and (fence is None or not session):
+            dedicated.close()
+            dedicated = None
+        if fence is None:
+            return None
+        clock = common.LeaseClock(sent, request.ttl_ms, self.safety_margin)
+        lease = Lease(self, request.key, request.token, fence, clock)
+        lease._session = dedicated
+        if request.wait_ms is not None:
+            lease._confirm_after_wait()
+        lease._start(watchdog)
+        return lease
+
+    @contextlib.contextmanager
+    def lock(
+        self,
+        key: common.Key,
+        ttl: float,
+        *,
+        wait: float | None = None,
+        session: bool = False,
+        watchdog: bool = True,
+    ) -> Iterator[Lease]:
+        """`acquire` as a context manager: yields the lease, releases it on exit.
+
+        Raises `NotAcquired` when the lock is held (or the wait ran out), and
+        `Lost` on exit when the lease was lost before the block ended.
+        """
+        lease = self.acquire(key, ttl, wait=wait, session=session, watchdog=watchdog)
+        if lease is None:
+            raise NotAcquired(common.not_acquired_message(key, wait))
+        try:
+            yield lease
+        except BaseException:
+            with contextlib.suppress(Exception):
+                lease.release()  # the block's own exception matters more
+            raise
+        released = lease.released or lease.release()  # the block may have released it
+        if lease.lost.is_set() or not released:
+            raise Lost(lease.lost_reason or LostReason.REFUSED, common.LOST_IN_BLOCK)
+
+    def info(self, key: common.Key) -> dict[str, int] | None:
+        """`LOCK.INFO`: None when free, else fence, ttl, deadline, granted, extends, waiters."""
+        return common.info_of(self._call(self.client, "LOCK.INFO", common.check_key(key)))
+
+    def _call(self, client: Any, *args: object) -> Any:
+        try:
+            return client.execute_command(*args)
+        except self.family.response_error as error:
+            raise common.lock_error(error) from error
+
+    def _release_quietly(self, key: common.Key, token: str) -> None:
+        with contextlib.suppress(Exception):
+            self.client.execute_command("LOCK.RELEASE", key, token)  # else it ends at its ttl
+
+
+class Lease(common.LeaseFacts):
+    """A held lock: `key`, `token`, `fence`, `valid_until`; `lost` is set when it
+    is gone or about to be (see `lost_reason`)."""
+
+    def __init__(
+        self, locks: Locks, key: common.Key, token: str, fence: int, clock: common.LeaseClock
+    ) -> None:
+        super().__init__(key, token, fence, clock)
+        self.lost = threading.Event()
+        self._locks = locks
+        self._session: _Dedicated | None = None
+        self._cond = threading.Condition(threading.RLock())
+
+    def extend(self, ttl: float | None = None) -> None:
+        """Sets the lease to end `ttl` seconds from now (default: the current ttl).
+
+        Raises `Lost` when the token no longer holds the lock, and
+        `LimitReached` when the server's hold policy refuses (the lease then
+        still holds until its current deadline).
+        """
+        ttl_ms = self._clock.ttl_ms if ttl is None else common.ttl_to_ms(ttl)
+        sent = common.now()
+        reply = self._locks._call(self._locks.client, "LOCK.EXTEND", self.key, self.token, ttl_ms)
+        if reply != 1:
+            self._mark_lost(LostReason.REFUSED, common.REFUSED_MESSAGE)
+            raise Lost(LostReason.REFUSED, common.REFUSED_MESSAGE)
+        with self._cond:
+            self._clock.extended(sent, ttl_ms)
+            self._cond.notify_all()
+
+    def release(self) -> bool:
+        """Stops the watchdog and releases: True if released, False if it was
+        already gone (expired, deleted, taken or released before)."""
+        with self._cond:
+            already = self._released
+            self._released = self._stopped = True
+            self._cond.notify_all()
+        if already:
+            return False
+        try:
+            reply = self._locks._call(self._locks.client, "LOCK.RELEASE", self.key, self.token)
+        finally:
+            if self._session is not None:
+                self._session.close()
+        return bool(reply == 1)
+
+    def guard(self, *command: object) -> Any:
+        """Runs `command` only while this lease holds the lock (`LOCK.GUARD`), and
+        returns its reply. Raises `Lost` (and sets `lost`) when it does not hold."""
+        common.check_command(command)
+        try:
+            return self._locks._call(
+                self._locks.client, "LOCK.GUARD", self.key, self.token, *command
+            )
+        except Lost as lost:
+            self._mark_lost(LostReason.REFUSED, str(lost))
+            raise
+
+    def _confirm_after_wait(self) -> None:
+        """After a wait, the grant's moment is unknown: extend once, from a known send."""
+        try:
+            self.extend()
+        except LimitReached:
+            self._clock.limit_reached = True
+        except Lost:
+            pass  # `lost` is set: the caller sees it
+
+    def _start(self, watchdog: bool) -> None:
+        threading.Thread(target=self._watch_deadline, name="lease-deadline", daemon=True).start()
+        if watchdog and not self.lost.is_set():
+            threading.Thread(target=self._keep_alive, name="lease-watchdog", daemon=True).start()
+
+    def _mark_lost(self, reason: LostReason, message: str) -> None:
+        with self._cond:
+            if self._record_loss(reason, message):
+                self.lost.set()
+                self._cond.notify_all()
+
+    def _watch_deadline(self) -> None:
+        with self._cond:
+            while not self._stopped:
+                remaining = self._clock.lost_at - common.now()
+                if remaining <= 0:
+                    self._mark_lost(self._clock.expiry_reason(), self._clock.expiry_message())
+                    return
+                self._cond.wait(remaining)
+
+    def _keep_alive(self) -> None:
+        connection = _Dedicated(self._locks, read_timeout=self._clock.interval)
+        try:
+            while True:
+                with self._cond:
+                    while not self._stopped and common.now() < self._clock.next_extend_at:
+                        self._cond.wait(self._clock.next_extend_at - common.now())
+                    if self._stopped:
+                        return
+                    ttl_ms = self._clock.ttl_ms
+                sent = common.now()
+                try:
+                    reply = self._locks._call(
+                        connection.client, "LOCK.EXTEND", self.key, self.token, ttl_ms
+                    )
+                except LimitReached:
+                    with self._cond:
+                        self._clock.limit_reached = True  # the deadline watcher ends it
+                    return
+                except Exception:
+                    with self._cond:
+                        self._clock.failed(common.now())  # try again until the deadline
+                    continue
+                if reply != 1:
+                    self._mark_lost(LostReason.REFUSED, common.REFUSED_MESSAGE)
+                    return
+                with self._cond:
+                    self._clock.extended(sent, ttl_ms)
+                    self._cond.notify_all()
+        finally:
+            connection.close()

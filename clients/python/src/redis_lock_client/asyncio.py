@@ -1,0 +1,255 @@
+"""Locks and leases over an asyncio client (redis.asyncio.Redis, valkey.asyncio.Valkey).
+
+The same API as the package's top level, with coroutines and an
+`asyncio.Event` for `lost`. A lease has one task: it extends every ttl/3 on a
+connection of its own, each extend bounded by the time left before the
+deadline less the margin, and sets `lost` when that comes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+from collections.abc import AsyncIterator
+from typing import Any
+
+from . import _common as common
+from ._errors import LimitReached, LockError, Lost, LostReason, NotAcquired, ServerError
+
+__all__ = [
+    "Lease",
+    "LimitReached",
+    "LockError",
+    "Locks",
+    "Lost",
+    "LostReason",
+    "NotAcquired",
+    "ServerError",
+]
+
+
+class _Dedicated:
+    """A client over a pool of one connection of its own, retries off."""
+
+    def __init__(self, locks: Locks, read_timeout: float | None) -> None:
+        kwargs = common.dedicated_pool_kwargs(locks.client, locks.family, read_timeout)
+        self.pool = locks.family.module.ConnectionPool(**kwargs)
+        self.client = locks.family.module.Redis(connection_pool=self.pool)
+
+    async def close(self) -> None:
+        """Closes the connection: a waiter leaves the server's queue with it."""
+        await self.pool.disconnect()
+
+
+class Locks:
+    """Fenced locks on one server, through an asyncio `client`
+    (redis.asyncio.Redis or valkey.asyncio.Valkey). See `redis_lock_client.Locks`."""
+
+    def __init__(self, client: Any, *, safety_margin: float | None = None) -> None:
+        self.client = client
+        self.family = common.family_of(client)
+        if not self.family.asyncio:
+            raise TypeError("a synchronous client: use redis_lock_client.Locks")
+        common.dedicated_pool_kwargs(client, self.family, None)
+        self.safety_margin = common.check_margin(safety_margin)
+
+    async def acquire(
+        self,
+        key: common.Key,
+        ttl: float,
+        *,
+        wait: float | None = None,
+        session: bool = False,
+        watchdog: bool = True,
+    ) -> Lease | None:
+        """The lease on `key` for `ttl` seconds, or None when another holds it
+        (or the `wait` ran out). As `redis_lock_client.Locks.acquire`."""
+        request = common.Acquire.of(key, ttl, wait, session)
+        dedicated = None
+        if request.needs_own_connection:
+            dedicated = _Dedicated(self, request.read_timeout(self.client))
+        sent = common.now()
+        try:
+            reply = await self._call(
+                self.client if dedicated is None else dedicated.client, *request.args
+            )
+        except BaseException:
+            # The reply may be lost after a grant (or the task was cancelled):
+            # give back what this token may hold.
+            if dedicated is not None:
+                await dedicated.close()
+            await self._release_quietly(request.key, request.token)
+            raise
+        fence = common.fence_of(reply)
+        if dedicated is not None and (fence is None or not session):
+            await dedicated.close()
+            dedicated = None
+        if fence is None:
+            return None
+        clock = common.LeaseClock(sent, request.ttl_ms, self.safety_margin)
+        lease = Lease(self, request.key, request.token, fence, clock)
+        lease._session = dedicated
+        if request.wait_ms is not None:
+            await lease._confirm_after_wait()
+        lease._start(watchdog)
+        return lease
+
+    @contextlib.asynccontextmanager
+    async def lock(
+        self,
+        key: common.Key,
+        ttl: float,
+        *,
+        wait: float | None = None,
+        session: bool = False,
+        watchdog: bool = True,
+    ) -> AsyncIterator[Lease]:
+        """`acquire` as an async context manager: yields the lease, releases it on
+        exit. Raises `NotAcquired`, and `Lost` on exit if the lease was lost."""
+        lease = await self.acquire(key, ttl, wait=wait, session=session, watchdog=watchdog)
+        if lease is None:
+            raise NotAcquired(common.not_acquired_message(key, wait))
+        try:
+            yield lease
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await lease.release()  # the block's own exception matters more
+            raise
+        released = lease.released or await lease.release()  # the block may have released it
+        if lease.lost.is_set() or not released:
+            raise Lost(lease.lost_reason or LostReason.REFUSED, common.LOST_IN_BLOCK)
+
+    async def info(self, key: common.Key) -> dict[str, int] | None:
+        """`LOCK.INFO`: None when free, else fence, ttl, deadline, granted, extends, waiters."""
+        return common.info_of(await self._call(self.client, "LOCK.INFO", common.check_key(key)))
+
+    async def _call(self, client: Any, *args: object) -> Any:
+        try:
+            return await client.execute_command(*args)
+        except self.family.response_error as error:
+            raise common.lock_error(error) from error
+
+    async def _release_quietly(self, key: common.Key, token: str) -> None:
+        with contextlib.suppress(Exception):
+            await self.client.execute_command("LOCK.RELEASE", key, token)
+
+
+class Lease(common.LeaseFacts):
+    """A held lock: `key`, `token`, `fence`, `valid_until`; `lost` (an
+    asyncio.Event) is set when it is gone or about to be (see `lost_reason`)."""
+
+    def __init__(
+        self, locks: Locks, key: common.Key, token: str, fence: int, clock: common.LeaseClock
+    ) -> None:
+        super().__init__(key, token, fence, clock)
+        self.lost = asyncio.Event()
+        self._locks = locks
+        self._session: _Dedicated | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    async def extend(self, ttl: float | None = None) -> None:
+        """Sets the lease to end `ttl` seconds from now (default: the current ttl).
+        Raises `Lost` or `LimitReached`, as `redis_lock_client.Lease.extend`."""
+        ttl_ms = self._clock.ttl_ms if ttl is None else common.ttl_to_ms(ttl)
+        sent = common.now()
+        reply = await self._locks._call(
+            self._locks.client, "LOCK.EXTEND", self.key, self.token, ttl_ms
+        )
+        if reply != 1:
+            self._mark_lost(LostReason.REFUSED, common.REFUSED_MESSAGE)
+            raise Lost(LostReason.REFUSED, common.REFUSED_MESSAGE)
+        self._clock.extended(sent, ttl_ms)
+
+    async def release(self) -> bool:
+        """Stops the watchdog and releases: True if released, False if it was
+        already gone (expired, deleted, taken or released before)."""
+        if self._released:
+            return False
+        self._released = self._stopped = True
+        await self._stop_task()
+        try:
+            reply = await self._locks._call(
+                self._locks.client, "LOCK.RELEASE", self.key, self.token
+            )
+        finally:
+            if self._session is not None:
+                await self._session.close()
+        return bool(reply == 1)
+
+    async def guard(self, *command: object) -> Any:
+        """Runs `command` only while this lease holds the lock (`LOCK.GUARD`), and
+        returns its reply. Raises `Lost` (and sets `lost`) when it does not hold."""
+        common.check_command(command)
+        try:
+            return await self._locks._call(
+                self._locks.client, "LOCK.GUARD", self.key, self.token, *command
+            )
+        except Lost as lost:
+            self._mark_lost(LostReason.REFUSED, str(lost))
+            raise
+
+    async def _confirm_after_wait(self) -> None:
+        """After a wait, the grant's moment is unknown: extend once, from a known send."""
+        try:
+            await self.extend()
+        except LimitReached:
+            self._clock.limit_reached = True
+        except Lost:
+            pass  # `lost` is set: the caller sees it
+
+    def _start(self, watchdog: bool) -> None:
+        if not self._stopped:
+            self._task = asyncio.create_task(self._watch(watchdog))
+
+    async def _stop_task(self) -> None:
+        task, self._task = self._task, None
+        if task is not None and task is not asyncio.current_task():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    def _mark_lost(self, reason: LostReason, message: str) -> None:
+        if not self._record_loss(reason, message):
+            return
+        self.lost.set()
+        if self._task is not None and self._task is not asyncio.current_task():
+            self._task.cancel()
+
+    async def _watch(self, watchdog: bool) -> None:
+        clock = self._clock
+        connection = _Dedicated(self._locks, read_timeout=clock.interval) if watchdog else None
+        try:
+            while not self._stopped:
+                now = common.now()
+                if now >= clock.lost_at:
+                    self._mark_lost(clock.expiry_reason(), clock.expiry_message())
+                    return
+                extending = connection is not None and not clock.limit_reached
+                due = clock.next_extend_at if extending else math.inf
+                if now < due:
+                    await asyncio.sleep(min(due, clock.lost_at) - now)
+                    continue
+                assert connection is not None
+                ttl_ms = clock.ttl_ms
+                try:
+                    reply = await asyncio.wait_for(
+                        self._locks._call(
+                            connection.client, "LOCK.EXTEND", self.key, self.token, ttl_ms
+                        ),
+                        timeout=max(clock.lost_at - now, 0),
+                    )
+                except LimitReached:
+                    clock.limit_reached = True  # the lease ends at its deadline
+                    continue
+                except Exception:
+                    await connection.close()  # a timed-out read leaves the connection unusable
+                    clock.failed(common.now())  # try again until the deadline
+                    continue
+                if reply != 1:
+                    self._mark_lost(LostReason.REFUSED, common.REFUSED_MESSAGE)
+                    return
+                clock.extended(now, ttl_ms)
+        finally:
+            if connection is not None:
+                await connection.close()
