@@ -1,5 +1,6 @@
-//! Checkers C1, C2, C3 and C5 over a recorded history (C4, replica digests,
-//! needs live servers and is run by the scenarios).
+//! Checkers C1, C2, C3, C5 and C6 over a recorded history (C4, replica
+//! digests, needs live servers and is run by the scenarios; C6, the guarded
+//! list in Redis, is in `guarded.rs`).
 //!
 //! A lease is *certainly held* from the moment its ACQUIRE reply arrived
 //! (`t_comp`) until the earliest moment it could have ended: `t_inv + ttl`
@@ -12,6 +13,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use crate::guarded::{self, GuardStats};
 use crate::history::{Event, Outcome, MS};
 
 pub const SLACK_NS: u64 = 5 * MS;
@@ -33,6 +35,10 @@ pub struct Verdict {
     /// C5: no grant within TTL + 1 s of a fault's reference time (or service
     /// not back within 1 s, filled by scenarios).
     pub c5: Vec<String>,
+    /// C6: the guarded list that survived has two holders' sections
+    /// interleaved, a fence going backwards, or a record whose GUARD was
+    /// refused. Never tolerated, in any mode.
+    pub c6: Vec<String>,
     /// A scenario's own checks (replication stream, persistence round trips).
     pub scenario: Vec<String>,
     pub stats: Stats,
@@ -54,6 +60,8 @@ pub struct Stats {
     pub faults: u64,
     /// Leases that another grant overlapped (C3): each counted once.
     pub lost_leases: u64,
+    /// The guarded list (C6).
+    pub guard: GuardStats,
 }
 
 impl Stats {
@@ -71,6 +79,7 @@ impl Verdict {
             + self.c3_late.len()
             + self.c4.len()
             + self.c5.len()
+            + self.c6.len()
             + self.scenario.len()
     }
 
@@ -92,6 +101,7 @@ impl Verdict {
         self.c3_late.extend(other.c3_late);
         self.c4.extend(other.c4);
         self.c5.extend(other.c5);
+        self.c6.extend(other.c6);
         self.scenario.extend(other.scenario);
         let (a, b) = (&mut self.stats, other.stats);
         a.acquires += b.acquires;
@@ -105,17 +115,19 @@ impl Verdict {
         a.releases += b.releases;
         a.faults += b.faults;
         a.lost_leases += b.lost_leases;
+        a.guard.add(b.guard);
     }
 
     pub fn summary(&self) -> String {
         format!(
-            "C1 {} C2 {} C3 {}+{} C4 {} C5 {} scenario {}",
+            "C1 {} C2 {} C3 {}+{} C4 {} C5 {} C6 {} scenario {}",
             self.c1.len(),
             self.c2.len(),
             self.c3_double.len(),
             self.c3_late.len(),
             self.c4.len(),
             self.c5.len(),
+            self.c6.len(),
             self.scenario.len()
         )
     }
@@ -130,6 +142,7 @@ impl Verdict {
             ("C3 late success", &self.c3_late),
             ("C4", &self.c4),
             ("C5", &self.c5),
+            ("C6", &self.c6),
             ("scenario", &self.scenario),
         ] {
             for msg in list.iter().take(5) {
@@ -159,7 +172,7 @@ fn ms(ns: u64) -> f64 {
     ns as f64 / MS as f64
 }
 
-/// Run C1, C2, C3 and C5. `c5_bound_ns` is TTL + 1 s.
+/// Run C1, C2, C3, C5 and C6. `c5_bound_ns` is TTL + 1 s.
 pub fn check(events: &[Event], c5_bound_ns: u64) -> Verdict {
     let mut v = Verdict::default();
     // (key, token) -> its EXTEND/RELEASE events in invocation order.
@@ -236,6 +249,7 @@ pub fn check(events: &[Event], c5_bound_ns: u64) -> Verdict {
                 v.stats.faults += 1;
                 faults.push((kind.clone(), detail.clone(), *t_ref));
             }
+            Event::Guarded { .. } | Event::Survived { .. } => {}
         }
     }
 
@@ -416,6 +430,9 @@ pub fn check(events: &[Event], c5_bound_ns: u64) -> Verdict {
             }
         }
     }
+
+    // C6: the guarded list that survived.
+    (v.c6, v.stats.guard) = guarded::check(events);
     v
 }
 

@@ -27,7 +27,8 @@ use redis::Value;
 use crate::check::Verdict;
 use crate::history::{mono_ns, Event, Outcome, Recorder, MS};
 use crate::scenarios::{
-    finish_run, join_workers, map_field, spawn_worker, worker_base, Ctx, Pool, Report,
+    collect_guarded, finish_run, guard_note, join_workers, map_field, spawn_worker, worker_base,
+    Ctx, Pool, Report,
 };
 use crate::server::{self, Server};
 use crate::worker::ask_sentinels;
@@ -350,6 +351,7 @@ pub fn failover(ctx: &Ctx) -> Result<Report, String> {
             base.op_timeout_ms = 500;
             base.duration_ms = 120_000;
             base.replicas = if *mode == "wait" { 1 } else { 0 };
+            base.guard = true;
             let mut workers = Pool(Vec::new());
             for i in 0..5u32 {
                 let mut w = base.clone();
@@ -438,6 +440,9 @@ pub fn failover(ctx: &Ctx) -> Result<Report, String> {
                 .filter(|s| *s != replica)
                 .collect();
             extra.c4 = server::digests_agree(&replica, &rest, Duration::from_secs(10));
+            // What survived on the final master (the isolated master's
+            // appends were thrown away when it resynced).
+            collect_guarded(&rec, &replica, "chaos:lock", &mut extra);
             rec.fault(
                 "partition-failover",
                 format!("{mode} round {round}"),
@@ -479,6 +484,9 @@ pub fn failover(ctx: &Ctx) -> Result<Report, String> {
                 v.stats.writes_rejected,
                 v.c2.len()
             ));
+            report
+                .notes
+                .push(format!("{mode} round {round}: {}", guard_note(&v)));
             if *mode == "wait" && (!v.c3_double.is_empty() || !v.c1.is_empty()) {
                 // Not tolerated in WAIT mode: count them as scenario failures.
                 report.verdict.scenario.push(format!(

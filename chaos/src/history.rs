@@ -4,7 +4,8 @@
 //! the [`Recorder`] over a Unix socket, one JSON [`Event`] per line. A `Write`
 //! is the fenced resource: it is accepted only if its fence is strictly above
 //! the highest fence accepted so far, and the recorder answers `OK` or `NO`.
-//! Every other event is only recorded. All times are CLOCK_MONOTONIC
+//! Every other event is only recorded (the guarded list, the second
+//! resource, lives in Redis: `guarded.rs`). All times are CLOCK_MONOTONIC
 //! nanoseconds ([`mono_ns`]), the one clock every process on this host shares.
 
 use std::collections::HashMap;
@@ -42,6 +43,20 @@ pub enum Outcome {
     /// Null: held by someone else, or the WAIT timed out.
     Refused,
     /// An error or a timeout: the grant may or may not have happened.
+    Unknown,
+}
+
+/// What one `LOCK.GUARD … RPUSH` to the guarded list got.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq)]
+#[serde(rename_all = "snake_case")]
+pub enum GuardResult {
+    /// The command ran (and, in `WAIT` mode, a replica acknowledged it).
+    Written,
+    /// The command ran, but `WAIT` did not confirm it.
+    Unconfirmed,
+    /// `LOST …`: the token did not hold the lock, nothing ran.
+    Lost,
+    /// Another error or a timeout: it may or may not have run.
     Unknown,
 }
 
@@ -90,6 +105,26 @@ pub enum Event {
         t_inv: u64,
         t_comp: u64,
         result: Option<i64>,
+    },
+    /// A `LOCK.GUARD key token RPUSH <key>:log record` by a worker in the
+    /// critical section of the grant with `fence` (see `guarded.rs`).
+    Guarded {
+        worker: u32,
+        key: String,
+        token: String,
+        fence: u64,
+        record: String,
+        t_inv: u64,
+        t_comp: u64,
+        result: GuardResult,
+    },
+    /// The guarded list of `key` as the harness read it after the run from
+    /// `server`, the one that survived the faults.
+    Survived {
+        key: String,
+        server: String,
+        t: u64,
+        records: Vec<String>,
     },
     /// A fault the harness injected, from `t_start` to `t_heal`. C5 measures
     /// from `t_ref` (the heal, or the start of a holder's pause).

@@ -4,6 +4,7 @@
 
 mod check;
 mod failover;
+mod guarded;
 mod history;
 mod replstream;
 mod scenarios;
@@ -21,9 +22,10 @@ lock-chaos [--quick] [--scenarios 1,2,...] [--seed N] [--module PATH] [--server 
     Run the fault scenarios (1 contention, 2 paused holder, 3 paused server,
     4 crash and restart, 5 persistence round trips, 6 replication stream,
     7 Sentinel failover in network namespaces, root only) and check each
-    history with C1-C5. Exit status 1 if any run has a violation that counts.
+    history with C1-C6 (C6: the list written through LOCK.GUARD, scenarios
+    2, 4 and 7). Exit status 1 if any run has a violation that counts.
 lock-chaos check HISTORY.jsonl [--bound-ms N]
-    Run C1, C2, C3 and C5 again on a kept history (N: TTL + 1000, default 3000).
+    Run C1, C2, C3, C5 and C6 again on a kept history (N: TTL + 1000, default 3000).
 lock-chaos worker --key=value ...
     One worker process (started by the scenarios).";
 
@@ -183,14 +185,14 @@ fn run(args: &[String]) -> Result<(), String> {
 fn summary(reports: &[Report], quick: bool, seed: u64, secs: f64) -> String {
     let mut t = format!(
         "lock-chaos {} run, seed {seed}, {secs:.0} s\n\n\
-         | # | Scenario | Rerun | Runs | Ops | Faults | Violations | C1 | C2 | C3 | C4 | C5 | Own checks |\n\
-         | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n",
+         | # | Scenario | Rerun | Runs | Ops | Faults | Violations | C1 | C2 | C3 | C4 | C5 | C6 | Own checks |\n\
+         | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n",
         if quick { "quick" } else { "full" }
     );
     for r in reports {
         let v = &r.verdict;
         t.push_str(&format!(
-            "| {} | {} | `{}` | {} | {} | {} | {}{} | {} | {} | {} | {} | {} | {} |\n",
+            "| {} | {} | `{}` | {} | {} | {} | {}{} | {} | {} | {} | {} | {} | {} | {} |\n",
             r.id,
             r.name,
             r.rerun,
@@ -208,14 +210,52 @@ fn summary(reports: &[Report], quick: bool, seed: u64, secs: f64) -> String {
             v.c3_double.len() + v.c3_late.len(),
             v.c4.len(),
             v.c5.len(),
+            v.c6.len(),
             v.scenario.len()
         ));
     }
+    t.push_str(&guarded_table(reports));
     t.push('\n');
     for r in reports {
         for note in &r.notes {
             t.push_str(&format!("- scenario {}: {note}\n", r.id));
         }
+    }
+    t
+}
+
+/// The two protected resources side by side, for the scenarios that write
+/// the guarded list: what survived in Redis (C6) and what the fenced
+/// resource accepted (C1).
+fn guarded_table(reports: &[Report]) -> String {
+    let rows: Vec<&Report> = reports
+        .iter()
+        .filter(|r| r.verdict.stats.guard.sent > 0)
+        .collect();
+    if rows.is_empty() {
+        return String::new();
+    }
+    let mut t = String::from(
+        "\nGuarded writes (LOCK.GUARD ... RPUSH, checked on the data that survived) next to the fenced resource:\n\n\
+         | # | Scenario | Appends written | Refused (LOST) | Unknown | Records survived | Acknowledged, lost with their grant | Overlapping sections, surviving data (C6) | C6 violations | Fences only: overlapping sections accepted (C1) | Stale fenced writes rejected |\n\
+         | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n",
+    );
+    for r in rows {
+        let (v, g) = (&r.verdict, &r.verdict.stats.guard);
+        t.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {} | {} | **{}** | {} | {} | {} |\n",
+            r.id,
+            r.name,
+            g.written,
+            g.lost,
+            g.unknown,
+            g.survived,
+            g.acked_missing,
+            g.overlapping,
+            v.c6.len(),
+            v.c1.len(),
+            v.stats.writes_rejected
+        ));
     }
     t
 }

@@ -13,6 +13,7 @@ use rand::{Rng, SeedableRng};
 use redis::{Connection, Value};
 
 use crate::check::{check, Verdict};
+use crate::guarded;
 use crate::history::{self, mono_ns, Recorder, MS};
 use crate::replstream;
 use crate::server::{self, Config};
@@ -165,7 +166,46 @@ pub fn worker_base(rec: &Recorder, addr: &str, key: &str, ttl_ms: u64) -> Worker
         replicas: 0,
         op_timeout_ms: 1000,
         stop_before_write: 0.0,
+        guard: false,
     }
+}
+
+/// Read the guarded list of `key` from `addr`, the server that survived the
+/// faults, into the history for C6. A list that cannot be read, or one that
+/// is empty (the run proves nothing), is a C6 violation.
+pub fn collect_guarded(rec: &Recorder, addr: &str, key: &str, extra: &mut Verdict) {
+    match guarded::collect_from(addr, key) {
+        Ok(history::Event::Survived { records, .. }) if records.is_empty() => extra.c6.push(
+            format!("the guarded list of {key} on {addr} is empty: the run proves nothing"),
+        ),
+        Ok(event) => {
+            rec.record(event);
+        }
+        Err(e) => extra
+            .c6
+            .push(format!("the guarded list could not be read: {e}")),
+    }
+}
+
+/// One line on the guarded list of a run, next to the fenced resource's
+/// figures of the same run.
+pub fn guard_note(v: &Verdict) -> String {
+    let g = &v.stats.guard;
+    format!(
+        "guarded list: {} appends through LOCK.GUARD ({} written, {} unconfirmed, {} refused LOST, {} unknown); \
+         {} records survived, {} acknowledged ones lost with their grant; \
+         overlapping sections in the surviving data {} (C6: {} violations) vs {} accepted at the fenced resource (fences only, C1)",
+        g.sent,
+        g.written,
+        g.unconfirmed,
+        g.lost,
+        g.unknown,
+        g.survived,
+        g.acked_missing,
+        g.overlapping,
+        v.c6.len(),
+        v.c1.len()
+    )
 }
 
 /// `n` workers from `base`: even ids queue with WAIT, odd ids retry.
@@ -315,6 +355,7 @@ pub fn paused_holder(ctx: &Ctx) -> Result<Report, String> {
         let secs = pauses * 4 + 5;
         base.duration_ms = secs * 1000;
         base.stop_before_write = 0.02;
+        base.guard = true;
         let mut workers = spawn_pool(ctx, &base, 8, seed, 3000)?;
         // Pauses come from two sides: the harness SIGSTOPs a random holder
         // at a random moment, and a worker SIGSTOPs itself at the worst one,
@@ -377,6 +418,8 @@ pub fn paused_holder(ctx: &Ctx) -> Result<Report, String> {
             let _ = w.kill();
         }
         join_workers(&mut workers, Duration::from_secs(5));
+        let mut extra = Verdict::default();
+        collect_guarded(&rec, &master.addr(), "chaos:lock", &mut extra);
         let v = finish_run(
             ctx,
             &mut report,
@@ -384,12 +427,13 @@ pub fn paused_holder(ctx: &Ctx) -> Result<Report, String> {
             seed,
             &rec,
             (ttl + 1000) * MS,
-            Verdict::default(),
+            extra,
         );
         report.notes.push(format!(
             "run {run}: {harness_stops} holders paused by the harness ({paused_holding} while holding), {self_stops} paused between lease check and write; {} late EXTEND/RELEASE returned 0; {} stale writes rejected by the resource",
             v.stats.late_ops_refused, v.stats.writes_rejected
         ));
+        report.notes.push(format!("run {run}: {}", guard_note(&v)));
     }
     Ok(report)
 }
@@ -508,6 +552,7 @@ pub fn crash_restart(ctx: &Ctx) -> Result<Report, String> {
         base.extend = 0.2;
         base.op_timeout_ms = 500;
         base.duration_ms = (kills * 3 + 6) * 1000;
+        base.guard = true;
         let mut workers = spawn_pool(ctx, &base, 8, seed, 1500)?;
         let mut extra = Verdict::default();
         for _ in 0..kills {
@@ -528,6 +573,7 @@ pub fn crash_restart(ctx: &Ctx) -> Result<Report, String> {
                 .scenario
                 .push(format!("{mode}: the server could not load its data"));
         }
+        collect_guarded(&rec, &master.addr(), "chaos:lock", &mut extra);
         let v = finish_run(ctx, &mut report, mode, seed, &rec, (ttl + 1000) * MS, extra);
         report.notes.push(format!(
             "{mode}: {kills} kills, {} grants; {} leases lost, overlapped by {} later grants (double grants); {} overlapping sections at the resource; {} fence violations",
@@ -537,6 +583,7 @@ pub fn crash_restart(ctx: &Ctx) -> Result<Report, String> {
             v.c1.len(),
             v.c2.len()
         ));
+        report.notes.push(format!("{mode}: {}", guard_note(&v)));
         if *mode == "aof-always" && !v.c3_double.is_empty() {
             report
                 .notes

@@ -1,6 +1,8 @@
 //! A worker process: acquire -> write (fence, worker, t_start, t_end) to the
 //! fenced resource -> release, in a loop, reporting every step to the
-//! recorder. Run as `lock-chaos worker --key value ...` by the scenarios, so
+//! recorder. With `--guard=true` the critical section also appends its
+//! `begin` and `end` to the guarded list in Redis through `LOCK.GUARD`
+//! (`guarded.rs`). Run as `lock-chaos worker --key value ...` by the scenarios, so
 //! that a worker can be SIGSTOPped or run in another network namespace.
 
 use std::collections::HashMap;
@@ -12,7 +14,8 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use redis::{Connection, Value};
 
-use crate::history::{mono_ns, Event, Outcome, RecorderClient, MS};
+use crate::guarded;
+use crate::history::{mono_ns, Event, GuardResult, Outcome, RecorderClient, MS};
 
 /// How long before the earliest end of its lease a worker stops writing.
 const LEASE_MARGIN_NS: u64 = 5 * MS;
@@ -40,6 +43,8 @@ pub struct WorkerArgs {
     /// Probability of SIGSTOPping itself between the lease check and the
     /// write (scenario 2: the harness sends SIGCONT).
     pub stop_before_write: f64,
+    /// Append the section's begin and end to the guarded list.
+    pub guard: bool,
 }
 
 impl WorkerArgs {
@@ -61,6 +66,7 @@ impl WorkerArgs {
             format!("--replicas={}", self.replicas),
             format!("--op-timeout-ms={}", self.op_timeout_ms),
             format!("--stop-before-write={}", self.stop_before_write),
+            format!("--guard={}", self.guard),
         ]
     }
 
@@ -103,6 +109,7 @@ impl WorkerArgs {
             stop_before_write: get("stop-before-write")?
                 .parse()
                 .map_err(|_| "--stop-before-write")?,
+            guard: get("guard")?.parse().map_err(|_| "--guard")?,
         })
     }
 }
@@ -138,6 +145,12 @@ pub fn ask_sentinels(sentinels: &[String]) -> Option<String> {
     None
 }
 
+/// A connection to the master (by the Sentinels, else `addr`).
+fn reconnect(a: &WorkerArgs) -> Option<(Connection, String)> {
+    let addr = ask_sentinels(&a.sentinels).unwrap_or_else(|| a.addr.clone());
+    open(&addr, 300, a.wait_ms + a.op_timeout_ms).map(|c| (c, addr))
+}
+
 fn int_reply(r: &redis::RedisResult<Value>) -> Option<i64> {
     match r {
         Ok(Value::Int(n)) => Some(*n),
@@ -149,19 +162,15 @@ pub fn run(a: WorkerArgs) -> Result<(), String> {
     let mut rec = RecorderClient::connect(&a.socket)?;
     let mut rng = StdRng::seed_from_u64(a.seed);
     let deadline = mono_ns() + a.duration_ms * MS;
-    let read_ms = a.wait_ms + a.op_timeout_ms;
     let mut con: Option<(Connection, String)> = None;
     let mut acquires = 0;
     let mut seq = 0u64;
     while mono_ns() < deadline && acquires < a.max_acquires {
         if con.is_none() {
-            let addr = ask_sentinels(&a.sentinels).unwrap_or_else(|| a.addr.clone());
-            match open(&addr, 300, read_ms) {
-                Some(c) => con = Some((c, addr)),
-                None => {
-                    sleep(Duration::from_millis(50));
-                    continue;
-                }
+            con = reconnect(&a);
+            if con.is_none() {
+                sleep(Duration::from_millis(50));
+                continue;
             }
         }
         let Some((c, addr)) = con.as_mut() else {
@@ -234,6 +243,9 @@ pub fn run(a: WorkerArgs) -> Result<(), String> {
         // The earliest the lease can end, by this worker's clock.
         let mut lease_end = t_inv + a.ttl_ms * MS;
         let t_start = mono_ns();
+        if a.guard {
+            guarded_append(&mut con, &mut rec, &a, &token, fence, "begin")?;
+        }
         sleep(Duration::from_millis(hold / 2));
         if rng.gen_bool(a.extend.clamp(0.0, 1.0)) {
             if let Some((c, _)) = con.as_mut() {
@@ -265,24 +277,77 @@ pub fn run(a: WorkerArgs) -> Result<(), String> {
         let t_end = mono_ns();
         // A careful client: no write once its lease may have run out. (A
         // pause after this check is what the fence is for.)
-        if t_end + LEASE_MARGIN_NS >= lease_end {
-            release(&mut con, &mut rec, &a, &token)?;
-            continue;
+        if t_end + LEASE_MARGIN_NS < lease_end {
+            if rng.gen_bool(a.stop_before_write.clamp(0.0, 1.0)) {
+                // SAFETY: stops this process until the harness continues it.
+                unsafe { libc::raise(libc::SIGSTOP) };
+            }
+            rec.write(&Event::Write {
+                worker: a.id,
+                key: a.key.clone(),
+                fence,
+                t_start,
+                t_end,
+                t_recv: 0,
+                accepted: false,
+            })?;
         }
-        if rng.gen_bool(a.stop_before_write.clamp(0.0, 1.0)) {
-            // SAFETY: stops this process until the harness continues it.
-            unsafe { libc::raise(libc::SIGSTOP) };
+        // The guarded end goes out whatever the lease check said: GUARD
+        // makes its own check, on the server, and that is what C6 tests.
+        if a.guard {
+            guarded_append(&mut con, &mut rec, &a, &token, fence, "end")?;
         }
-        rec.write(&Event::Write {
+        release(&mut con, &mut rec, &a, &token)?;
+    }
+    Ok(())
+}
+
+/// Append `<worker>:<fence>:<token>:<phase>` to the guarded list through
+/// `LOCK.GUARD`, and report what it got.
+///
+/// Like a client that reconnects and retries (redis-py does by default), a
+/// section whose connection broke goes on, on a fresh connection, to the
+/// restarted or promoted server, for up to twice the operation timeout, and
+/// sends the record once more as `<phase>-retry`. A `LOST` does not stop
+/// the section either: the worker is the worst client, and GUARD's own check
+/// on the server is what C6 tests.
+fn guarded_append(
+    con: &mut Option<(Connection, String)>,
+    rec: &mut RecorderClient,
+    a: &WorkerArgs,
+    token: &str,
+    fence: u64,
+    phase: &str,
+) -> Result<(), String> {
+    let give_up = mono_ns() + 2 * a.op_timeout_ms * MS;
+    for record_phase in [phase.to_string(), format!("{phase}-retry")] {
+        while con.is_none() && mono_ns() < give_up {
+            *con = reconnect(a);
+            if con.is_none() {
+                sleep(Duration::from_millis(50));
+            }
+        }
+        let Some((c, _)) = con.as_mut() else {
+            return Ok(());
+        };
+        let record = guarded::record(a.id, fence, token, &record_phase);
+        let t_inv = mono_ns();
+        let result = guarded::append(c, &a.key, token, &record, a.replicas, a.op_timeout_ms / 2);
+        let t_comp = mono_ns();
+        rec.record(&Event::Guarded {
             worker: a.id,
             key: a.key.clone(),
+            token: token.to_string(),
             fence,
-            t_start,
-            t_end,
-            t_recv: 0,
-            accepted: false,
+            record,
+            t_inv,
+            t_comp,
+            result,
         })?;
-        release(&mut con, &mut rec, &a, &token)?;
+        if result != GuardResult::Unknown {
+            return Ok(());
+        }
+        *con = None;
     }
     Ok(())
 }
