@@ -10,10 +10,13 @@
 
 use libfuzzer_sys::fuzz_target;
 use redis_lock_core::args::{
-    parse_acquire, parse_extend, parse_i64, parse_info, parse_release, parse_setstate,
+    parse_acquire, parse_extend, parse_guard, parse_i64, parse_info, parse_observe, parse_queue,
+    parse_release, parse_setstate, MAX_QUEUE_COUNT,
 };
 use redis_lock_core::errors::LockError;
-use redis_lock_core::rules::{DEFAULT_MAX_TTL_MS, MAX_FENCE, MAX_TOKEN_LEN, MAX_WAIT_MS};
+use redis_lock_core::rules::{
+    DEFAULT_MAX_TTL_MS, MAX_FENCE, MAX_OWNER_LEN, MAX_TOKEN_LEN, MAX_WAIT_MS,
+};
 
 fn coded(e: LockError) {
     let text = e.as_str();
@@ -61,6 +64,10 @@ fuzz_target!(|data: &[u8]| {
             if p.session {
                 canonical.push(&b"session"[..]);
             }
+            if let Some(o) = p.owner {
+                assert!((1..=MAX_OWNER_LEN).contains(&o.len()));
+                canonical.extend([&b"Owner"[..], o]);
+            }
             assert_eq!(parse_acquire(&canonical, DEFAULT_MAX_TTL_MS), Ok(p));
         }
         Err(e) => coded(e),
@@ -86,6 +93,26 @@ fuzz_target!(|data: &[u8]| {
             assert!((1..=MAX_FENCE).contains(&p.fence));
             assert!(p.deadline_ms.map_or(true, |d| d >= 0));
             assert!((1..=MAX_TOKEN_LEN).contains(&p.token.len()));
+            assert!(p.owner.map_or(true, |o| (1..=MAX_OWNER_LEN).contains(&o.len())));
+        }
+        Err(e) => coded(e),
+    }
+    match parse_guard(&args) {
+        Ok(p) => {
+            assert!(args.len() >= 4);
+            assert!((1..=MAX_TOKEN_LEN).contains(&p.token.len()));
+        }
+        Err(e) => coded(e),
+    }
+    match parse_queue(&args) {
+        Ok(p) => assert!((1..=MAX_QUEUE_COUNT).contains(&p.count)),
+        Err(e) => coded(e),
+    }
+    match parse_observe(&args) {
+        Ok(p) => {
+            assert_eq!(args.len(), 4);
+            assert!(p.fence <= MAX_FENCE);
+            assert!((0..=MAX_WAIT_MS).contains(&p.timeout_ms));
         }
         Err(e) => coded(e),
     }
