@@ -20,14 +20,16 @@ static MAX_HOLD_MS: AtomicI64 = AtomicI64::new(ALL[1].1);
 static MAX_EXTENDS: AtomicI64 = AtomicI64::new(ALL[2].1);
 static EXPIRY_DELAY_MS: AtomicI64 = AtomicI64::new(ALL[3].1);
 static MAX_WAITERS: AtomicI64 = AtomicI64::new(ALL[4].1);
+static MAX_HOLDERS: AtomicI64 = AtomicI64::new(ALL[5].1);
 
 /// The atomic of each setting of [`ALL`], in its order.
-const VALUES: [&AtomicI64; 5] = [
+const VALUES: [&AtomicI64; 6] = [
     &MAX_TTL_MS,
     &MAX_HOLD_MS,
     &MAX_EXTENDS,
     &EXPIRY_DELAY_MS,
     &MAX_WAITERS,
+    &MAX_HOLDERS,
 ];
 
 /// Register every setting with Redis, starting from the module arguments,
@@ -56,6 +58,11 @@ pub fn hold_policy() -> HoldPolicy {
 
 pub fn expiry_delay_ms() -> i64 {
     EXPIRY_DELAY_MS.load(Ordering::Relaxed)
+}
+
+/// Holders of one shared lock or semaphore at once.
+pub fn max_holders() -> usize {
+    usize::try_from(MAX_HOLDERS.load(Ordering::Relaxed)).unwrap_or(usize::MAX)
 }
 
 /// 0: no limit.

@@ -6,6 +6,7 @@
 use std::ffi::CStr;
 
 use redis_lock_core::decide;
+use redis_lock_core::holders::Holders;
 use redis_lock_core::lock::Lock;
 use redis_lock_core::settings;
 use redis_module::{Context, NotifyEvent};
@@ -14,7 +15,7 @@ use crate::metrics::{self, Counter};
 use crate::redis::datatype::{self, Hooks};
 use crate::redis::events::ServerEvent;
 use crate::redis::guard::guarded;
-use crate::redis::key::LockKey;
+use crate::redis::key::{Held, LockKey};
 use crate::redis::{replicate, server};
 use crate::{config, expiry, fence, observers, sessions, waiting};
 
@@ -25,7 +26,18 @@ pub const TYPE_HOOKS: Hooks = Hooks {
     observe_fence: fence::observe,
     wants_unlinked,
     unlinked,
+    holders_unlinked,
 };
+
+/// A key with several holders is leaving the keyspace: the holders whose
+/// lease had run out (all of them, when Redis expired the key at its
+/// latest lease) count as expiries.
+fn holders_unlinked(holders: &Holders) {
+    let now_ms = server::now_ms();
+    for _ in holders.list.iter().filter(|h| !h.is_live(now_ms)) {
+        metrics::count(Counter::Expiries);
+    }
+}
 
 /// Only a lock whose lease has run out can be an expiry.
 fn wants_unlinked(lock: &Lock) -> bool {
@@ -57,8 +69,13 @@ pub fn on_key_event(ctx: &Context, _class: NotifyEvent, event: &str, key: &[u8])
             "restore" => {
                 let name = ctx.create_string(key);
                 let lock_key = LockKey::open_read(ctx, &name);
-                if let Ok(Some(lock)) = lock_key.lock() {
-                    fence::observe(lock.fence);
+                match lock_key.held() {
+                    Ok(Held::Exclusive(lock)) => fence::observe(lock.fence),
+                    Ok(Held::Shared(h) | Held::Semaphore(h)) => h
+                        .list
+                        .iter()
+                        .for_each(|holder| fence::observe(holder.fence)),
+                    _ => {}
                 }
                 lock_key.mirror_deadline();
             }

@@ -1,19 +1,26 @@
 //! The lease owner: the one place that makes a holder, moves a holder's
 //! deadline and takes a lock away, each with its effect replicated, its
-//! keyspace event fired and its counter counted.
+//! keyspace event fired and its counter counted: for an exclusive lock
+//! (`grant`, `renew`, `release`) and for one holder of a shared lock or a
+//! semaphore (`grant_holder`, `renew_holder`, `release_holder`,
+//! `expire_holders`).
 //!
 //! It calls nothing above it. It returns what happened (the fence, the
 //! deadline) and the caller does the rest: binding a SESSION, arming the
 //! queue's wake-up, handing the key on (`waiting.rs`).
 
+use std::ffi::CStr;
+
 use redis_lock_core::decide::Renewal;
 use redis_lock_core::errors::LockError;
-use redis_lock_core::lock::Lock;
+use redis_lock_core::holders::{Holder, Holders};
+use redis_lock_core::lock::{Lock, OwnerLabel};
+use redis_lock_core::token::UUID_LEN;
 use redis_module::{Context, RedisString};
 
 use crate::metrics::{self, Counter};
 use crate::redis::key::LockKey;
-use crate::redis::replicate::{self, LockState};
+use crate::redis::replicate::{self, HolderState, LockState};
 use crate::redis::server;
 use crate::{fence, observers};
 
@@ -114,4 +121,175 @@ pub fn release(ctx: &Context, key: &mut LockKey, name: &RedisString, by: Release
         ReleasedBy::Session => metrics::count(Counter::SessionReleases),
         ReleasedBy::Reclaim => {}
     }
+}
+
+/// The keyspace events of a key with several holders: `lock.*` for a shared
+/// lock, `sem.*` for a semaphore.
+fn event(limit: u32, lock: &'static CStr, sem: &'static CStr) -> &'static CStr {
+    if limit == 0 {
+        lock
+    } else {
+        sem
+    }
+}
+
+/// A new holder of a shared lock (`limit` 0) or of `count` of a semaphore's
+/// `limit` permits.
+pub struct HolderGrant<'a> {
+    pub grantee: Grantee<'a>,
+    pub limit: u32,
+    pub count: u32,
+}
+
+/// Add `grant`'s holder to `name` (open as `key`: free, or already held in
+/// the same kind, as the caller decided), with a new fence; replicated as
+/// `LOCK.SETHOLDER`. Returns the fence.
+pub fn grant_holder(
+    ctx: &Context,
+    key: &mut LockKey,
+    name: &RedisString,
+    grant: &HolderGrant,
+) -> Result<u64, LockError> {
+    let g = &grant.grantee;
+    let fence = fence::issue().ok_or(LockError::FenceExhausted)?;
+    let mut holder = Holder::new(g.token, fence, g.now_ms, g.deadline_ms, grant.count);
+    holder.owner = OwnerLabel::new(g.owner);
+    match key.holders_mut() {
+        Some(holders) => {
+            holders.put(holder);
+            key.holders_changed();
+        }
+        None => {
+            let mut holders = Holders::new(grant.limit);
+            holders.put(holder);
+            key.store_holders(holders)?;
+        }
+    }
+    replicate::touched(ctx, name);
+    replicate::holder(
+        ctx,
+        name,
+        &HolderState {
+            limit: grant.limit,
+            count: grant.count,
+            token: g.token,
+            fence,
+            deadline_ms: g.deadline_ms,
+            granted_ms: g.now_ms,
+            extends: 0,
+            owner: g.owner,
+        },
+    );
+    replicate::notify(
+        ctx,
+        event(grant.limit, c"lock.acquired", c"sem.acquired"),
+        name,
+    );
+    metrics::count(Counter::Grants);
+    observers::changed(ctx, server::selected_db(ctx), name);
+    Ok(fence)
+}
+
+/// The holder `token` of `name` keeps its lease until `renewal.deadline_ms`
+/// (with `owner` as its new label if given); the others' leases do not move.
+pub fn renew_holder(
+    ctx: &Context,
+    key: &mut LockKey,
+    name: &RedisString,
+    token: &[u8],
+    renewal: &Renewal,
+    owner: Option<&[u8]>,
+) -> Result<(), LockError> {
+    let holders = key.holders_mut().ok_or(LockError::Internal)?;
+    let limit = holders.limit;
+    let holder = holders.find_mut(token).ok_or(LockError::Internal)?;
+    holder.deadline_ms = renewal.deadline_ms;
+    holder.extends = renewal.extends;
+    if owner.is_some() {
+        holder.owner = OwnerLabel::new(owner);
+    }
+    let (count, granted_ms) = (holder.count, holder.granted_ms);
+    let label = holder.owner.clone();
+    key.holders_changed();
+    replicate::touched(ctx, name);
+    replicate::holder(
+        ctx,
+        name,
+        &HolderState {
+            limit,
+            count,
+            token,
+            fence: renewal.fence,
+            deadline_ms: renewal.deadline_ms,
+            granted_ms,
+            extends: renewal.extends,
+            owner: label.get(),
+        },
+    );
+    replicate::notify(ctx, event(limit, c"lock.extended", c"sem.extended"), name);
+    Ok(())
+}
+
+/// Take `token`'s holder out of `name`: replicated as `LOCK.DELHOLDER`, or
+/// as `DEL` when it was the last one (the key is gone). Handing the freed
+/// place on is the caller's (`waiting::release`).
+pub fn release_holder(
+    ctx: &Context,
+    key: &mut LockKey,
+    name: &RedisString,
+    token: &[u8],
+    by: ReleasedBy,
+) {
+    let Some(holders) = key.holders_mut() else {
+        return;
+    };
+    let limit = holders.limit;
+    if holders.remove(token).is_none() {
+        return;
+    }
+    let last = holders.list.is_empty();
+    key.holders_changed();
+    replicate::touched(ctx, name);
+    replicate::notify(ctx, event(limit, c"lock.released", c"sem.released"), name);
+    if last {
+        replicate::del(ctx, name);
+    } else {
+        replicate::del_holder(ctx, name, token);
+    }
+    observers::changed(ctx, server::selected_db(ctx), name);
+    match by {
+        ReleasedBy::Holder => metrics::count(Counter::Releases),
+        ReleasedBy::Session => metrics::count(Counter::SessionReleases),
+        ReleasedBy::Reclaim => {}
+    }
+}
+
+/// Take out of `name` the holders whose lease ran out by `now_ms` (a master
+/// does this when it opens the key, and on the hand-off timer), each
+/// replicated as `LOCK.DELHOLDER` (`DEL` for the last), counted and
+/// announced as an expiry. Returns how many.
+pub fn expire_holders(ctx: &Context, key: &mut LockKey, name: &RedisString, now_ms: i64) -> usize {
+    let Some(holders) = key.holders_mut() else {
+        return 0;
+    };
+    let limit = holders.limit;
+    let expired = holders.take_expired(now_ms);
+    if expired.is_empty() {
+        return 0;
+    }
+    let last = holders.list.is_empty();
+    key.holders_changed();
+    replicate::touched(ctx, name);
+    for (i, h) in expired.iter().enumerate() {
+        let mut buffer = [0u8; UUID_LEN];
+        if last && i + 1 == expired.len() {
+            replicate::del(ctx, name);
+        } else {
+            replicate::del_holder(ctx, name, h.token(&mut buffer));
+        }
+        metrics::count(Counter::Expiries);
+        replicate::notify(ctx, event(limit, c"lock.expired", c"sem.expired"), name);
+    }
+    observers::changed(ctx, server::selected_db(ctx), name);
+    expired.len()
 }

@@ -31,9 +31,12 @@ pub mod waiting;
 
 use redis_module::{redis_module, Context, RedisResult, RedisString};
 
-use commands::{acquire, extend, guard, info, observe, queue, release, run, setstate};
+use commands::{
+    acquire, extend, guard, holders, info, observe, queue, release, run, sem_acquire, setstate,
+};
 use events::{on_expired, on_key_event};
 use redis::datatype::LOCK_TYPE;
+use redis::holders_type::{SEMAPHORE_TYPE, SHARED_TYPE};
 use startup::init;
 
 fn lock_acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
@@ -64,6 +67,30 @@ fn lock_queue(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     run(ctx, args, queue::run)
 }
 
+fn lock_setholder(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    run(ctx, args, holders::run_set)
+}
+
+fn lock_delholder(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    run(ctx, args, holders::run_del)
+}
+
+fn sem_acquire_cmd(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    run(ctx, args, sem_acquire::run)
+}
+
+fn sem_extend(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    run(ctx, args, extend::run_sem)
+}
+
+fn sem_release(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    run(ctx, args, release::run_sem)
+}
+
+fn sem_info(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    run(ctx, args, info::run_sem)
+}
+
 fn lock_setstate(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     run(ctx, args, setstate::run)
 }
@@ -91,7 +118,7 @@ redis_module! {
     name: "lock",
     version: 1,
     allocator: (Allocator, ALLOCATOR),
-    data_types: [LOCK_TYPE],
+    data_types: [LOCK_TYPE, SHARED_TYPE, SEMAPHORE_TYPE],
     init: init,
     commands: [
         ["lock.acquire", lock_acquire, "write deny-oom fast", 1, 1, 1, ""],
@@ -102,6 +129,12 @@ redis_module! {
         ["lock.queue", lock_queue, "readonly fast", 1, 1, 1, ""],
         ["lock.observe", lock_observe, "readonly", 1, 1, 1, ""],
         ["lock.setstate", lock_setstate, "write fast", 1, 1, 1, ""],
+        ["lock.setholder", lock_setholder, "write fast", 1, 1, 1, ""],
+        ["lock.delholder", lock_delholder, "write fast", 1, 1, 1, ""],
+        ["sem.acquire", sem_acquire_cmd, "write deny-oom fast", 1, 1, 1, ""],
+        ["sem.extend", sem_extend, "write deny-oom fast", 1, 1, 1, ""],
+        ["sem.release", sem_release, "write fast", 1, 1, 1, ""],
+        ["sem.info", sem_info, "readonly fast", 1, 1, 1, ""],
     ],
     event_handlers: [
         [@GENERIC @EVICTED: on_key_event],

@@ -23,7 +23,7 @@ use redis_lock_core::waitqueue::{WaitQueues, WaiterId};
 use redis_module::{Context, RedisString};
 
 use crate::redis::blocked::{self, BlockedId, Waits};
-use crate::redis::key::LockKey;
+use crate::redis::key::{Held, LockKey};
 use crate::redis::reply::{self, Field};
 use crate::redis::server;
 use crate::redis::timer::{self, TimerId};
@@ -47,10 +47,12 @@ pub fn total() -> usize {
     with_observers(|o| o.total())
 }
 
-/// The holder fence of `name` now: 0 when free (or not a lock).
+/// The holder fence of `name` now: 0 when free (or not a lock); for a key
+/// with several holders, the highest live one.
 fn holder_fence(ctx: &Context, name: &RedisString) -> u64 {
-    match LockKey::open_read(ctx, name).lock() {
-        Ok(Some(lock)) => lock.fence,
+    match LockKey::open_read(ctx, name).held() {
+        Ok(Held::Exclusive(lock)) => lock.fence,
+        Ok(Held::Shared(h) | Held::Semaphore(h)) => h.max_fence(server::now_ms()),
         _ => 0,
     }
 }
@@ -59,16 +61,22 @@ fn holder_fence(ctx: &Context, name: &RedisString) -> u64 {
 /// (when it gave one), or null when the key is free.
 pub fn reply_holder(ctx: &Context, name: &RedisString) {
     let key = LockKey::open_read(ctx, name);
-    let Ok(Some(lock)) = key.lock() else {
-        return reply::null(ctx);
+    let now_ms = server::now_ms();
+    let ttl = key.deadline().map_or(-1, |d| (d - now_ms).max(0));
+    let (fence, owner) = match key.held() {
+        Ok(Held::Exclusive(lock)) => (lock.fence, lock.owner.get()),
+        Ok(Held::Shared(h) | Held::Semaphore(h)) => match h.live(now_ms).max_by_key(|x| x.fence) {
+            Some(newest) => (newest.fence, newest.owner.get()),
+            None => return reply::null(ctx),
+        },
+        _ => return reply::null(ctx),
     };
-    let ttl = key.deadline().map_or(-1, |d| (d - server::now_ms()).max(0));
     let fields = [
-        (c"fence", Field::Int(lock.fence as i64)),
+        (c"fence", Field::Int(fence as i64)),
         (c"ttl", Field::Int(ttl)),
-        (c"owner", Field::Bytes(lock.owner.get().unwrap_or_default())),
+        (c"owner", Field::Bytes(owner.unwrap_or_default())),
     ];
-    let shown = if lock.owner.get().is_some() { 3 } else { 2 };
+    let shown = if owner.is_some() { 3 } else { 2 };
     reply::map(ctx, &fields[..shown]);
 }
 

@@ -19,7 +19,7 @@ use std::collections::HashMap;
 
 use redis_module::Context;
 
-use crate::redis::key::LockKey;
+use crate::redis::key::{Held, LockKey};
 use crate::redis::server;
 
 /// A lock bound to a connection.
@@ -79,7 +79,11 @@ fn prune(ctx: &Context, client: u64) {
         .filter(|b| {
             server::select_db(ctx, b.db);
             let name = ctx.create_string(&*b.key);
-            matches!(LockKey::open_read(ctx, &name).lock(), Ok(Some(l)) if l.fence == b.fence)
+            match LockKey::open_read(ctx, &name).held() {
+                Ok(Held::Exclusive(l)) => l.fence == b.fence,
+                Ok(Held::Shared(h) | Held::Semaphore(h)) => h.by_fence(b.fence).is_some(),
+                _ => false,
+            }
         })
         .collect();
     server::select_db(ctx, here);

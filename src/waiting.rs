@@ -32,17 +32,16 @@
 use std::cell::RefCell;
 use std::collections::HashSet;
 
-use redis_lock_core::decide::{self, KeyState, Serve};
+use redis_lock_core::decide::{self, KeyState, Serve, Want};
 use redis_lock_core::errors::LockError;
-use redis_lock_core::rules;
 use redis_lock_core::token::{self, UUID_LEN};
 use redis_lock_core::waitqueue::{WaitQueues, WaiterId};
 use redis_module::{Context, RedisString};
 
-use crate::lease::{self, Grantee, ReleasedBy};
+use crate::lease::{self, Grantee, HolderGrant, ReleasedBy};
 use crate::metrics::{self, Counter};
 use crate::redis::blocked::{self, BlockedId, Waits};
-use crate::redis::key::LockKey;
+use crate::redis::key::{Held, LockKey};
 use crate::redis::timer::{self, TimerId};
 use crate::redis::{client, replicate, reply, server};
 use crate::sessions::{self, Bound};
@@ -65,6 +64,8 @@ struct Waiter {
     owner: Option<Box<[u8]>>,
     /// The waiting client's id (`CLIENT KILL ID` removes a stuck waiter).
     client: u64,
+    /// What it waits for: the lock, a read lease, or permits.
+    want: Want,
     /// When it queued, and when its wait ends (unix ms; none for `WAIT 0`).
     queued_ms: i64,
     ends_ms: Option<i64>,
@@ -177,6 +178,7 @@ pub struct WaitRequest<'a> {
     /// `SESSION`: the caller's client id.
     pub session: Option<u64>,
     pub owner: Option<&'a [u8]>,
+    pub want: Want,
 }
 
 /// Block the calling client at the tail of `key`'s queue, and make sure the
@@ -205,6 +207,7 @@ pub fn enqueue(
         timeout,
         owner: request.owner.map(Into::into),
         client: client::id(ctx),
+        want: request.want,
         queued_ms,
         ends_ms: (request.wait_ms > 0).then(|| queued_ms.saturating_add(request.wait_ms)),
     };
@@ -226,104 +229,180 @@ pub fn release(ctx: &Context, db: i32, mut key: LockKey, name: &RedisString, by:
     hand_off(ctx, db, name, Cause::Release);
 }
 
-/// Serve `key`'s queue as the core decides: grant it to the head if the key
-/// is free, or look again when it can next be free. Only a master hands over;
-/// a replica receives the result.
+/// The same for one holder (`token`) of a shared lock or a semaphore: its
+/// place goes to the queue as soon as it fits.
+pub fn release_holder(
+    ctx: &Context,
+    db: i32,
+    mut key: LockKey,
+    name: &RedisString,
+    token: &[u8],
+    by: ReleasedBy,
+) {
+    lease::release_holder(ctx, &mut key, name, token, by);
+    drop(key);
+    hand_off(ctx, db, name, Cause::Release);
+}
+
+/// `key` as the core's decisions see it at `now_ms`.
+pub fn key_state(key: &LockKey, now_ms: i64) -> KeyState {
+    match key.held() {
+        Ok(Held::Free) => KeyState::Free,
+        Ok(Held::Exclusive(_)) => KeyState::Held {
+            deadline_ms: key.deadline(),
+        },
+        Ok(Held::Shared(h)) => KeyState::Shared {
+            earliest_ms: h.earliest_deadline(now_ms),
+            holders: h.count_live(now_ms),
+        },
+        Ok(Held::Semaphore(h)) => KeyState::Semaphore {
+            limit: h.limit,
+            used: h.used(now_ms),
+            holders: h.count_live(now_ms),
+            earliest_ms: h.earliest_deadline(now_ms),
+        },
+        Err(_) => KeyState::WrongType,
+    }
+}
+
+/// Serve `key`'s queue as the core decides, head after head, in arrival
+/// order: each head is granted as soon as it fits (several readers, or
+/// several permit requests, in one go); a head that does not fit makes the
+/// queue look again when it can next fit. Only a master hands over; a
+/// replica receives the result.
 fn hand_off(ctx: &Context, db: i32, name: &RedisString, cause: Cause) {
     let key = name.as_slice();
     if waiters(db, key) == 0 || !server::is_master(ctx) {
         return;
     }
-    let mut lock_key = LockKey::open_write(ctx, name);
-    let state = match lock_key.lock() {
-        Ok(None) => KeyState::Free,
-        Ok(Some(_)) => KeyState::Held {
-            deadline_ms: lock_key.deadline(),
-        },
-        Err(_) => KeyState::WrongType,
-    };
-    let now_ms = server::now_ms();
-    let delayed = match state {
-        KeyState::Free => expiry::delayed_until(db, key, now_ms),
-        _ => None,
-    };
-    match decide::serve(state, delayed) {
-        Serve::Idle => {}
-        Serve::WakeAt(at) => {
-            drop(lock_key);
-            wake_at(ctx, db, key, at);
+    let expired = EXPIRED.with(|e| e.borrow_mut().remove(&(db, Box::<[u8]>::from(key))));
+    loop {
+        let Some(head) = with_queues(|q| q.waiters(db, key).next().map(|w| w.want)) else {
+            return;
+        };
+        let mut lock_key = LockKey::open_write(ctx, name);
+        let now_ms = server::now_ms();
+        lease::expire_holders(ctx, &mut lock_key, name, now_ms);
+        let state = key_state(&lock_key, now_ms);
+        let delayed = match state {
+            KeyState::Free => expiry::delayed_until(db, key, now_ms),
+            _ => None,
+        };
+        match decide::serve(state, head, delayed, config::max_holders()) {
+            Serve::Idle => return,
+            Serve::WakeAt(at) => {
+                drop(lock_key);
+                wake_at(ctx, db, key, at);
+                return;
+            }
+            Serve::FailAll(error) => {
+                drop(lock_key);
+                fail_waiters_of(ctx, db, key, error);
+                return;
+            }
+            Serve::FailHead(error) => {
+                drop(lock_key);
+                if let Some((id, waiter)) = with_queues(|q| q.pop_front(db, key)) {
+                    dismiss(ctx, &waiter);
+                    blocked::unblock::<Queue>(id, Outcome::Failed(error));
+                }
+            }
+            Serve::Grant => {
+                let granted = grant_to_head(ctx, db, &mut lock_key, name, now_ms);
+                if granted {
+                    metrics::count(Counter::GrantsAfterWait);
+                    if cause == Cause::Release {
+                        metrics::count(Counter::HandoffsOnRelease);
+                    } else if expired {
+                        metrics::count(Counter::HandoffsOnExpiry);
+                    }
+                }
+            }
         }
-        Serve::FailAll(error) => {
-            drop(lock_key);
-            fail_waiters_of(ctx, db, key, error);
-        }
-        Serve::Grant => grant_to_head(ctx, db, &mut lock_key, name, cause, now_ms),
     }
 }
 
-/// Grant the free key to the first waiter that can take it.
+/// Grant the key (free, or with room for the head) to the first waiter; a
+/// waiter that cannot take it (its ACL access was revoked, fences are
+/// exhausted) is told, and the caller asks again for the next. Whether one
+/// was granted.
 fn grant_to_head(
     ctx: &Context,
     db: i32,
     lock_key: &mut LockKey,
     name: &RedisString,
-    cause: Cause,
     now_ms: i64,
-) {
+) -> bool {
     let key = name.as_slice();
-    let expired = EXPIRED.with(|e| e.borrow_mut().remove(&(db, Box::<[u8]>::from(key))));
-    while let Some((id, waiter)) = with_queues(|q| q.pop_front(db, key)) {
-        dismiss(ctx, &waiter);
-        if !client::may_access(ctx, waiter.user.as_deref(), name) {
-            blocked::unblock::<Queue>(id, Outcome::Failed(LockError::WaitNoPerm));
-            continue;
-        }
-        let mut drawn = [0u8; UUID_LEN];
-        let token: &[u8] = match &waiter.token {
-            Some(token) => token,
-            None => token::draw(&mut drawn),
-        };
-        let granted = decide::waiter_deadline(now_ms, waiter.ttl_ms).and_then(|deadline_ms| {
-            let grantee = Grantee {
-                token,
-                owner: waiter.owner.as_deref(),
-                now_ms,
-                deadline_ms,
-            };
-            lease::grant(ctx, lock_key, name, &grantee).map(|fence| (fence, deadline_ms))
-        });
-        let (fence, deadline_ms) = match granted {
-            Ok(granted) => granted,
-            // This waiter cannot be granted (fences exhausted): tell it, and
-            // try the next one.
-            Err(error) => {
-                blocked::unblock::<Queue>(id, Outcome::Failed(error));
-                continue;
-            }
-        };
-        if let Some(client) = waiter.session {
-            sessions::bind(ctx, client, db, key, fence);
-        }
-        replicate::notify(ctx, c"lock.handoff", name);
-        metrics::count(Counter::GrantsAfterWait);
-        if cause == Cause::Release {
-            metrics::count(Counter::HandoffsOnRelease);
-        } else if expired {
-            metrics::count(Counter::HandoffsOnExpiry);
-        }
-        blocked::unblock::<Queue>(
-            id,
-            Outcome::Granted {
-                db,
-                key: key.into(),
-                token: token.into(),
-                fence,
-            },
-        );
-        // The rest of the queue is served when this lease is over.
-        wake_at(ctx, db, key, rules::lease_over_at(deadline_ms));
-        return;
+    let Some((id, waiter)) = with_queues(|q| q.pop_front(db, key)) else {
+        return false;
+    };
+    dismiss(ctx, &waiter);
+    if !client::may_access(ctx, waiter.user.as_deref(), name) {
+        blocked::unblock::<Queue>(id, Outcome::Failed(LockError::WaitNoPerm));
+        return false;
     }
+    let mut drawn = [0u8; UUID_LEN];
+    let token: &[u8] = match &waiter.token {
+        Some(token) => token,
+        None => token::draw(&mut drawn),
+    };
+    let granted = decide::waiter_deadline(now_ms, waiter.ttl_ms).and_then(|deadline_ms| {
+        let grantee = Grantee {
+            token,
+            owner: waiter.owner.as_deref(),
+            now_ms,
+            deadline_ms,
+        };
+        match waiter.want {
+            Want::Exclusive => lease::grant(ctx, lock_key, name, &grantee),
+            Want::Shared => lease::grant_holder(
+                ctx,
+                lock_key,
+                name,
+                &HolderGrant {
+                    grantee,
+                    limit: 0,
+                    count: 1,
+                },
+            ),
+            Want::Permits { limit, count } => lease::grant_holder(
+                ctx,
+                lock_key,
+                name,
+                &HolderGrant {
+                    grantee,
+                    limit,
+                    count,
+                },
+            ),
+        }
+    });
+    let fence = match granted {
+        Ok(fence) => fence,
+        Err(error) => {
+            blocked::unblock::<Queue>(id, Outcome::Failed(error));
+            return false;
+        }
+    };
+    if let Some(client) = waiter.session {
+        sessions::bind(ctx, client, db, key, fence);
+    }
+    let handoff = match waiter.want {
+        Want::Permits { .. } => c"sem.handoff",
+        _ => c"lock.handoff",
+    };
+    replicate::notify(ctx, handoff, name);
+    blocked::unblock::<Queue>(
+        id,
+        Outcome::Granted {
+            db,
+            key: key.into(),
+            token: token.into(),
+            fence,
+        },
+    );
+    true
 }
 
 /// Make sure `key`'s queue is served at `at_ms` (unix ms) at the latest:
@@ -484,12 +563,21 @@ fn release_held(
     server::select_db(ctx, db);
     let name = ctx.create_string(key);
     let lock_key = LockKey::open_write(ctx, &name);
-    let held = matches!(
-        lock_key.lock(),
-        Ok(Some(lock)) if still_holds(lock.fence, &|t| lock.held_by(t))
-    );
-    if held {
-        release(ctx, db, lock_key, &name, by);
+    let mut token = [0u8; UUID_LEN];
+    let holder: Option<Option<Vec<u8>>> = match lock_key.held() {
+        Ok(Held::Exclusive(lock)) if still_holds(lock.fence, &|t| lock.held_by(t)) => Some(None),
+        // One holder of several: the one with that fence (and token).
+        Ok(Held::Shared(h) | Held::Semaphore(h)) => h
+            .list
+            .iter()
+            .find(|x| still_holds(x.fence, &|t| x.held_by(t)))
+            .map(|x| Some(x.token(&mut token).to_vec())),
+        _ => None,
+    };
+    match holder {
+        Some(None) => release(ctx, db, lock_key, &name, by),
+        Some(Some(token)) => release_holder(ctx, db, lock_key, &name, &token, by),
+        None => {}
     }
 }
 

@@ -40,6 +40,38 @@ pub struct AcquireArgs<'a> {
     /// A public label for the holder (a host, a pod, a job id), shown by
     /// `LOCK.INFO` and `LOCK.QUEUE`; never secret, unlike the token.
     pub owner: Option<&'a [u8]>,
+    /// `SHARED`: a read lease beside other readers.
+    pub shared: bool,
+}
+
+/// `SEM.ACQUIRE key limit ttl-ms [COUNT n] [TOKEN token] [WAIT timeout-ms]
+/// [SESSION] [OWNER label]`: the options of `LOCK.ACQUIRE` (in
+/// [`SemAcquireArgs::lock`], whose `shared` is always false), plus the
+/// semaphore's limit and the permits taken.
+#[derive(Debug, PartialEq, Eq)]
+pub struct SemAcquireArgs<'a> {
+    pub limit: u32,
+    pub count: u32,
+    pub lock: AcquireArgs<'a>,
+}
+
+/// The most permits a semaphore may have (the error message says so).
+pub const MAX_PERMITS: u32 = 1_000_000;
+const _: () = assert!(MAX_PERMITS == 1_000_000);
+
+/// `LOCK.SETHOLDER key limit count token fence deadline-ms granted-ms extends
+/// [OWNER label]`: one holder of a shared lock (`limit` 0) or of a
+/// semaphore, as the master replicates it and the AOF records it.
+#[derive(Debug, PartialEq, Eq)]
+pub struct SetHolderArgs<'a> {
+    pub limit: u32,
+    pub count: u32,
+    pub token: &'a [u8],
+    pub fence: u64,
+    pub deadline_ms: i64,
+    pub granted_ms: i64,
+    pub extends: u32,
+    pub owner: Option<&'a [u8]>,
 }
 
 /// `LOCK.QUEUE key [COUNT n]`
@@ -94,7 +126,6 @@ pub struct SetStateArgs<'a> {
     pub owner: Option<&'a [u8]>,
 }
 
-/// `max_ttl_ms` is `lock.max-ttl-ms`, checked once the syntax is known good.
 /// `LOCK.GUARD key token command [arg ...]`: the inner command is
 /// `args[GUARDED_COMMAND..]`, passed on as it came.
 #[derive(Debug, PartialEq, Eq)]
@@ -114,6 +145,83 @@ pub fn parse_guard<A: ArgBytes>(args: &[A]) -> Result<GuardArgs<'_>, LockError> 
     })
 }
 
+/// The options `LOCK.ACQUIRE` and `SEM.ACQUIRE` share, in any order and any
+/// case, each at most once.
+struct Options<'a> {
+    token: Option<&'a [u8]>,
+    wait_ms: Option<i64>,
+    session: bool,
+    owner: Option<&'a [u8]>,
+    shared: bool,
+    count: Option<u32>,
+}
+
+/// `shared_allowed`: `SHARED` is an option (LOCK.ACQUIRE); `count_limit`:
+/// `COUNT` is, from 1 to it (SEM.ACQUIRE).
+fn parse_options<A: ArgBytes>(
+    options: &[A],
+    shared_allowed: bool,
+    count_limit: Option<u32>,
+) -> Result<Options<'_>, LockError> {
+    let mut parsed = Options {
+        token: None,
+        wait_ms: None,
+        session: false,
+        owner: None,
+        shared: false,
+        count: None,
+    };
+    let mut rest = options.iter();
+    while let Some(option) = rest.next() {
+        let is = |name: &[u8]| option.bytes().eq_ignore_ascii_case(name);
+        if is(b"TOKEN") {
+            let value = rest.next().ok_or(LockError::SyntaxMissingToken)?;
+            if parsed.token.is_some() {
+                return Err(LockError::SyntaxRepeatedToken);
+            }
+            parsed.token = Some(rules::check_token(value.bytes())?);
+        } else if is(b"WAIT") {
+            let value = rest.next().ok_or(LockError::SyntaxMissingWait)?;
+            if parsed.wait_ms.is_some() {
+                return Err(LockError::SyntaxRepeatedWait);
+            }
+            let value = parse_i64(value.bytes()).ok_or(LockError::WaitNotInteger)?;
+            parsed.wait_ms = Some(rules::check_wait(value)?);
+        } else if is(b"SESSION") {
+            if parsed.session {
+                return Err(LockError::SyntaxRepeatedSession);
+            }
+            parsed.session = true;
+        } else if is(b"OWNER") {
+            let value = rest.next().ok_or(LockError::SyntaxMissingOwner)?;
+            if parsed.owner.is_some() {
+                return Err(LockError::SyntaxRepeatedOwner);
+            }
+            parsed.owner = Some(rules::check_owner(value.bytes())?);
+        } else if is(b"SHARED") && shared_allowed {
+            if parsed.shared {
+                return Err(LockError::SyntaxRepeatedShared);
+            }
+            parsed.shared = true;
+        } else if let (true, Some(limit)) = (is(b"COUNT"), count_limit) {
+            let value = rest.next().ok_or(LockError::SyntaxMissingCount)?;
+            if parsed.count.is_some() {
+                return Err(LockError::SyntaxRepeatedCount);
+            }
+            parsed.count = Some(
+                parse_i64(value.bytes())
+                    .and_then(|n| u32::try_from(n).ok())
+                    .filter(|n| (1..=limit).contains(n))
+                    .ok_or(LockError::PermitCountInvalid)?,
+            );
+        } else {
+            return Err(LockError::SyntaxUnknownOption);
+        }
+    }
+    Ok(parsed)
+}
+
+/// `max_ttl_ms` is `lock.max-ttl-ms`, checked once the syntax is known good.
 pub fn parse_acquire<A: ArgBytes>(
     args: &[A],
     max_ttl_ms: i64,
@@ -122,53 +230,58 @@ pub fn parse_acquire<A: ArgBytes>(
         return Err(LockError::ArityAcquire);
     }
     let ttl_ms = parse_ttl(args[2].bytes())?;
-    let mut token = None;
-    let mut wait_ms = None;
-    let mut session = false;
-    let mut owner = None;
-    let mut rest = args[3..].iter();
-    while let Some(option) = rest.next() {
-        if option.bytes().eq_ignore_ascii_case(b"TOKEN") {
-            let value = rest.next().ok_or(LockError::SyntaxMissingToken)?;
-            if token.is_some() {
-                return Err(LockError::SyntaxRepeatedToken);
-            }
-            token = Some(rules::check_token(value.bytes())?);
-        } else if option.bytes().eq_ignore_ascii_case(b"WAIT") {
-            let value = rest.next().ok_or(LockError::SyntaxMissingWait)?;
-            if wait_ms.is_some() {
-                return Err(LockError::SyntaxRepeatedWait);
-            }
-            let value = parse_i64(value.bytes()).ok_or(LockError::WaitNotInteger)?;
-            wait_ms = Some(rules::check_wait(value)?);
-        } else if option.bytes().eq_ignore_ascii_case(b"SESSION") {
-            if session {
-                return Err(LockError::SyntaxRepeatedSession);
-            }
-            session = true;
-        } else if option.bytes().eq_ignore_ascii_case(b"OWNER") {
-            let value = rest.next().ok_or(LockError::SyntaxMissingOwner)?;
-            if owner.is_some() {
-                return Err(LockError::SyntaxRepeatedOwner);
-            }
-            owner = Some(rules::check_owner(value.bytes())?);
-        } else {
-            return Err(LockError::SyntaxUnknownOption);
-        }
-    }
+    let options = parse_options(&args[3..], true, None)?;
     Ok(AcquireArgs {
         ttl_ms: rules::check_ttl_limit(ttl_ms, max_ttl_ms)?,
-        token,
-        wait_ms,
-        session,
-        owner,
+        token: options.token,
+        wait_ms: options.wait_ms,
+        session: options.session,
+        owner: options.owner,
+        shared: options.shared,
     })
 }
 
 /// `max_ttl_ms` is `lock.max-ttl-ms`.
+pub fn parse_sem_acquire<A: ArgBytes>(
+    args: &[A],
+    max_ttl_ms: i64,
+) -> Result<SemAcquireArgs<'_>, LockError> {
+    if args.len() < 4 {
+        return Err(LockError::AritySemAcquire);
+    }
+    let limit = parse_i64(args[2].bytes())
+        .and_then(|l| u32::try_from(l).ok())
+        .filter(|l| (1..=MAX_PERMITS).contains(l))
+        .ok_or(LockError::LimitInvalid)?;
+    let ttl_ms = parse_ttl(args[3].bytes())?;
+    let options = parse_options(&args[4..], false, Some(limit))?;
+    Ok(SemAcquireArgs {
+        limit,
+        count: options.count.unwrap_or(1),
+        lock: AcquireArgs {
+            ttl_ms: rules::check_ttl_limit(ttl_ms, max_ttl_ms)?,
+            token: options.token,
+            wait_ms: options.wait_ms,
+            session: options.session,
+            owner: options.owner,
+            shared: false,
+        },
+    })
+}
+
 pub fn parse_extend<A: ArgBytes>(args: &[A], max_ttl_ms: i64) -> Result<ExtendArgs<'_>, LockError> {
+    parse_extend_as(args, max_ttl_ms, LockError::ArityExtend)
+}
+
+/// `LOCK.EXTEND`'s arguments, for a command whose arity error is `arity`
+/// (`SEM.EXTEND` takes the same).
+pub fn parse_extend_as<A: ArgBytes>(
+    args: &[A],
+    max_ttl_ms: i64,
+    arity: LockError,
+) -> Result<ExtendArgs<'_>, LockError> {
     if args.len() != 4 {
-        return Err(LockError::ArityExtend);
+        return Err(arity);
     }
     let token = rules::check_token(args[2].bytes())?;
     let ttl_ms = parse_ttl(args[3].bytes())?;
@@ -179,8 +292,16 @@ pub fn parse_extend<A: ArgBytes>(args: &[A], max_ttl_ms: i64) -> Result<ExtendAr
 }
 
 pub fn parse_release<A: ArgBytes>(args: &[A]) -> Result<ReleaseArgs<'_>, LockError> {
+    parse_release_as(args, LockError::ArityRelease)
+}
+
+/// `LOCK.RELEASE`'s arguments, for a command whose arity error is `arity`.
+pub fn parse_release_as<A: ArgBytes>(
+    args: &[A],
+    arity: LockError,
+) -> Result<ReleaseArgs<'_>, LockError> {
     if args.len() != 3 {
-        return Err(LockError::ArityRelease);
+        return Err(arity);
     }
     Ok(ReleaseArgs {
         token: rules::check_token(args[2].bytes())?,
@@ -188,10 +309,63 @@ pub fn parse_release<A: ArgBytes>(args: &[A]) -> Result<ReleaseArgs<'_>, LockErr
 }
 
 pub fn parse_info<A: ArgBytes>(args: &[A]) -> Result<(), LockError> {
+    parse_info_as(args, LockError::ArityInfo)
+}
+
+/// `LOCK.INFO`'s arguments, for a command whose arity error is `arity`.
+pub fn parse_info_as<A: ArgBytes>(args: &[A], arity: LockError) -> Result<(), LockError> {
     if args.len() != 2 {
-        return Err(LockError::ArityInfo);
+        return Err(arity);
     }
     Ok(())
+}
+
+/// `LOCK.SETHOLDER key limit count token fence deadline-ms granted-ms
+/// extends [OWNER label]`.
+pub fn parse_setholder<A: ArgBytes>(args: &[A]) -> Result<SetHolderArgs<'_>, LockError> {
+    if args.len() != 9 && args.len() != 11 {
+        return Err(LockError::ArityShared);
+    }
+    let number = |i: usize, error: LockError| parse_i64(args[i].bytes()).ok_or(error);
+    let limit = u32::try_from(number(2, LockError::LimitInvalid)?)
+        .ok()
+        .filter(|l| *l <= MAX_PERMITS)
+        .ok_or(LockError::LimitInvalid)?;
+    let count = u32::try_from(number(3, LockError::PermitCountInvalid)?)
+        .ok()
+        .filter(|c| *c >= 1 && if limit == 0 { *c == 1 } else { *c <= limit })
+        .ok_or(LockError::PermitCountInvalid)?;
+    let token = rules::check_token(args[4].bytes())?;
+    let fence = u64::try_from(number(5, LockError::FenceInvalid)?)
+        .map_err(|_| LockError::FenceInvalid)
+        .and_then(rules::check_fence)?;
+    let deadline_ms = number(6, LockError::DeadlineInvalid)?;
+    if deadline_ms < 0 {
+        return Err(LockError::DeadlineInvalid);
+    }
+    let granted_ms = number(7, LockError::GrantedInvalid)?;
+    if granted_ms < 0 {
+        return Err(LockError::GrantedInvalid);
+    }
+    let extends = u32::try_from(number(8, LockError::ExtendsInvalid)?)
+        .map_err(|_| LockError::ExtendsInvalid)?;
+    let owner = match args.get(9..11) {
+        Some([keyword, label]) if keyword.bytes().eq_ignore_ascii_case(b"OWNER") => {
+            Some(rules::check_owner(label.bytes())?)
+        }
+        Some(_) => return Err(LockError::SyntaxUnknownOption),
+        None => None,
+    };
+    Ok(SetHolderArgs {
+        limit,
+        count,
+        token,
+        fence,
+        deadline_ms,
+        granted_ms,
+        extends,
+        owner,
+    })
 }
 
 pub fn parse_setstate<A: ArgBytes>(args: &[A]) -> Result<SetStateArgs<'_>, LockError> {
@@ -347,6 +521,7 @@ mod tests {
                 wait_ms: None,
                 session: false,
                 owner: None,
+                shared: false,
             }
         );
         let a = parse_acquire(&["LOCK.ACQUIRE", "k", "5", "session", "WAIT", "0"], MAX).unwrap();
@@ -645,6 +820,140 @@ mod tests {
             ),
         ] {
             assert_eq!(parse_observe(&args), Err(want), "{args:?}");
+        }
+    }
+
+    #[test]
+    fn shared_and_semaphore_arguments() {
+        let a = parse_acquire(&["LOCK.ACQUIRE", "k", "5", "shared", "WAIT", "0"], MAX).unwrap();
+        assert!(a.shared);
+        assert_eq!(
+            parse_acquire(&["LOCK.ACQUIRE", "k", "5", "SHARED", "SHARED"], MAX),
+            Err(LockError::SyntaxRepeatedShared)
+        );
+        assert_eq!(
+            parse_acquire(&["LOCK.ACQUIRE", "k", "5", "COUNT", "2"], MAX),
+            Err(LockError::SyntaxUnknownOption)
+        );
+        let s = parse_sem_acquire(
+            &[
+                "SEM.ACQUIRE",
+                "k",
+                "3",
+                "5000",
+                "count",
+                "2",
+                "TOKEN",
+                "t",
+                "WAIT",
+                "10",
+                "OWNER",
+                "o",
+            ],
+            MAX,
+        )
+        .unwrap();
+        assert_eq!((s.limit, s.count), (3, 2));
+        assert_eq!(
+            (s.lock.token, s.lock.wait_ms, s.lock.owner),
+            (Some(&b"t"[..]), Some(10), Some(&b"o"[..]))
+        );
+        let one = parse_sem_acquire(&["SEM.ACQUIRE", "k", "3", "5000"], MAX).unwrap();
+        assert_eq!(one.count, 1);
+        for (args, want) in [
+            (vec!["SEM.ACQUIRE", "k", "3"], LockError::AritySemAcquire),
+            (vec!["SEM.ACQUIRE", "k", "0", "10"], LockError::LimitInvalid),
+            (
+                vec!["SEM.ACQUIRE", "k", "-1", "10"],
+                LockError::LimitInvalid,
+            ),
+            (
+                vec!["SEM.ACQUIRE", "k", "1000001", "10"],
+                LockError::LimitInvalid,
+            ),
+            (vec!["SEM.ACQUIRE", "k", "x", "10"], LockError::LimitInvalid),
+            (
+                vec!["SEM.ACQUIRE", "k", "3", "0"],
+                LockError::TtlNotPositive,
+            ),
+            (
+                vec!["SEM.ACQUIRE", "k", "3", "10", "COUNT", "4"],
+                LockError::PermitCountInvalid,
+            ),
+            (
+                vec!["SEM.ACQUIRE", "k", "3", "10", "COUNT", "0"],
+                LockError::PermitCountInvalid,
+            ),
+            (
+                vec!["SEM.ACQUIRE", "k", "3", "10", "COUNT"],
+                LockError::SyntaxMissingCount,
+            ),
+            (
+                vec!["SEM.ACQUIRE", "k", "3", "10", "COUNT", "1", "COUNT", "1"],
+                LockError::SyntaxRepeatedCount,
+            ),
+            (
+                vec!["SEM.ACQUIRE", "k", "3", "10", "SHARED"],
+                LockError::SyntaxUnknownOption,
+            ),
+            (
+                vec!["SEM.ACQUIRE", "k", "3", "99999999999"],
+                LockError::TtlTooLarge,
+            ),
+        ] {
+            assert_eq!(parse_sem_acquire(&args, MAX), Err(want), "{args:?}");
+        }
+        let h = parse_setholder(&["LOCK.SETHOLDER", "k", "3", "2", "t", "7", "100", "50", "1"])
+            .unwrap();
+        assert_eq!(
+            (
+                h.limit,
+                h.count,
+                h.fence,
+                h.deadline_ms,
+                h.granted_ms,
+                h.extends
+            ),
+            (3, 2, 7, 100, 50, 1)
+        );
+        let h = parse_setholder(&[
+            "LOCK.SETHOLDER",
+            "k",
+            "0",
+            "1",
+            "t",
+            "7",
+            "100",
+            "50",
+            "0",
+            "OWNER",
+            "r",
+        ])
+        .unwrap();
+        assert_eq!((h.limit, h.owner), (0, Some(&b"r"[..])));
+        for (args, want) in [
+            (
+                vec!["LOCK.SETHOLDER", "k", "0", "2", "t", "7", "100", "50", "0"],
+                LockError::PermitCountInvalid,
+            ),
+            (
+                vec!["LOCK.SETHOLDER", "k", "3", "4", "t", "7", "100", "50", "0"],
+                LockError::PermitCountInvalid,
+            ),
+            (
+                vec!["LOCK.SETHOLDER", "k", "3", "1", "t", "0", "100", "50", "0"],
+                LockError::FenceInvalid,
+            ),
+            (
+                vec!["LOCK.SETHOLDER", "k", "3", "1", "t", "7", "-1", "50", "0"],
+                LockError::DeadlineInvalid,
+            ),
+            (
+                vec!["LOCK.SETHOLDER", "k", "3", "1", "t", "7", "100", "50"],
+                LockError::ArityShared,
+            ),
+        ] {
+            assert_eq!(parse_setholder(&args), Err(want), "{args:?}");
         }
     }
 

@@ -132,13 +132,37 @@ pub fn release(holder: Option<&Lock>, token: &[u8]) -> bool {
     holder.is_some_and(|lock| lock.held_by(token))
 }
 
+/// What a request (a caller or a queued waiter) wants of a key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Want {
+    /// The lock, alone (`LOCK.ACQUIRE`).
+    Exclusive,
+    /// A read lease beside other readers (`LOCK.ACQUIRE … SHARED`).
+    Shared,
+    /// `count` of a semaphore's `limit` permits (`SEM.ACQUIRE`).
+    Permits { limit: u32, count: u32 },
+}
+
 /// A key with waiters, as a hand-off finds it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum KeyState {
     Free,
-    /// A live lock, with the deadline of its key's TTL (none: no expiry).
+    /// A live exclusive lock, with the deadline of its key's TTL (none: no
+    /// expiry).
     Held {
         deadline_ms: Option<i64>,
+    },
+    /// Readers, the earliest of whose leases ends then (none: no reader).
+    Shared {
+        earliest_ms: Option<i64>,
+        holders: usize,
+    },
+    /// A semaphore with `used` of `limit` permits out, by `holders` tokens.
+    Semaphore {
+        limit: u32,
+        used: u64,
+        holders: usize,
+        earliest_ms: Option<i64>,
     },
     /// Overwritten with another type.
     WrongType,
@@ -147,7 +171,7 @@ pub enum KeyState {
 /// What a hand-off does with a key's queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Serve {
-    /// Grant the key to the head of the queue.
+    /// Grant the key to the head of the queue (then ask again for the next).
     Grant,
     /// Not yet: look again at this time (unix ms).
     WakeAt(i64),
@@ -155,20 +179,191 @@ pub enum Serve {
     Idle,
     /// Nobody can get the key: fail every waiter with this error.
     FailAll(LockError),
+    /// The head can never get this key as it is: fail it, serve the next.
+    FailHead(LockError),
 }
 
-/// A hand-off: the key is served only when free and past any lock-delay.
-pub fn serve(key: KeyState, delayed_until_ms: Option<i64>) -> Serve {
-    match key {
-        KeyState::WrongType => Serve::FailAll(LockError::WaitWrongType),
-        KeyState::Held {
-            deadline_ms: Some(deadline),
-        } => Serve::WakeAt(rules::lease_over_at(deadline)),
-        KeyState::Held { deadline_ms: None } => Serve::Idle,
-        KeyState::Free => match delayed_until_ms {
+/// A hand-off: the head of the queue is served as soon as it fits, in
+/// arrival order: a free key (past any lock-delay) to anyone; readers beside
+/// readers; permits while enough are free. A head that does not fit blocks
+/// everyone behind it (no writer and no large request starves).
+pub fn serve(
+    key: KeyState,
+    head: Want,
+    delayed_until_ms: Option<i64>,
+    max_holders: usize,
+) -> Serve {
+    let wake = |earliest: Option<i64>| {
+        earliest.map_or(Serve::Idle, |d| Serve::WakeAt(rules::lease_over_at(d)))
+    };
+    match (key, head) {
+        (KeyState::WrongType, _) => Serve::FailAll(LockError::WaitWrongType),
+        (KeyState::Free, _) => match delayed_until_ms {
             Some(until) => Serve::WakeAt(until),
             None => Serve::Grant,
         },
+        (KeyState::Held { .. }, Want::Permits { .. })
+        | (KeyState::Shared { .. }, Want::Permits { .. })
+        | (KeyState::Semaphore { .. }, Want::Exclusive | Want::Shared) => {
+            Serve::FailHead(LockError::WaitWrongType)
+        }
+        (KeyState::Held { deadline_ms }, _) => wake(deadline_ms),
+        (KeyState::Shared { holders, .. }, Want::Shared) if holders < max_holders => Serve::Grant,
+        (KeyState::Shared { earliest_ms, .. }, _) => wake(earliest_ms),
+        (
+            KeyState::Semaphore {
+                limit,
+                used,
+                holders,
+                earliest_ms,
+            },
+            Want::Permits {
+                limit: wanted,
+                count,
+            },
+        ) => {
+            if wanted != limit {
+                Serve::FailHead(LockError::LimitMismatch)
+            } else if used + u64::from(count) <= u64::from(limit) && holders < max_holders {
+                Serve::Grant
+            } else {
+                wake(earliest_ms)
+            }
+        }
+    }
+}
+
+/// Everything a shared or semaphore acquire (or an exclusive acquire of a
+/// key held in shared mode) depends on.
+#[derive(Debug, Clone, Copy)]
+pub struct SharedCase<'a> {
+    /// The key as it is now (its expired holders already taken out).
+    pub key: KeyState,
+    /// The caller's own live holder on the key, if its token is one.
+    pub mine: Option<MyHold>,
+    pub want: Want,
+    /// `None`: the server draws a token, which holds nothing.
+    pub token: Option<&'a [u8]>,
+    pub ttl_ms: i64,
+    pub now_ms: i64,
+    pub others_waiting: bool,
+    pub hold: HoldPolicy,
+    pub may_wait: bool,
+    /// `lock.max-holders`.
+    pub max_holders: usize,
+}
+
+/// The caller's token already holds the key: how.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MyHold {
+    pub want: Want,
+    pub fence: u64,
+    pub granted_ms: i64,
+    pub extends: u32,
+}
+
+/// A holder's own lease, `ttl_ms` from now, within the hold policy: the
+/// renewal of a reader or of a semaphore's permits, as [`extend`] is for the
+/// exclusive holder.
+pub fn renew_hold(
+    mine: MyHold,
+    ttl_ms: i64,
+    now_ms: i64,
+    hold: HoldPolicy,
+) -> Result<Renewal, LockError> {
+    let deadline_ms = rules::deadline_ms(now_ms, ttl_ms)?;
+    rules::check_extend(mine.granted_ms, mine.extends, deadline_ms, hold)?;
+    Ok(Renewal {
+        fence: mine.fence,
+        deadline_ms,
+        extends: mine.extends.saturating_add(1),
+    })
+}
+
+/// `LOCK.EXTEND` / `SEM.EXTEND` of one holder of a key with several:
+/// `mine` is the caller's live hold, if its token is one.
+pub fn extend_hold(
+    mine: Option<MyHold>,
+    ttl_ms: i64,
+    now_ms: i64,
+    hold: HoldPolicy,
+) -> Result<Extend, LockError> {
+    match mine {
+        Some(mine) => renew_hold(mine, ttl_ms, now_ms, hold).map(Extend::Renewed),
+        None => Ok(Extend::NotHolder),
+    }
+}
+
+/// `LOCK.ACQUIRE … SHARED`, `SEM.ACQUIRE`, and `LOCK.ACQUIRE` of a key held
+/// in shared mode. The same token asking again in the same mode renews its
+/// own lease; in another mode (or with another `COUNT`) it is refused with
+/// an error: upgrades deadlock.
+pub fn acquire_shared(case: &SharedCase) -> Result<Acquire, LockError> {
+    let busy = |wake_at_ms: Option<i64>| {
+        if case.may_wait {
+            Acquire::Queue { wake_at_ms }
+        } else {
+            Acquire::Refuse
+        }
+    };
+    let wrong_kind = matches!(
+        (case.key, case.want),
+        (KeyState::Semaphore { .. }, Want::Exclusive | Want::Shared)
+            | (
+                KeyState::Held { .. } | KeyState::Shared { .. },
+                Want::Permits { .. }
+            )
+            | (KeyState::WrongType, _)
+    );
+    if wrong_kind {
+        return Err(LockError::WrongType);
+    }
+    if let (KeyState::Semaphore { limit, .. }, Want::Permits { limit: wanted, .. }) =
+        (case.key, case.want)
+    {
+        if limit != wanted {
+            return Err(LockError::LimitMismatch);
+        }
+    }
+    if let Some(mine) = case.mine {
+        if mine.want != case.want {
+            return Err(match (mine.want, case.want) {
+                (Want::Permits { .. }, Want::Permits { .. }) => LockError::CountMismatch,
+                _ => LockError::ModeConflict,
+            });
+        }
+        return renew_hold(mine, case.ttl_ms, case.now_ms, case.hold).map(Acquire::Renew);
+    }
+    let grant = || -> Result<Acquire, LockError> {
+        Ok(Acquire::Grant {
+            deadline_ms: rules::deadline_ms(case.now_ms, case.ttl_ms)?,
+        })
+    };
+    let holders = match case.key {
+        KeyState::Shared { holders, .. } | KeyState::Semaphore { holders, .. } => holders,
+        _ => 0,
+    };
+    if holders >= case.max_holders && !matches!(case.want, Want::Exclusive) {
+        return Err(LockError::HoldersLimit);
+    }
+    if case.others_waiting {
+        // No barging: the queue is served first; when it can next move is
+        // the hand-off's business, which a timer already has in hand.
+        let wake = match case.key {
+            KeyState::Free => Some(case.now_ms),
+            KeyState::Held { deadline_ms } => deadline_ms.map(rules::lease_over_at),
+            KeyState::Shared { earliest_ms, .. } | KeyState::Semaphore { earliest_ms, .. } => {
+                earliest_ms.map(rules::lease_over_at)
+            }
+            KeyState::WrongType => None,
+        };
+        return Ok(busy(wake));
+    }
+    match serve(case.key, case.want, None, case.max_holders) {
+        Serve::Grant => grant(),
+        Serve::WakeAt(at) => Ok(busy(Some(at))),
+        Serve::Idle => Ok(busy(None)),
+        Serve::FailAll(e) | Serve::FailHead(e) => Err(e),
     }
 }
 
@@ -206,6 +401,20 @@ pub fn guard(holder: Option<&Lock>, token: &[u8]) -> Result<(), LockError> {
     match holder {
         Some(lock) if lock.held_by(token) => Ok(()),
         Some(_) => Err(LockError::LostOther),
+        None => Err(LockError::LostFree),
+    }
+}
+
+/// `LOCK.GUARD` on a key held in shared mode: a reader (`mine`) may run
+/// read-only commands; anyone else is `LOST`. Whether the command must be
+/// read-only.
+pub fn guard_shared(mine: Option<MyHold>, readers: usize) -> Result<bool, LockError> {
+    match mine {
+        Some(MyHold {
+            want: Want::Shared, ..
+        }) => Ok(true),
+        Some(_) => Err(LockError::WrongType),
+        None if readers > 0 => Err(LockError::LostOther),
         None => Err(LockError::LostFree),
     }
 }
@@ -455,24 +664,194 @@ mod tests {
 
     #[test]
     fn a_queue_is_served_only_when_the_key_is_free_and_past_its_lock_delay() {
-        assert_eq!(serve(KeyState::Free, None), Serve::Grant);
-        assert_eq!(serve(KeyState::Free, Some(500)), Serve::WakeAt(500));
+        let x = Want::Exclusive;
+        assert_eq!(serve(KeyState::Free, x, None, 10), Serve::Grant);
+        assert_eq!(serve(KeyState::Free, x, Some(500), 10), Serve::WakeAt(500));
         assert_eq!(
             serve(
                 KeyState::Held {
                     deadline_ms: Some(99)
                 },
-                None
+                x,
+                None,
+                10
             ),
             Serve::WakeAt(100)
         );
         assert_eq!(
-            serve(KeyState::Held { deadline_ms: None }, Some(5)),
+            serve(KeyState::Held { deadline_ms: None }, x, Some(5), 10),
             Serve::Idle
         );
         assert_eq!(
-            serve(KeyState::WrongType, None),
+            serve(KeyState::WrongType, x, None, 10),
             Serve::FailAll(LockError::WaitWrongType)
+        );
+    }
+
+    fn shared(holders: usize, earliest: i64) -> KeyState {
+        KeyState::Shared {
+            earliest_ms: Some(earliest),
+            holders,
+        }
+    }
+
+    fn sem(limit: u32, used: u64, holders: usize) -> KeyState {
+        KeyState::Semaphore {
+            limit,
+            used,
+            holders,
+            earliest_ms: Some(70),
+        }
+    }
+
+    #[test]
+    fn readers_join_readers_and_a_writer_waits_for_the_last_of_them() {
+        assert_eq!(serve(shared(3, 50), Want::Shared, None, 10), Serve::Grant);
+        assert_eq!(
+            serve(shared(10, 50), Want::Shared, None, 10),
+            Serve::WakeAt(51)
+        );
+        assert_eq!(
+            serve(shared(3, 50), Want::Exclusive, None, 10),
+            Serve::WakeAt(51)
+        );
+        let writer = KeyState::Held {
+            deadline_ms: Some(80),
+        };
+        assert_eq!(serve(writer, Want::Shared, None, 10), Serve::WakeAt(81));
+        assert_eq!(
+            serve(
+                shared(1, 50),
+                Want::Permits { limit: 2, count: 1 },
+                None,
+                10
+            ),
+            Serve::FailHead(LockError::WaitWrongType)
+        );
+    }
+
+    #[test]
+    fn permits_are_granted_while_enough_are_free_and_a_big_request_blocks_small_ones() {
+        let want = |count| Want::Permits { limit: 5, count };
+        assert_eq!(serve(sem(5, 2, 2), want(3), None, 10), Serve::Grant);
+        assert_eq!(serve(sem(5, 3, 2), want(3), None, 10), Serve::WakeAt(71));
+        assert_eq!(serve(sem(5, 4, 10), want(1), None, 10), Serve::WakeAt(71));
+        assert_eq!(
+            serve(sem(4, 0, 0), want(1), None, 10),
+            Serve::FailHead(LockError::LimitMismatch)
+        );
+        assert_eq!(
+            serve(sem(5, 0, 0), Want::Exclusive, None, 10),
+            Serve::FailHead(LockError::WaitWrongType)
+        );
+    }
+
+    fn shared_case(key: KeyState, want: Want) -> SharedCase<'static> {
+        SharedCase {
+            key,
+            mine: None,
+            want,
+            token: Some(b"t"),
+            ttl_ms: 100,
+            now_ms: NOW,
+            others_waiting: false,
+            hold: HoldPolicy::default(),
+            may_wait: false,
+            max_holders: 3,
+        }
+    }
+
+    #[test]
+    fn shared_and_semaphore_acquire_grant_renew_refuse_and_limit() {
+        let grant = Ok(Acquire::Grant {
+            deadline_ms: NOW + 100,
+        });
+        assert_eq!(
+            acquire_shared(&shared_case(KeyState::Free, Want::Shared)),
+            grant
+        );
+        assert_eq!(
+            acquire_shared(&shared_case(shared(2, 5), Want::Shared)),
+            grant
+        );
+        assert_eq!(
+            acquire_shared(&shared_case(shared(3, 5), Want::Shared)),
+            Err(LockError::HoldersLimit)
+        );
+        assert_eq!(
+            acquire_shared(&shared_case(shared(1, NOW + 5), Want::Exclusive)),
+            Ok(Acquire::Refuse)
+        );
+        let queued = SharedCase {
+            may_wait: true,
+            ..shared_case(shared(1, NOW + 5), Want::Exclusive)
+        };
+        assert_eq!(
+            acquire_shared(&queued),
+            Ok(Acquire::Queue {
+                wake_at_ms: Some(NOW + 6)
+            })
+        );
+        // No barging: a reader behind a queued writer waits too.
+        let behind_writer = SharedCase {
+            others_waiting: true,
+            ..shared_case(shared(1, NOW + 5), Want::Shared)
+        };
+        assert_eq!(acquire_shared(&behind_writer), Ok(Acquire::Refuse));
+        // Renew in the same mode; refuse a change of mode or of COUNT.
+        let mine = MyHold {
+            want: Want::Shared,
+            fence: 9,
+            granted_ms: NOW - 5,
+            extends: 0,
+        };
+        let renew = SharedCase {
+            mine: Some(mine),
+            ..shared_case(shared(1, NOW + 5), Want::Shared)
+        };
+        assert_eq!(
+            acquire_shared(&renew),
+            Ok(Acquire::Renew(Renewal {
+                fence: 9,
+                deadline_ms: NOW + 100,
+                extends: 1
+            }))
+        );
+        let upgrade = SharedCase {
+            want: Want::Exclusive,
+            ..renew
+        };
+        assert_eq!(acquire_shared(&upgrade), Err(LockError::ModeConflict));
+        let permits = |count| Want::Permits { limit: 5, count };
+        let other_count = SharedCase {
+            key: sem(5, 2, 1),
+            mine: Some(MyHold {
+                want: permits(2),
+                ..mine
+            }),
+            ..shared_case(sem(5, 2, 1), permits(1))
+        };
+        assert_eq!(acquire_shared(&other_count), Err(LockError::CountMismatch));
+        assert_eq!(
+            acquire_shared(&shared_case(sem(5, 2, 1), permits(3))),
+            grant
+        );
+        assert_eq!(
+            acquire_shared(&shared_case(sem(5, 3, 1), permits(3))),
+            Ok(Acquire::Refuse)
+        );
+        assert_eq!(
+            acquire_shared(&shared_case(sem(4, 0, 0), permits(1))),
+            Err(LockError::LimitMismatch)
+        );
+        // Kinds do not mix.
+        assert_eq!(
+            acquire_shared(&shared_case(sem(5, 0, 0), Want::Shared)),
+            Err(LockError::WrongType)
+        );
+        assert_eq!(
+            acquire_shared(&shared_case(shared(1, 5), permits(1))),
+            Err(LockError::WrongType)
         );
     }
 
@@ -495,6 +874,19 @@ mod tests {
         assert!(holder_changed(0, 42));
         assert!(holder_changed(42, 0));
         assert!(holder_changed(42, 43));
+    }
+
+    #[test]
+    fn a_reader_may_guard_reads_only_and_others_are_lost() {
+        let reader = MyHold {
+            want: Want::Shared,
+            fence: 1,
+            granted_ms: 0,
+            extends: 0,
+        };
+        assert_eq!(guard_shared(Some(reader), 2), Ok(true));
+        assert_eq!(guard_shared(None, 2), Err(LockError::LostOther));
+        assert_eq!(guard_shared(None, 0), Err(LockError::LostFree));
     }
 
     #[test]

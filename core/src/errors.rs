@@ -53,6 +53,32 @@ pub enum LockError {
     CountInvalid,
     /// `LOCK.OBSERVE`'s fence not 0 or a valid fence.
     ObservedFenceInvalid,
+    ArityShared,
+    AritySemAcquire,
+    AritySemExtend,
+    AritySemRelease,
+    AritySemInfo,
+    /// `SHARED` given twice.
+    SyntaxRepeatedShared,
+    /// `COUNT` given twice.
+    SyntaxRepeatedCount,
+    /// `COUNT` as the last argument.
+    SyntaxMissingCount,
+    /// A semaphore's limit not an integer from 1 to `MAX_PERMITS`.
+    LimitInvalid,
+    /// `SEM.ACQUIRE … COUNT n` with n not from 1 to the limit.
+    PermitCountInvalid,
+    /// `SEM.ACQUIRE` with another limit than the key was created with.
+    LimitMismatch,
+    /// The token holds the key in the other mode (no upgrade, no downgrade).
+    ModeConflict,
+    /// The token holds other `COUNT` of the semaphore's permits.
+    CountMismatch,
+    /// `lock.max-holders` holders already hold the key.
+    HoldersLimit,
+    /// `LOCK.SETHOLDER`/`LOCK.DELHOLDER` from a normal client.
+    HolderInternal,
+    ArityDelHolder,
     /// `SESSION` inside a Lua script or function, whose client never closes.
     SessionInScript,
     WaitNotInteger,
@@ -143,6 +169,36 @@ impl LockError {
             LockError::ObservedFenceInvalid => {
                 c"ERR fence must be 0 (free) or an integer from 1 to 9007199254740991"
             }
+            LockError::ArityShared => c"ERR wrong number of arguments for 'lock.setholder' command",
+            LockError::AritySemAcquire => c"ERR wrong number of arguments for 'sem.acquire' command",
+            LockError::AritySemExtend => c"ERR wrong number of arguments for 'sem.extend' command",
+            LockError::AritySemRelease => c"ERR wrong number of arguments for 'sem.release' command",
+            LockError::AritySemInfo => c"ERR wrong number of arguments for 'sem.info' command",
+            LockError::SyntaxRepeatedShared => c"ERR syntax error: SHARED is given more than once",
+            LockError::SyntaxRepeatedCount => c"ERR syntax error: COUNT is given more than once",
+            LockError::SyntaxMissingCount => c"ERR syntax error: COUNT needs a value",
+            LockError::LimitInvalid => c"ERR limit must be an integer from 1 to 1000000",
+            LockError::PermitCountInvalid => {
+                c"ERR COUNT must be an integer from 1 to the semaphore's limit"
+            }
+            LockError::LimitMismatch => {
+                c"ERR limit differs from the one the semaphore was created with (SEM.INFO shows it)"
+            }
+            LockError::ModeConflict => {
+                c"ERR this token holds the lock in the other mode: release it first (no upgrade or downgrade)"
+            }
+            LockError::CountMismatch => {
+                c"ERR this token holds another COUNT of permits: release it first"
+            }
+            LockError::HoldersLimit => {
+                c"LIMIT lock.max-holders reached: too many holders of this key"
+            }
+            LockError::HolderInternal => {
+                c"ERR LOCK.SETHOLDER and LOCK.DELHOLDER are internal: only the replication link and AOF loading may call them"
+            }
+            LockError::ArityDelHolder => {
+                c"ERR wrong number of arguments for 'lock.delholder' command"
+            }
             LockError::WaitNotInteger => c"ERR timeout-ms is not an integer or out of range",
             LockError::WaitNegative => c"ERR timeout-ms must be 0 (no limit) or greater",
             LockError::WaitTooLarge => {
@@ -210,7 +266,23 @@ impl std::error::Error for LockError {}
 mod tests {
     use super::*;
 
-    const ALL: [LockError; 50] = [
+    const ALL: [LockError; 66] = [
+        LockError::HolderInternal,
+        LockError::ArityDelHolder,
+        LockError::ArityShared,
+        LockError::AritySemAcquire,
+        LockError::AritySemExtend,
+        LockError::AritySemRelease,
+        LockError::AritySemInfo,
+        LockError::SyntaxRepeatedShared,
+        LockError::SyntaxRepeatedCount,
+        LockError::SyntaxMissingCount,
+        LockError::LimitInvalid,
+        LockError::PermitCountInvalid,
+        LockError::LimitMismatch,
+        LockError::ModeConflict,
+        LockError::CountMismatch,
+        LockError::HoldersLimit,
         LockError::ArityQueue,
         LockError::ArityObserve,
         LockError::SyntaxMissingOwner,
@@ -310,6 +382,22 @@ mod tests {
             | LockError::OwnerLength
             | LockError::CountInvalid
             | LockError::ObservedFenceInvalid
+            | LockError::ArityShared
+            | LockError::AritySemAcquire
+            | LockError::AritySemExtend
+            | LockError::AritySemRelease
+            | LockError::AritySemInfo
+            | LockError::SyntaxRepeatedShared
+            | LockError::SyntaxRepeatedCount
+            | LockError::SyntaxMissingCount
+            | LockError::LimitInvalid
+            | LockError::PermitCountInvalid
+            | LockError::LimitMismatch
+            | LockError::ModeConflict
+            | LockError::CountMismatch
+            | LockError::HoldersLimit
+            | LockError::HolderInternal
+            | LockError::ArityDelHolder
             | LockError::SessionInScript
             | LockError::GrantedInvalid
             | LockError::ExtendsInvalid

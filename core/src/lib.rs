@@ -9,6 +9,8 @@
 //! - [`decide`]: one decision per command and event, as a value the module
 //!   executes;
 //! - [`lock`] and [`token`]: the value of a lock key and its compact token;
+//! - [`holders`]: the value of a key with several holders (shared locks,
+//!   semaphores);
 //! - [`waitqueue`]: the per-key FIFO of waiters;
 //! - [`settings`]: the module's settings as data;
 //! - [`sim`] (feature `sim`): an in-memory lock table that executes the
@@ -20,6 +22,7 @@
 pub mod args;
 pub mod decide;
 pub mod errors;
+pub mod holders;
 pub mod lock;
 pub mod rules;
 pub mod settings;

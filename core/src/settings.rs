@@ -19,14 +19,24 @@ pub const MAX_HOLD: Setting = ("max-hold-ms", 0, 0, rules::CEILING_MS);
 pub const MAX_EXTENDS: Setting = ("max-extends", 0, 0, u32::MAX as i64);
 pub const EXPIRY_DELAY: Setting = ("expiry-delay-ms", 0, 0, rules::CEILING_MS);
 pub const MAX_WAITERS: Setting = ("max-waiters", 0, 0, u32::MAX as i64);
+/// Holders of one shared lock or semaphore at once (`LIMIT` past it), so
+/// one key cannot grow without end.
+pub const MAX_HOLDERS: Setting = ("max-holders", 1000, 1, 1_000_000);
 
 /// Every setting, in the order [`starting_values`] returns them.
-pub const ALL: [Setting; 5] = [MAX_TTL, MAX_HOLD, MAX_EXTENDS, EXPIRY_DELAY, MAX_WAITERS];
+pub const ALL: [Setting; 6] = [
+    MAX_TTL,
+    MAX_HOLD,
+    MAX_EXTENDS,
+    EXPIRY_DELAY,
+    MAX_WAITERS,
+    MAX_HOLDERS,
+];
 
 /// The starting value of each setting in [`ALL`]: its default, or what the
 /// module arguments (`name value` pairs, `lock.` prefix optional) say. An
 /// unknown name or a bad value is an error that says which.
-pub fn starting_values(args: &[&[u8]]) -> Result<[i64; 5], String> {
+pub fn starting_values(args: &[&[u8]]) -> Result<[i64; 6], String> {
     let mut values = ALL.map(|(_, default, _, _)| default);
     for pair in args.chunks(2) {
         let [name, value] = pair else {
@@ -76,7 +86,7 @@ mod tests {
     #[test]
     fn module_arguments_set_starting_values() {
         let defaults = starting_values(&[]).unwrap();
-        assert_eq!(defaults, [86_400_000, 0, 0, 0, 0]);
+        assert_eq!(defaults, [86_400_000, 0, 0, 0, 0, 1000]);
         let set = starting_values(&[
             b"max-ttl-ms",
             b"60000",
@@ -86,7 +96,7 @@ mod tests {
             b"10",
         ])
         .unwrap();
-        assert_eq!(set, [60_000, 0, 0, 500, 10]);
+        assert_eq!(set, [60_000, 0, 0, 500, 10, 1000]);
         for bad in [
             vec![&b"max-ttl-ms"[..]],
             vec![&b"max-ttl-ms"[..], b"0"],

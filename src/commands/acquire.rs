@@ -1,19 +1,19 @@
 //! `LOCK.ACQUIRE key ttl-ms [TOKEN token] [WAIT timeout-ms] [SESSION]
-//! [OWNER label]` →
+//! [OWNER label] [SHARED]` →
 //! `[token, fence]`, or null when the key is busy (another holder, others
 //! queued before the caller, or a lock-delay after an expiry). With `WAIT`, a
 //! busy key queues the caller instead (see `waiting.rs`); with `SESSION`,
 //! the lock is also released when the connection closes (see `sessions.rs`).
 
-use redis_lock_core::args::parse_acquire;
-use redis_lock_core::decide::{self, Acquire, AcquireCase};
+use redis_lock_core::args::{parse_acquire, AcquireArgs};
+use redis_lock_core::decide::{self, Acquire, AcquireCase, MyHold, SharedCase, Want};
 use redis_lock_core::errors::LockError;
 use redis_lock_core::token::{self, UUID_LEN};
 use redis_module::{Context, RedisString};
 
-use crate::lease::{self, Grantee};
+use crate::lease::{self, Grantee, HolderGrant};
 use crate::metrics::{self, Counter};
-use crate::redis::key::LockKey;
+use crate::redis::key::{Held, LockKey};
 use crate::redis::{self, client, reply, server};
 use crate::waiting::{self, WaitRequest};
 use crate::{config, expiry, sessions};
@@ -21,19 +21,25 @@ use crate::{config, expiry, sessions};
 pub fn run(ctx: &Context, args: &[RedisString]) -> Result<(), LockError> {
     let parsed = parse_acquire(redis::args(args), config::max_ttl_ms())?;
     super::refuse_local_write_on_replica(ctx)?;
-    let session = match parsed.session {
-        // Inside a script the client is the script engine's, which never
-        // disconnects: a binding to it would be a lie.
-        true if server::in_script(ctx) => return Err(LockError::SessionInScript),
-        true => Some(client::id(ctx)),
-        false => None,
-    };
+    let session = session_of(ctx, parsed.session)?;
     let name = &args[1];
     let db = server::selected_db(ctx);
     let may_wait = parsed.wait_ms.is_some() && server::can_block(ctx);
 
     let mut key = LockKey::open_write(ctx, name);
-    let holder = key.lock()?;
+    let holder = match key.held()? {
+        Held::Free if !parsed.shared => None,
+        Held::Exclusive(lock) if !parsed.shared => Some(lock),
+        // Shared mode, or a key held in shared mode: several holders.
+        _ => {
+            let want = if parsed.shared {
+                Want::Shared
+            } else {
+                Want::Exclusive
+            };
+            return acquire_hold(ctx, key, name, &parsed, want, session);
+        }
+    };
     // Read after opening the key: opening expires a lease that ran out,
     // which is what starts a lock-delay.
     let now_ms = server::now_ms();
@@ -76,6 +82,7 @@ pub fn run(ctx: &Context, args: &[RedisString]) -> Result<(), LockError> {
                 wait_ms: parsed.wait_ms.unwrap_or(0),
                 session,
                 owner: parsed.owner,
+                want: Want::Exclusive,
             };
             waiting::enqueue(ctx, db, name, &request, wake_at_ms)?;
         }
@@ -104,6 +111,155 @@ pub fn run(ctx: &Context, args: &[RedisString]) -> Result<(), LockError> {
                 deadline_ms,
             };
             let fence = lease::grant(ctx, &mut key, name, &grantee)?;
+            drop(key);
+            if let Some(client) = session {
+                sessions::bind(ctx, client, db, name, fence);
+            }
+            reply::grant(ctx, token, fence);
+        }
+    }
+    Ok(())
+}
+
+/// `SESSION`: the calling client's id. Inside a script the client is the
+/// script engine's, which never disconnects: a binding to it would be a lie.
+pub(super) fn session_of(ctx: &Context, session: bool) -> Result<Option<u64>, LockError> {
+    match session {
+        true if server::in_script(ctx) => Err(LockError::SessionInScript),
+        true => Ok(Some(client::id(ctx))),
+        false => Ok(None),
+    }
+}
+
+/// The caller's own live hold on `held`, if `token` is one of its holders.
+pub(super) fn my_hold(held: &Held, token: Option<&[u8]>, now_ms: i64) -> Option<MyHold> {
+    let token = token?;
+    match held {
+        Held::Exclusive(lock) if lock.held_by(token) => Some(MyHold {
+            want: Want::Exclusive,
+            fence: lock.fence,
+            granted_ms: lock.granted_ms,
+            extends: lock.extends,
+        }),
+        Held::Shared(h) | Held::Semaphore(h) => h.find(token, now_ms).map(|mine| MyHold {
+            want: if h.limit == 0 {
+                Want::Shared
+            } else {
+                Want::Permits {
+                    limit: h.limit,
+                    count: mine.count,
+                }
+            },
+            fence: mine.fence,
+            granted_ms: mine.granted_ms,
+            extends: mine.extends,
+        }),
+        _ => None,
+    }
+}
+
+/// `LOCK.ACQUIRE … SHARED`, `SEM.ACQUIRE`, and `LOCK.ACQUIRE` of a key held
+/// in shared mode: the caller wants `want` of `name` (open as `key`).
+pub(super) fn acquire_hold(
+    ctx: &Context,
+    mut key: LockKey,
+    name: &RedisString,
+    parsed: &AcquireArgs,
+    want: Want,
+    session: Option<u64>,
+) -> Result<(), LockError> {
+    let db = server::selected_db(ctx);
+    let now_ms = server::now_ms();
+    if server::is_master(ctx) {
+        lease::expire_holders(ctx, &mut key, name, now_ms);
+    }
+    let state = waiting::key_state(&key, now_ms);
+    let mine = my_hold(&key.held()?, parsed.token, now_ms);
+    let decision = decide::acquire_shared(&SharedCase {
+        key: state,
+        mine,
+        want,
+        token: parsed.token,
+        ttl_ms: parsed.ttl_ms,
+        now_ms,
+        others_waiting: waiting::waiters(db, name) > 0,
+        hold: config::hold_policy(),
+        may_wait: parsed.wait_ms.is_some() && server::can_block(ctx),
+        max_holders: config::max_holders(),
+    });
+    let decision = match decision {
+        Ok(decision) => decision,
+        Err(error) => {
+            if matches!(error, LockError::HoldLimit | LockError::ExtendLimit) {
+                metrics::count(Counter::ExtendsLimited);
+            }
+            return Err(error);
+        }
+    };
+    match decision {
+        Acquire::Refuse => {
+            metrics::count(Counter::Refused);
+            reply::null(ctx);
+        }
+        Acquire::Queue { wake_at_ms } => {
+            drop(key);
+            let request = WaitRequest {
+                token: parsed.token,
+                ttl_ms: parsed.ttl_ms,
+                wait_ms: parsed.wait_ms.unwrap_or(0),
+                session,
+                owner: parsed.owner,
+                want,
+            };
+            waiting::enqueue(ctx, db, name, &request, wake_at_ms)?;
+        }
+        Acquire::Renew(renewal) => {
+            // Renew is only decided for a caller-supplied token.
+            let token = parsed.token.unwrap_or_default();
+            lease::renew_holder(ctx, &mut key, name, token, &renewal, parsed.owner)?;
+            drop(key);
+            metrics::count(Counter::Renewals);
+            waiting::wake_at(ctx, db, name, renewal.wake_at_ms());
+            if let Some(client) = session {
+                sessions::bind(ctx, client, db, name, renewal.fence);
+            }
+            reply::grant(ctx, token, renewal.fence);
+        }
+        Acquire::Grant { deadline_ms } => {
+            let mut drawn = [0u8; UUID_LEN];
+            let token = match parsed.token {
+                Some(token) => token,
+                None => token::draw(&mut drawn),
+            };
+            let grantee = Grantee {
+                token,
+                owner: parsed.owner,
+                now_ms,
+                deadline_ms,
+            };
+            let fence = match want {
+                Want::Exclusive => lease::grant(ctx, &mut key, name, &grantee)?,
+                Want::Shared => lease::grant_holder(
+                    ctx,
+                    &mut key,
+                    name,
+                    &HolderGrant {
+                        grantee,
+                        limit: 0,
+                        count: 1,
+                    },
+                )?,
+                Want::Permits { limit, count } => lease::grant_holder(
+                    ctx,
+                    &mut key,
+                    name,
+                    &HolderGrant {
+                        grantee,
+                        limit,
+                        count,
+                    },
+                )?,
+            };
             drop(key);
             if let Some(client) = session {
                 sessions::bind(ctx, client, db, name, fence);

@@ -1,38 +1,70 @@
-//! `LOCK.EXTEND key token ttl-ms` → 1 when `token` holds the key and its lease
-//! now ends `ttl-ms` from now; 0 otherwise, with nothing changed. A `LIMIT`
-//! error when `lock.max-hold-ms` or `lock.max-extends` forbids the extension
-//! (the lease is left as it was).
+//! `LOCK.EXTEND key token ttl-ms` (and `SEM.EXTEND`, the same for a
+//! semaphore's permits) → 1 when `token` holds the key and its lease now ends
+//! `ttl-ms` from now; 0 otherwise, with nothing changed. A `LIMIT` error when
+//! `lock.max-hold-ms` or `lock.max-extends` forbids the extension (the lease
+//! is left as it was). Of a key with several holders, only `token`'s lease
+//! moves.
 
-use redis_lock_core::args::parse_extend;
+use redis_lock_core::args::parse_extend_as;
 use redis_lock_core::decide::{self, Extend};
 use redis_lock_core::errors::LockError;
 use redis_module::{Context, RedisString};
 
+use super::acquire::my_hold;
+use super::Family;
 use crate::metrics::{self, Counter};
-use crate::redis::key::LockKey;
+use crate::redis::key::{Held, LockKey};
 use crate::redis::{self, reply, server};
 use crate::{config, lease, waiting};
 
 pub fn run(ctx: &Context, args: &[RedisString]) -> Result<(), LockError> {
-    let parsed = parse_extend(redis::args(args), config::max_ttl_ms())?;
+    extend(ctx, args, Family::Lock)
+}
+
+pub fn run_sem(ctx: &Context, args: &[RedisString]) -> Result<(), LockError> {
+    extend(ctx, args, Family::Semaphore)
+}
+
+fn extend(ctx: &Context, args: &[RedisString], family: Family) -> Result<(), LockError> {
+    let arity = match family {
+        Family::Lock => LockError::ArityExtend,
+        Family::Semaphore => LockError::AritySemExtend,
+    };
+    let parsed = parse_extend_as(redis::args(args), config::max_ttl_ms(), arity)?;
     super::refuse_local_write_on_replica(ctx)?;
     let name = &args[1];
 
     let mut key = LockKey::open_write(ctx, name);
-    let decision = decide::extend(
-        key.lock()?,
-        parsed.token,
-        parsed.ttl_ms,
-        server::now_ms(),
-        config::hold_policy(),
-    );
+    let now_ms = server::now_ms();
+    let policy = config::hold_policy();
+    let several = match key.held()? {
+        Held::Free | Held::Exclusive(_) if family == Family::Semaphore => {
+            return Err(LockError::WrongType)
+        }
+        Held::Semaphore(_) if family == Family::Lock => return Err(LockError::WrongType),
+        Held::Free | Held::Exclusive(_) => false,
+        Held::Shared(_) | Held::Semaphore(_) => true,
+    };
+    let decision = if several {
+        if server::is_master(ctx) {
+            lease::expire_holders(ctx, &mut key, name, now_ms);
+        }
+        let mine = my_hold(&key.held()?, Some(parsed.token), now_ms);
+        decide::extend_hold(mine, parsed.ttl_ms, now_ms, policy)
+    } else {
+        decide::extend(key.lock()?, parsed.token, parsed.ttl_ms, now_ms, policy)
+    };
     match decision {
         Ok(Extend::NotHolder) => {
             metrics::count(Counter::StaleExtends);
             reply::integer(ctx, 0);
         }
         Ok(Extend::Renewed(renewal)) => {
-            lease::renew(ctx, &mut key, name, parsed.token, &renewal, None)?;
+            if several {
+                lease::renew_holder(ctx, &mut key, name, parsed.token, &renewal, None)?;
+            } else {
+                lease::renew(ctx, &mut key, name, parsed.token, &renewal, None)?;
+            }
             drop(key);
             // A shorter lease brings the hand-off to waiters forward.
             waiting::wake_at(ctx, server::selected_db(ctx), name, renewal.wake_at_ms());

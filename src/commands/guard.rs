@@ -11,8 +11,9 @@ use redis_lock_core::decide;
 use redis_lock_core::errors::LockError;
 use redis_module::{Context, RedisString};
 
+use super::acquire::my_hold;
 use crate::metrics::{self, Counter};
-use crate::redis::key::LockKey;
+use crate::redis::key::{Held, LockKey};
 use crate::redis::{self, call, server};
 
 pub fn run(ctx: &Context, args: &[RedisString]) -> Result<(), LockError> {
@@ -29,12 +30,26 @@ pub fn run(ctx: &Context, args: &[RedisString]) -> Result<(), LockError> {
     let run = decide::guarded_command(&command[0], flags, server::in_script(ctx))?;
 
     let key = LockKey::open_read(ctx, &args[1]);
-    if let Err(lost) = decide::guard(key.lock()?, parsed.token) {
-        metrics::count(Counter::GuardsLost);
-        return Err(lost);
-    }
+    let now_ms = server::now_ms();
+    let allowed = match key.held()? {
+        // A reader of a key held in shared mode may only read.
+        Held::Shared(h) => decide::guard_shared(
+            my_hold(&Held::Shared(h), Some(parsed.token), now_ms),
+            h.count_live(now_ms),
+        ),
+        Held::Semaphore(_) => return Err(LockError::WrongType),
+        Held::Free => decide::guard(None, parsed.token).map(|()| false),
+        Held::Exclusive(lock) => decide::guard(Some(lock), parsed.token).map(|()| false),
+    };
+    let read_only = match allowed {
+        Ok(read_only) => read_only,
+        Err(lost) => {
+            metrics::count(Counter::GuardsLost);
+            return Err(lost);
+        }
+    };
     drop(key);
     metrics::count(Counter::Guards);
-    call::call_and_reply(ctx, command, run.script_mode);
+    call::call_and_reply(ctx, command, run.script_mode, read_only);
     Ok(())
 }

@@ -6,10 +6,12 @@
 pub mod acquire;
 pub mod extend;
 pub mod guard;
+pub mod holders;
 pub mod info;
 pub mod observe;
 pub mod queue;
 pub mod release;
+pub mod sem_acquire;
 pub mod setstate;
 
 use redis_lock_core::errors::LockError;
@@ -17,6 +19,15 @@ use redis_module::{Context, RedisResult, RedisString, RedisValue};
 
 use crate::redis::guard::guarded;
 use crate::redis::{reply, server};
+
+/// Which family of commands a shared body serves: `LOCK.*` (exclusive and
+/// shared locks) or `SEM.*` (semaphores); each refuses the other's keys with
+/// `WRONGTYPE`.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Family {
+    Lock,
+    Semaphore,
+}
 
 /// A command body: it replies itself on success; an `Err` is replied here.
 pub type Command = fn(&Context, &[RedisString]) -> Result<(), LockError>;

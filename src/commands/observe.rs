@@ -15,7 +15,7 @@ use crate::redis::key::LockKey;
 pub fn run(ctx: &Context, args: &[RedisString]) -> Result<(), LockError> {
     let parsed = parse_observe(redis::args(args))?;
     // A key of another type is refused, as every lock command refuses it.
-    LockKey::open_read(ctx, &args[1]).lock()?;
+    LockKey::open_read(ctx, &args[1]).held()?;
     observers::observe(ctx, &args[1], parsed.fence, parsed.timeout_ms);
     Ok(())
 }

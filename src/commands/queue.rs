@@ -16,7 +16,7 @@ use crate::waiting;
 pub fn run(ctx: &Context, args: &[RedisString]) -> Result<(), LockError> {
     let parsed = parse_queue(redis::args(args))?;
     // A key of another type is refused, as every lock command refuses it.
-    LockKey::open_read(ctx, &args[1]).lock()?;
+    LockKey::open_read(ctx, &args[1]).held()?;
     let queued = waiting::queued(server::selected_db(ctx), &args[1], parsed.count);
     let now_ms = server::now_ms();
     reply::array(ctx, queued.len());

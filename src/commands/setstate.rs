@@ -25,7 +25,8 @@ pub fn run(ctx: &Context, args: &[RedisString]) -> Result<(), LockError> {
     let name = &args[1];
 
     let mut key = LockKey::open_write(ctx, name);
-    key.lock()?;
+    // The master's state replaces whatever lock the key held.
+    key.held()?;
     key.store(
         Lock::new(
             parsed.token,

@@ -214,10 +214,16 @@ pub fn report_keys(ctx: &Context, args: &[RedisString], first: usize) {
 /// Run `args[0] args[1..]` as the calling client's ACL user, in the client's
 /// protocol, replicated to replicas and the AOF as Redis replicates it
 /// (its effects), and reply with its reply as it is. `script_mode`: refuse,
-/// as a script would, what scripts may not do. An ACL refusal is replied as
-/// `NOPERM`; every other error is the command's own.
-pub fn call_and_reply(ctx: &Context, args: &[RedisString], script_mode: bool) {
-    let format = if script_mode { c"0CSME!v" } else { c"0CME!v" };
+/// as a script would, what scripts may not do; `read_only`: refuse every
+/// write command (a reader's guard). An ACL refusal is replied as `NOPERM`;
+/// every other error is the command's own.
+pub fn call_and_reply(ctx: &Context, args: &[RedisString], script_mode: bool, read_only: bool) {
+    let format = match (script_mode, read_only) {
+        (true, false) => c"0CSME!v",
+        (false, false) => c"0CME!v",
+        (true, true) => c"0CSWME!v",
+        (false, true) => c"0CWME!v",
+    };
     let Some(name) = args.first() else {
         return;
     };

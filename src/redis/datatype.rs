@@ -10,6 +10,7 @@ use std::ptr;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::OnceLock;
 
+use redis_lock_core::holders::Holders;
 use redis_lock_core::lock::Lock;
 use redis_lock_core::rules;
 use redis_lock_core::token::UUID_LEN;
@@ -32,6 +33,8 @@ pub struct Hooks {
     /// Redis is removing `lock` from `db` (release, `DEL`, expiry,
     /// eviction, overwrite); its key name is the slice.
     pub unlinked: fn(i32, &[u8], &Lock),
+    /// Redis is removing a key with several holders.
+    pub holders_unlinked: fn(&Holders),
 }
 
 static HOOKS: OnceLock<Hooks> = OnceLock::new();
@@ -41,17 +44,30 @@ pub fn set_hooks(hooks: Hooks) {
     let _ = HOOKS.set(hooks);
 }
 
-/// Lock values in memory: created by [`new_value`] (grants, `LOCK.SETSTATE`)
-/// and RDB loads, gone when Redis frees them.
+pub(super) fn hooks() -> Option<&'static Hooks> {
+    HOOKS.get()
+}
+
+/// Values of the module's types in memory (locks, shared locks,
+/// semaphores): created by grants, `LOCK.SETSTATE`/`SETHOLDER` and RDB
+/// loads, gone when Redis frees them.
 static LIVE_VALUES: AtomicI64 = AtomicI64::new(0);
 
 pub fn live_values() -> i64 {
     LIVE_VALUES.load(Ordering::Relaxed).max(0)
 }
 
+pub(super) fn value_created() {
+    LIVE_VALUES.fetch_add(1, Ordering::Relaxed);
+}
+
+pub(super) fn value_freed() {
+    LIVE_VALUES.fetch_sub(1, Ordering::Relaxed);
+}
+
 /// A lock value on the heap, for Redis to own.
 pub fn new_value(lock: Lock) -> *mut Lock {
-    LIVE_VALUES.fetch_add(1, Ordering::Relaxed);
+    value_created();
     Box::into_raw(Box::new(lock))
 }
 
@@ -61,7 +77,7 @@ pub fn new_value(lock: Lock) -> *mut Lock {
 /// `value` came from [`new_value`] and nothing else owns it any more.
 pub unsafe fn free_value(value: *mut Lock) {
     if !value.is_null() {
-        LIVE_VALUES.fetch_sub(1, Ordering::Relaxed);
+        value_freed();
         drop(Box::from_raw(value));
     }
 }

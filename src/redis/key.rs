@@ -9,10 +9,21 @@
 use std::os::raw::c_int;
 
 use redis_lock_core::errors::LockError;
+use redis_lock_core::holders::Holders;
 use redis_lock_core::lock::{Lock, OwnerLabel};
 use redis_module::{raw, Context, RedisString};
 
-use super::datatype;
+use super::{datatype, holders_type};
+
+/// What a key holds, for the lock commands.
+pub enum Held<'a> {
+    Free,
+    Exclusive(&'a Lock),
+    /// A lock held in shared mode (`redisshrd`).
+    Shared(&'a Holders),
+    /// A semaphore (`redissema`).
+    Semaphore(&'a Holders),
+}
 
 pub struct LockKey {
     key: *mut raw::RedisModuleKey,
@@ -43,13 +54,89 @@ impl LockKey {
         }
     }
 
-    /// The lock on the key: `Ok(None)` when the key is free, `WRONGTYPE` when
-    /// it holds anything else.
+    /// The exclusive lock on the key: `Ok(None)` when the key is free,
+    /// `WRONGTYPE` when it holds anything else (a shared lock included).
     pub fn lock(&self) -> Result<Option<&Lock>, LockError> {
         Ok(self.value()?.map(|value| unsafe { &*value }))
     }
 
+    /// What the key holds: free, an exclusive lock, a shared lock or a
+    /// semaphore; `WRONGTYPE` for any other type.
+    pub fn held(&self) -> Result<Held<'_>, LockError> {
+        let Some((kind, value)) = self.raw_value()? else {
+            return Ok(Held::Free);
+        };
+        // SAFETY: the value belongs to this open key and has the type Redis
+        // says it has.
+        unsafe {
+            Ok(match kind {
+                Kind::Exclusive => Held::Exclusive(&*value.cast::<Lock>()),
+                Kind::Shared => Held::Shared(&*value.cast::<Holders>()),
+                Kind::Semaphore => Held::Semaphore(&*value.cast::<Holders>()),
+            })
+        }
+    }
+
+    /// The holders of a shared lock or semaphore, to change in place (then
+    /// call [`LockKey::holders_changed`]).
+    pub fn holders_mut(&mut self) -> Option<&mut Holders> {
+        match self.raw_value() {
+            Ok(Some((Kind::Shared | Kind::Semaphore, value))) if self.writable => {
+                // SAFETY: as in `held`, and `&mut self` holds the key.
+                Some(unsafe { &mut *value.cast::<Holders>() })
+            }
+            _ => None,
+        }
+    }
+
+    /// After a change of holders: the key's TTL follows the latest lease,
+    /// and a key with no holder left is deleted.
+    pub fn holders_changed(&mut self) {
+        let latest = match self.holders_mut() {
+            Some(holders) if holders.list.is_empty() => None,
+            Some(holders) => Some(holders.latest_deadline()),
+            None => return,
+        };
+        match latest {
+            None => self.delete(),
+            Some(deadline) => self.set_ttl(deadline),
+        }
+    }
+
+    /// Put `holders` in the key (a shared lock or a semaphore, by its limit)
+    /// with the latest lease as the key's TTL.
+    pub fn store_holders(&mut self, holders: Holders) -> Result<(), LockError> {
+        if !self.writable || self.key.is_null() {
+            return Err(LockError::Internal);
+        }
+        let deadline = holders.latest_deadline();
+        let value_type = holders_type::type_of(&holders);
+        let value = holders_type::new_value(holders);
+        let status = unsafe {
+            raw::RedisModule_ModuleTypeSetValue.map_or(raw::Status::Err as c_int, |f| {
+                f(self.key, value_type, value.cast())
+            })
+        };
+        if status != raw::Status::Ok as c_int {
+            // SAFETY: Redis did not take ownership; nothing else has it.
+            unsafe { holders_type::free_value(value) };
+            return Err(LockError::Internal);
+        }
+        self.set_ttl(deadline);
+        Ok(())
+    }
+
     fn value(&self) -> Result<Option<*mut Lock>, LockError> {
+        match self.raw_value()? {
+            None => Ok(None),
+            Some((Kind::Exclusive, value)) => Ok(Some(value.cast::<Lock>())),
+            Some(_) => Err(LockError::WrongType),
+        }
+    }
+
+    /// The module value of the key and its kind; `WRONGTYPE` for a key of
+    /// another type.
+    fn raw_value(&self) -> Result<Option<(Kind, *mut std::ffi::c_void)>, LockError> {
         if self.key.is_null() {
             return Ok(None);
         }
@@ -58,16 +145,23 @@ impl LockKey {
             if key_type == raw::REDISMODULE_KEYTYPE_EMPTY {
                 return Ok(None);
             }
-            let is_lock = key_type == raw::REDISMODULE_KEYTYPE_MODULE
-                && raw::RedisModule_ModuleTypeGetType.map_or(std::ptr::null_mut(), |f| f(self.key))
-                    == datatype::raw_type();
-            if !is_lock {
+            if key_type != raw::REDISMODULE_KEYTYPE_MODULE {
                 return Err(LockError::WrongType);
             }
-            let value = raw::RedisModule_ModuleTypeGetValue
-                .map_or(std::ptr::null_mut(), |f| f(self.key))
-                .cast::<Lock>();
-            Ok((!value.is_null()).then_some(value))
+            let value_type =
+                raw::RedisModule_ModuleTypeGetType.map_or(std::ptr::null_mut(), |f| f(self.key));
+            let kind = if value_type == datatype::raw_type() {
+                Kind::Exclusive
+            } else if value_type == holders_type::shared_type() {
+                Kind::Shared
+            } else if value_type == holders_type::semaphore_type() {
+                Kind::Semaphore
+            } else {
+                return Err(LockError::WrongType);
+            };
+            let value =
+                raw::RedisModule_ModuleTypeGetValue.map_or(std::ptr::null_mut(), |f| f(self.key));
+            Ok((!value.is_null()).then_some((kind, value)))
         }
     }
 
@@ -119,7 +213,8 @@ impl LockKey {
 
     /// Make the lock's copy of its deadline equal the key's TTL again, after
     /// something other than the module changed the TTL. Works on a key open
-    /// for reading too: only the module's own value is touched.
+    /// for reading too: only the module's own value is touched. (A key with
+    /// several holders keeps a deadline per holder; its TTL is theirs.)
     pub fn mirror_deadline(&self) {
         if let Ok(Some(value)) = self.value() {
             // SAFETY: the value belongs to this open key.
@@ -155,6 +250,13 @@ impl LockKey {
             }
         }
     }
+}
+
+#[derive(Clone, Copy)]
+enum Kind {
+    Exclusive,
+    Shared,
+    Semaphore,
 }
 
 impl Drop for LockKey {

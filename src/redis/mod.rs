@@ -15,6 +15,7 @@ pub mod client;
 pub mod datatype;
 pub mod events;
 pub mod guard;
+pub mod holders_type;
 pub mod info;
 pub mod key;
 pub mod replicate;

@@ -109,3 +109,90 @@ pub fn touched(ctx: &Context, key: &RedisString) {
         }
     }
 }
+
+/// One holder of a shared lock (`limit` 0) or of a semaphore, as
+/// `LOCK.SETHOLDER key limit count token fence deadline-ms granted-ms extends
+/// [OWNER label]`: every value explicit, so a replica or a replay adds or
+/// updates exactly this holder.
+pub struct HolderState<'a> {
+    pub limit: u32,
+    pub count: u32,
+    pub token: &'a [u8],
+    pub fence: u64,
+    pub deadline_ms: i64,
+    pub granted_ms: i64,
+    pub extends: u32,
+    pub owner: Option<&'a [u8]>,
+}
+
+pub fn holder(ctx: &Context, key: &RedisString, h: &HolderState) {
+    let mut limit = itoa::Buffer::new();
+    let limit = limit.format(h.limit);
+    let mut count = itoa::Buffer::new();
+    let count = count.format(h.count);
+    let mut fence = itoa::Buffer::new();
+    let fence = fence.format(h.fence);
+    let mut deadline = itoa::Buffer::new();
+    let deadline = deadline.format(h.deadline_ms);
+    let mut granted = itoa::Buffer::new();
+    let granted = granted.format(h.granted_ms);
+    let mut extends = itoa::Buffer::new();
+    let extends = extends.format(h.extends);
+    let owner = h.owner.unwrap_or_default();
+    let format = if h.owner.is_some() {
+        c"sbbbbbbbcb"
+    } else {
+        c"sbbbbbbb"
+    };
+    let text = |s: &str| (s.as_ptr().cast::<c_char>(), s.len());
+    let (limit, limit_len) = text(limit);
+    let (count, count_len) = text(count);
+    let (fence, fence_len) = text(fence);
+    let (deadline, deadline_len) = text(deadline);
+    let (granted, granted_len) = text(granted);
+    let (extends, extends_len) = text(extends);
+    unsafe {
+        if let Some(replicate) = raw::RedisModule_Replicate {
+            replicate(
+                ctx.get_raw(),
+                c"LOCK.SETHOLDER".as_ptr(),
+                format.as_ptr(),
+                key.inner,
+                limit,
+                limit_len,
+                count,
+                count_len,
+                h.token.as_ptr().cast::<c_char>(),
+                h.token.len(),
+                fence,
+                fence_len,
+                deadline,
+                deadline_len,
+                granted,
+                granted_len,
+                extends,
+                extends_len,
+                c"OWNER".as_ptr(),
+                owner.as_ptr().cast::<c_char>(),
+                owner.len(),
+            );
+        }
+    }
+}
+
+/// `LOCK.DELHOLDER key token`: one holder is gone (released or expired);
+/// the key's other holders stay.
+pub fn del_holder(ctx: &Context, key: &RedisString, token: &[u8]) {
+    unsafe {
+        if let Some(replicate) = raw::RedisModule_Replicate {
+            replicate(
+                ctx.get_raw(),
+                c"LOCK.DELHOLDER".as_ptr(),
+                c"sb".as_ptr(),
+                key.inner,
+                token.as_ptr().cast::<c_char>(),
+                token.len(),
+            );
+        }
+    }
+}
