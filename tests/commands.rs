@@ -150,7 +150,10 @@ fn info_reports_fence_ttl_deadline_grant_extends_waiters_and_never_the_token() {
     assert_eq!(info["waiters"], 0);
     assert!(info["granted"] >= before_ms && info["granted"] <= after_ms);
     assert_eq!(info["extends"], 0);
-    assert_eq!(info.len(), 6);
+    assert_eq!(info["holders"], 1);
+    // Six integer fields from the first version, `holders`, and the text
+    // field `mode` (which `info` leaves out).
+    assert_eq!(info.len(), 7);
     assert_eq!(extend(&mut con, "k", "secret-token", 10_000), 1);
     // A renewal by the holder counts as an extension too.
     acquire(&mut con, "k", 10_000, Some("secret-token")).unwrap();
@@ -185,10 +188,11 @@ fn info_is_a_map_on_resp3_and_a_flat_array_on_resp2() {
         String::from_utf8_lossy(&buf[..n]).to_string()
     };
     let resp3 = read_reply("3");
-    assert!(resp3.starts_with("%6\r\n"), "{resp3:?}");
+    assert!(resp3.starts_with("%8\r\n"), "{resp3:?}");
+    assert!(resp3.contains("$4\r\nmode\r\n$9\r\nexclusive\r\n"), "{resp3:?}");
     assert!(resp3.contains("$5\r\nfence\r\n:"), "{resp3:?}");
     let resp2 = read_reply("2");
-    assert!(resp2.starts_with("*12\r\n"), "{resp2:?}");
+    assert!(resp2.starts_with("*16\r\n"), "{resp2:?}");
     assert!(resp2.contains("$7\r\nwaiters\r\n:0\r\n"), "{resp2:?}");
 }
 
@@ -321,7 +325,7 @@ fn works_inside_multi_exec() {
     assert_eq!(grant.0, "a");
     assert_eq!(refused, None);
     assert_eq!(extended, 1);
-    assert_eq!(info_reply.len(), 12);
+    assert_eq!(info_reply.len(), 16);
     assert_eq!(released, 1);
     assert_eq!(info(&mut con, "k"), None);
 }

@@ -126,7 +126,7 @@ fn info_shows_the_owner_label_and_never_the_token() {
     acquire(&mut con, "plain", 60_000, Some("t")).unwrap();
     assert_eq!(owner(&mut con, "plain"), None);
     let all: HashMap<String, Value> = redis::cmd("LOCK.INFO").arg("job").query(&mut con).unwrap();
-    assert_eq!(all.len(), 7);
+    assert_eq!(all.len(), 9);
     assert!(!format!("{all:?}").contains("secret-token"));
 }
 

@@ -224,11 +224,17 @@ impl LockKey {
 
     /// The key's absolute expiry in unix ms, if it has one.
     pub fn deadline(&self) -> Option<i64> {
+        if self.key.is_null() {
+            return None;
+        }
         let deadline = unsafe { raw::RedisModule_GetAbsExpire.map_or(-1, |f| f(self.key)) };
         (deadline >= 0).then_some(deadline)
     }
 
     fn set_ttl(&self, deadline_ms: Option<i64>) {
+        if self.key.is_null() {
+            return;
+        }
         unsafe {
             if let Some(set) = raw::RedisModule_SetAbsExpire {
                 set(
