@@ -275,7 +275,7 @@ fn hand_off(ctx: &Context, db: i32, name: &RedisString, cause: Cause) {
     if waiters(db, key) == 0 || !server::is_master(ctx) {
         return;
     }
-    let expired = EXPIRED.with(|e| e.borrow_mut().remove(&(db, Box::<[u8]>::from(key))));
+    let mut expired = false;
     loop {
         let Some(head) = with_queues(|q| q.waiters(db, key).next().map(|w| w.want)) else {
             return;
@@ -308,6 +308,10 @@ fn hand_off(ctx: &Context, db: i32, name: &RedisString, cause: Cause) {
                 }
             }
             Serve::Grant => {
+                // Opening the key expired a lease that ran out, whose
+                // `expired` event noted it: this hand-off is on expiry (kept
+                // until a grant, past a lock-delay).
+                expired |= EXPIRED.with(|e| e.borrow_mut().remove(&(db, Box::<[u8]>::from(key))));
                 let granted = grant_to_head(ctx, db, &mut lock_key, name, now_ms);
                 if granted {
                     metrics::count(Counter::GrantsAfterWait);

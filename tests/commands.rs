@@ -189,7 +189,10 @@ fn info_is_a_map_on_resp3_and_a_flat_array_on_resp2() {
     };
     let resp3 = read_reply("3");
     assert!(resp3.starts_with("%8\r\n"), "{resp3:?}");
-    assert!(resp3.contains("$4\r\nmode\r\n$9\r\nexclusive\r\n"), "{resp3:?}");
+    assert!(
+        resp3.contains("$4\r\nmode\r\n$9\r\nexclusive\r\n"),
+        "{resp3:?}"
+    );
     assert!(resp3.contains("$5\r\nfence\r\n:"), "{resp3:?}");
     let resp2 = read_reply("2");
     assert!(resp2.starts_with("*16\r\n"), "{resp2:?}");

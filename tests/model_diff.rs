@@ -183,12 +183,16 @@ fn on_server(con: &mut Connection, op: &Op) -> Reply {
                 .query(con),
         ),
         Op::Info { key } => {
-            let r: redis::RedisResult<Option<HashMap<String, i64>>> =
+            let r: redis::RedisResult<Option<HashMap<String, Value>>> =
                 redis::cmd("LOCK.INFO").arg(key_name(*key)).query(con);
+            let int = |m: &HashMap<String, Value>, name: &str| match m.get(name) {
+                Some(Value::Int(n)) => *n,
+                other => panic!("LOCK.INFO {name}: {other:?}"),
+            };
             match r {
                 Err(e) => Reply::Error(error_text(&e)),
                 Ok(None) => Reply::Free,
-                Ok(Some(m)) => Reply::Held(m["fence"] as u64, m["waiters"]),
+                Ok(Some(m)) => Reply::Held(int(&m, "fence") as u64, int(&m, "waiters")),
             }
         }
         Op::Del { key } => as_reply(redis::cmd("DEL").arg(key_name(*key)).query(con)),

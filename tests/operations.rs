@@ -89,12 +89,13 @@ fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
 // ---------------------------------------------------------------------------
 // Settings
 
-const SETTINGS: [(&str, i64); 5] = [
+const SETTINGS: [(&str, i64); 6] = [
     ("lock.max-ttl-ms", 86_400_000),
     ("lock.max-hold-ms", 0),
     ("lock.max-extends", 0),
     ("lock.expiry-delay-ms", 0),
     ("lock.max-waiters", 0),
+    ("lock.max-holders", 1000),
 ];
 
 #[test]

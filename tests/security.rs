@@ -363,7 +363,9 @@ fn lock_info_never_shows_the_token_in_resp2_or_resp3() {
         .query(&mut con)
         .unwrap();
 
-    let fields = ["fence", "ttl", "deadline", "granted", "extends", "waiters"];
+    let fields = [
+        "fence", "ttl", "deadline", "granted", "extends", "waiters", "mode", "holders",
+    ];
     for protocol in [2, 3] {
         let mut raw = RawClient::connect(&server);
         let (hello, _) = raw.call(&[b"HELLO", protocol.to_string().as_bytes()]);
@@ -392,8 +394,14 @@ fn lock_info_never_shows_the_token_in_resp2_or_resp3() {
                 names,
                 "RESP{protocol} {key}"
             );
+            // Every field is a number, but `mode`, a fixed word.
             for (name, value) in &pairs {
-                assert!(matches!(value, Resp::Int(_)), "{name:?} = {value:?}");
+                match name {
+                    Resp::Bulk(n) if n == b"mode" => {
+                        assert_eq!(value, &Resp::Bulk(b"exclusive".to_vec()))
+                    }
+                    _ => assert!(matches!(value, Resp::Int(_)), "{name:?} = {value:?}"),
+                }
             }
         }
     }
@@ -403,7 +411,7 @@ fn lock_info_never_shows_the_token_in_resp2_or_resp3() {
         let Value::Array(items) = reply else {
             panic!("{reply:?}")
         };
-        assert_eq!(items.len(), 12);
+        assert_eq!(items.len(), 16);
         for item in items {
             if let Value::BulkString(b) = &item {
                 assert!(!contains(b, token), "{key}: {item:?}");
