@@ -39,15 +39,24 @@ pub fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) {
     }
 }
 
-/// `LOCK.INFO key` as a map, `None` when free.
+/// `LOCK.INFO key`'s integer fields as a map, `None` when free.
 pub fn info(
     con: &mut redis::Connection,
     key: &str,
 ) -> Option<std::collections::HashMap<String, i64>> {
-    redis::cmd("LOCK.INFO")
+    let fields: Option<std::collections::HashMap<String, redis::Value>> = redis::cmd("LOCK.INFO")
         .arg(key)
         .query(con)
-        .expect("LOCK.INFO")
+        .expect("LOCK.INFO");
+    fields.map(|fields| {
+        fields
+            .into_iter()
+            .filter_map(|(name, value)| match value {
+                redis::Value::Int(n) => Some((name, n)),
+                _ => None,
+            })
+            .collect()
+    })
 }
 
 /// A 3-master Redis Cluster (no replicas), each master with the module,

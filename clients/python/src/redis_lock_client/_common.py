@@ -211,8 +211,9 @@ def fence_of(reply: object) -> int | None:
     raise ServerError("ERR", f"unexpected reply to LOCK.ACQUIRE: {reply!r}")
 
 
-def info_of(reply: object) -> dict[str, int] | None:
-    """LOCK.INFO's map (RESP3) or flat name/value array (RESP2) as a dict."""
+def info_of(reply: object) -> dict[str, int | str] | None:
+    """LOCK.INFO's map (RESP3) or flat name/value array (RESP2) as a dict:
+    numbers as ints, `mode` and `owner` as text."""
     if reply is None:
         return None
     if isinstance(reply, dict):
@@ -222,9 +223,17 @@ def info_of(reply: object) -> dict[str, int] | None:
     else:
         raise ServerError("ERR", f"unexpected reply to LOCK.INFO: {reply!r}")
     return {
-        (name.decode() if isinstance(name, bytes) else str(name)): int(value)
+        (name.decode() if isinstance(name, bytes) else str(name)): _field(value)
         for name, value in pairs
     }
+
+
+def _field(value: object) -> int | str:
+    if isinstance(value, int):
+        return value
+    if isinstance(value, bytes):
+        return value.decode(errors="replace")
+    return str(value)
 
 
 def lock_error(error: Exception) -> LockError:

@@ -120,8 +120,9 @@ class Locks:
         if lease.lost.is_set() or not released:
             raise Lost(lease.lost_reason or LostReason.REFUSED, common.LOST_IN_BLOCK)
 
-    async def info(self, key: common.Key) -> dict[str, int] | None:
-        """`LOCK.INFO`: None when free, else fence, ttl, deadline, granted, extends, waiters."""
+    async def info(self, key: common.Key) -> dict[str, int | str] | None:
+        """`LOCK.INFO`: None when free, else fence, ttl, deadline, granted, extends,
+        waiters, holders (ints), mode and, when labelled, owner (str)."""
         return common.info_of(await self._call(self.client, "LOCK.INFO", common.check_key(key)))
 
     async def _call(self, client: Any, *args: object) -> Any:
