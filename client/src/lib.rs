@@ -8,6 +8,11 @@
 //! - [`Guard::guarded`]: a command that runs only while the lease is live on
 //!   the server (`LOCK.GUARD`), with its own typed reply, or
 //!   [`Error::Lost`] and nothing run.
+//! - [`Election`]: leader election on one key. Candidates wait in the
+//!   server's queue ([`Election::campaign`]) and lead with a
+//!   [`Leadership`] (the same watchdog and loss signal); followers learn
+//!   each change of leader from [`Observer::next`] (`LOCK.OBSERVE`), with
+//!   no polling. See docs/leader-election.md.
 //! - [`Redlock`]: one lock across N independent masters (or clusters), with
 //!   per-node fences, a combined fence, and the same watchdog.
 //! - [`Error`]: not acquired, timed out, lost, connection and server errors
@@ -44,12 +49,14 @@
 //! cluster connection that routes each command by its key;
 //! [`Locks::from_connection`] whatever connection you pass. Waiting acquires
 //! ([`Locks::acquire_wait`]) block a connection on the server, so they open
-//! a dedicated one each.
+//! a dedicated one each, and so do [`Election::campaign`] and each
+//! [`Observer`].
 //!
 //! [redis-lock]: ../../README.md
 #![deny(missing_docs)]
 
 mod conn;
+mod election;
 mod error;
 mod lease;
 mod locks;
@@ -57,8 +64,9 @@ mod options;
 mod redlock;
 
 pub use conn::LockConnection;
+pub use election::{Election, Leader, Leadership, Observer, OBSERVE_TIMEOUT};
 pub use error::{Error, LostReason, Result};
 pub use lease::LostSignal;
 pub use locks::{Guard, Held, Locks};
-pub use options::{LockOptions, MAX_TTL};
+pub use options::{LockOptions, MAX_OWNER_LEN, MAX_TTL};
 pub use redlock::{FenceCheck, Redlock, RedlockGuard, RedlockOptions};

@@ -94,6 +94,14 @@ impl Locks {
         &self.conn
     }
 
+    /// Where blocking commands get a connection of their own.
+    pub(crate) fn opener(&self) -> Result<Opener> {
+        self.opener.clone().ok_or(Error::InvalidArgument(
+            "a blocking command needs a dedicated connection: use Locks::connect, \
+             Locks::connect_cluster or Locks::wait_client",
+        ))
+    }
+
     /// Try once, without waiting. `Ok(Some(guard))` when granted (the
     /// watchdog runs from then on), `Ok(None)` when someone else holds the
     /// lock or others wait for it.
@@ -106,9 +114,10 @@ impl Locks {
     pub async fn acquire(&self, key: &str, ttl: Duration) -> Result<Option<Guard>> {
         let ttl = sent_ttl(ttl)?;
         let margin = self.options.margin_for(ttl)?;
+        let owner = self.options.owner_label()?;
         let token = new_token();
         let sent = Instant::now();
-        let cmd = acquire_cmd(key, ttl, &token, None)?;
+        let cmd = acquire_cmd(key, ttl, &token, None, owner)?;
         let reply = tokio::time::timeout(
             ttl - margin,
             self.conn.query::<Option<(Vec<u8>, u64)>>(&cmd),
@@ -160,28 +169,41 @@ impl Locks {
     /// # Ok(()) }
     /// ```
     pub async fn acquire_wait(&self, key: &str, ttl: Duration, timeout: Duration) -> Result<Guard> {
+        let owner = self.options.owner_label()?;
+        self.acquire_queued(key, ttl, Some(timeout), owner).await
+    }
+
+    /// [`Locks::acquire_wait`] with `owner` as the label, and no limit on
+    /// the wait when `timeout` is `None` (`WAIT 0`: the dedicated
+    /// connection then waits as long as the server does).
+    pub(crate) async fn acquire_queued(
+        &self,
+        key: &str,
+        ttl: Duration,
+        timeout: Option<Duration>,
+        owner: Option<&str>,
+    ) -> Result<Guard> {
         let ttl = sent_ttl(ttl)?;
         let margin = self.options.margin_for(ttl)?;
-        let Some(opener) = self.opener.clone() else {
-            return Err(Error::InvalidArgument(
-                "acquire_wait needs a dedicated connection: use Locks::connect, \
-                 Locks::connect_cluster or Locks::wait_client",
-            ));
-        };
+        let opener = self.opener()?;
         let token = new_token();
-        let end = Instant::now() + timeout;
+        let end = timeout.map(|timeout| Instant::now() + timeout);
         loop {
-            let left = end.saturating_duration_since(Instant::now());
+            let left = end.map(|end| end.saturating_duration_since(Instant::now()));
             // WAIT 0 would mean "no limit" to the server.
-            if left < Duration::from_millis(1) {
+            if left.is_some_and(|left| left < Duration::from_millis(1)) {
                 return Err(Error::TimedOut);
             }
-            let cmd = acquire_cmd(key, ttl, &token, Some(left))?;
-            let waited = tokio::time::timeout(left + WAIT_REPLY_SLACK, async {
+            let wait = left.unwrap_or(Duration::ZERO);
+            let cmd = acquire_cmd(key, ttl, &token, Some(wait), owner)?;
+            let query = async {
                 let dedicated = opener.open().await?;
                 dedicated.query::<Option<(Vec<u8>, u64)>>(&cmd).await
-            })
-            .await;
+            };
+            let waited = match left {
+                Some(left) => tokio::time::timeout(left + WAIT_REPLY_SLACK, query).await,
+                None => Ok(query.await),
+            };
             let fence = match waited {
                 Ok(Ok(Some((_, fence)))) => fence,
                 Ok(Ok(None)) => return Err(Error::TimedOut),
@@ -532,11 +554,15 @@ pub(crate) fn acquire_cmd(
     ttl: Duration,
     token: &str,
     wait: Option<Duration>,
+    owner: Option<&str>,
 ) -> Result<Cmd> {
     let mut cmd = redis::cmd("LOCK.ACQUIRE");
     cmd.arg(key).arg(ttl_ms(ttl)?).arg("TOKEN").arg(token);
     if let Some(wait) = wait {
         cmd.arg("WAIT").arg(wait.as_millis() as u64);
+    }
+    if let Some(owner) = owner {
+        cmd.arg("OWNER").arg(owner);
     }
     Ok(cmd)
 }

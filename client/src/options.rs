@@ -1,5 +1,5 @@
 //! Tuning knobs shared by [`Locks`](crate::Locks) and
-//! [`Redlock`](crate::Redlock).
+//! [`Redlock`](crate::Redlock): the watchdog's, and the owner label.
 
 use std::time::Duration;
 
@@ -8,7 +8,10 @@ use crate::error::{Error, Result};
 /// The largest ttl the module accepts: 24 hours.
 pub const MAX_TTL: Duration = Duration::from_millis(86_400_000);
 
-/// How a guard's watchdog behaves.
+/// The longest owner label the module accepts, in bytes.
+pub const MAX_OWNER_LEN: usize = 128;
+
+/// How a guard's watchdog behaves, and the owner label the acquires carry.
 ///
 /// ```
 /// use std::time::Duration;
@@ -16,12 +19,14 @@ pub const MAX_TTL: Duration = Duration::from_millis(86_400_000);
 ///
 /// let options = LockOptions::default()
 ///     .safety_margin(Duration::from_millis(200))
-///     .release_timeout(Duration::from_secs(1));
+///     .release_timeout(Duration::from_secs(1))
+///     .owner("billing-worker-3");
 /// ```
 #[derive(Debug, Clone)]
 pub struct LockOptions {
     pub(crate) safety_margin: Option<Duration>,
     pub(crate) release_timeout: Duration,
+    pub(crate) owner: Option<String>,
 }
 
 impl Default for LockOptions {
@@ -29,6 +34,7 @@ impl Default for LockOptions {
         LockOptions {
             safety_margin: None,
             release_timeout: Duration::from_secs(2),
+            owner: None,
         }
     }
 }
@@ -54,6 +60,21 @@ impl LockOptions {
         self
     }
 
+    /// A public label sent with every acquire (`OWNER label`): a host name,
+    /// a pod, a job id. `LOCK.INFO`, `LOCK.QUEUE` and `LOCK.OBSERVE` show it
+    /// (the token stays secret); a waiter's label becomes the holder's at
+    /// the hand-off. 1 to 128 bytes, checked when an acquire is made
+    /// ([`Error::InvalidArgument`]). Default: none.
+    pub fn owner(mut self, label: impl Into<String>) -> Self {
+        self.owner = Some(label.into());
+        self
+    }
+
+    /// The owner label, checked.
+    pub(crate) fn owner_label(&self) -> Result<Option<&str>> {
+        self.owner.as_deref().map(check_owner).transpose()
+    }
+
     /// The margin for this ttl, checked.
     pub(crate) fn margin_for(&self, ttl: Duration) -> Result<Duration> {
         let margin = self.safety_margin.unwrap_or(ttl / 10);
@@ -64,6 +85,16 @@ impl LockOptions {
         }
         Ok(margin)
     }
+}
+
+/// An owner label within the module's range (1 to 128 bytes).
+pub(crate) fn check_owner(label: &str) -> Result<&str> {
+    if label.is_empty() || label.len() > MAX_OWNER_LEN {
+        return Err(Error::InvalidArgument(
+            "the owner label must be 1 to 128 bytes",
+        ));
+    }
+    Ok(label)
 }
 
 /// The ttl as the whole milliseconds the module takes, checked against its

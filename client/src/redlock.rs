@@ -157,6 +157,7 @@ impl Redlock {
     pub async fn acquire(&self, key: &str, ttl: Duration) -> Result<Option<RedlockGuard>> {
         let ttl = sent_ttl(ttl)?;
         let margin = self.options.lock.margin_for(ttl)?;
+        let owner = self.options.lock.owner_label()?;
         if self.nodes.is_empty() {
             return Err(Error::InvalidArgument("a Redlock needs at least one node"));
         }
@@ -169,7 +170,7 @@ impl Redlock {
                 tokio::time::sleep(half + Duration::from_micros(jitter)).await;
             }
             let token = new_token();
-            let cmd = acquire_cmd(key, ttl, &token, None)?;
+            let cmd = acquire_cmd(key, ttl, &token, None, owner)?;
             let sent = Instant::now();
             let answers = self
                 .on_all_nodes(ttl, |conn| {

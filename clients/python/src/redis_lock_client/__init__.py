@@ -7,13 +7,20 @@
     with locks.lock("billing", ttl=10, wait=30) as lease:
         write(lease.fence)            # stop when lease.lost is set
 
+Leader election (docs/leader-election.md): `Election(locks, "leader", ttl=10,
+owner="host-a")`, whose `campaign()` returns the leader's lease and whose
+`observe()` yields each change of leader.
+
 The same API over redis.asyncio / valkey.asyncio: `redis_lock_client.asyncio`.
 """
 
+from ._common import Leader
 from ._errors import LimitReached, LockError, Lost, LostReason, NotAcquired, ServerError
-from ._sync import Lease, Locks
+from ._sync import Election, Lease, Locks
 
 __all__ = [
+    "Election",
+    "Leader",
     "Lease",
     "LimitReached",
     "LockError",

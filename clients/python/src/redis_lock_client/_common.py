@@ -23,6 +23,10 @@ Key = str | bytes
 
 # The server refuses a WAIT longer than this (docs/commands.md).
 MAX_WAIT_MS = 31_536_000_000
+# The server's bounds on an OWNER label, in bytes.
+MAX_OWNER_BYTES = 128
+# How long one LOCK.OBSERVE of an election's observer blocks on the server.
+OBSERVE_TIMEOUT_S = 30.0
 # A dedicated WAIT connection reads for this much longer than the wait, so that
 # the server's own timeout (a null reply) always comes first.
 WAIT_READ_SLACK_S = 5.0
@@ -166,20 +170,49 @@ def wait_to_ms(wait: object) -> int | None:
     return ms
 
 
+def check_owner(owner: object) -> Key | None:
+    """An OWNER label: None, or 1 to 128 bytes (str is sent as UTF-8)."""
+    if owner is None:
+        return None
+    if not isinstance(owner, str | bytes):
+        raise TypeError(f"owner must be str or bytes, not {type(owner).__name__}")
+    size = len(owner.encode() if isinstance(owner, str) else owner)
+    if not 1 <= size <= MAX_OWNER_BYTES:
+        raise ValueError(f"owner must be 1 to {MAX_OWNER_BYTES} bytes, not {size}")
+    return owner
+
+
 @dataclass(frozen=True)
 class Acquire:
     """One `LOCK.ACQUIRE`, checked: its arguments, the client's token, and the
-    connection of its own it needs for a wait or a session."""
+    connection of its own it needs for a wait or a session. `wait_ms` 0 is the
+    server's `WAIT 0`, no limit (an election's campaign)."""
 
     key: Key
     ttl_ms: int
     wait_ms: int | None
     session: bool
     token: str
+    owner: Key | None = None
 
     @classmethod
-    def of(cls, key: object, ttl: object, wait: object, session: bool) -> Acquire:
-        return cls(check_key(key), ttl_to_ms(ttl), wait_to_ms(wait), bool(session), new_token())
+    def of(
+        cls, key: object, ttl: object, wait: object, session: bool, owner: object = None
+    ) -> Acquire:
+        return cls(
+            check_key(key),
+            ttl_to_ms(ttl),
+            wait_to_ms(wait),
+            bool(session),
+            new_token(),
+            check_owner(owner),
+        )
+
+    @classmethod
+    def campaign(cls, key: object, ttl: object, timeout: object, owner: object) -> Acquire:
+        """A candidate's wait in the queue: up to `timeout` seconds, or no limit."""
+        wait_ms = 0 if timeout is None else wait_to_ms(timeout)
+        return cls(check_key(key), ttl_to_ms(ttl), wait_ms, False, new_token(), check_owner(owner))
 
     @property
     def args(self) -> list[object]:
@@ -188,6 +221,8 @@ class Acquire:
             args += ["WAIT", self.wait_ms]
         if self.session:
             args.append("SESSION")
+        if self.owner is not None:
+            args += ["OWNER", self.owner]
         return args
 
     @property
@@ -195,10 +230,13 @@ class Acquire:
         return self.wait_ms is not None or self.session
 
     def read_timeout(self, client: Any) -> float | None:
-        """The own connection's: longer than the wait, else the client's own."""
+        """The own connection's: longer than the wait, none for a wait without
+        limit, else the client's own."""
         if self.wait_ms is None:
             timeout: float | None = client.connection_pool.connection_kwargs.get("socket_timeout")
             return timeout
+        if self.wait_ms == 0:
+            return None
         return self.wait_ms / 1000 + WAIT_READ_SLACK_S
 
 
@@ -211,9 +249,8 @@ def fence_of(reply: object) -> int | None:
     raise ServerError("ERR", f"unexpected reply to LOCK.ACQUIRE: {reply!r}")
 
 
-def info_of(reply: object) -> dict[str, int | str] | None:
-    """LOCK.INFO's map (RESP3) or flat name/value array (RESP2) as a dict:
-    numbers as ints, `mode` and `owner` as text."""
+def fields_of(command: str, reply: object) -> dict[str, object] | None:
+    """A map reply (RESP3) or flat name/value array (RESP2) as a dict by name."""
     if reply is None:
         return None
     if isinstance(reply, dict):
@@ -221,19 +258,82 @@ def info_of(reply: object) -> dict[str, int | str] | None:
     elif isinstance(reply, (list, tuple)):
         pairs = list(zip(reply[::2], reply[1::2], strict=True))
     else:
-        raise ServerError("ERR", f"unexpected reply to LOCK.INFO: {reply!r}")
+        raise ServerError("ERR", f"unexpected reply to {command}: {reply!r}")
+    return {(name.decode() if isinstance(name, bytes) else str(name)): v for name, v in pairs}
+
+
+def info_of(reply: object) -> dict[str, int] | None:
+    """LOCK.INFO's numeric fields as a dict (the text fields `mode` and
+    `owner` are left out; the label: `Election.leader()`)."""
+    fields = fields_of("LOCK.INFO", reply)
+    if fields is None:
+        return None
     return {
-        (name.decode() if isinstance(name, bytes) else str(name)): _field(value)
-        for name, value in pairs
+        name: _int(value) for name, value in fields.items() if name not in ("owner", "mode")
     }
 
 
-def _field(value: object) -> int | str:
-    if isinstance(value, int):
-        return value
-    if isinstance(value, bytes):
-        return value.decode(errors="replace")
-    return str(value)
+def _int(value: object) -> int:
+    if isinstance(value, int | str | bytes):
+        return int(value)
+    raise ServerError("ERR", f"unexpected field in a lock reply: {value!r}")
+
+
+@dataclass(frozen=True)
+class Leader:
+    """A leader as `Election.leader()` and `Election.observe()` see it."""
+
+    fence: int
+    """Larger than every earlier leader's: pass it with every leader-only write."""
+    owner: str | None
+    """The label it campaigned with (None without one; not UTF-8: lossily)."""
+    ttl: float | None
+    """Seconds left in its lease when the server answered; None without a TTL."""
+
+
+def leader_of(reply: object) -> Leader | None:
+    """The holder in a LOCK.OBSERVE or LOCK.INFO reply, or None when free."""
+    fields = fields_of("LOCK.OBSERVE", reply)
+    if fields is None:
+        return None
+    owner = fields.get("owner")
+    if isinstance(owner, bytes):
+        owner = owner.decode(errors="replace")
+    ttl_ms = _int(fields.get("ttl"))
+    return Leader(
+        fence=_int(fields.get("fence")),
+        owner=None if owner is None else str(owner),
+        ttl=None if ttl_ms < 0 else ttl_ms / 1000,
+    )
+
+
+def fence_seen(leader: Leader | None) -> int:
+    """What LOCK.OBSERVE takes as the holder last seen: its fence, 0 for nobody."""
+    return 0 if leader is None else leader.fence
+
+
+class ElectionFacts:
+    """What a sync and an asyncio election share: the key, the lease's ttl, the
+    candidate's label, and how long each observe blocks. Each adds its I/O."""
+
+    def __init__(self, key: object, ttl: float, owner: object, observe_timeout: object) -> None:
+        self.key = check_key(key)
+        self.ttl = ttl
+        self.owner = check_owner(owner)
+        ttl_to_ms(ttl)
+        self._observe_ms = seconds_to_ms("observe_timeout", observe_timeout, minimum_ms=1)
+
+    def _campaign_request(self, timeout: float | None) -> Acquire:
+        return Acquire.campaign(self.key, self.ttl, timeout, self.owner)
+
+    def _observe_args(self, leader: Leader | None) -> list[object]:
+        return ["LOCK.OBSERVE", self.key, fence_seen(leader), self._observe_ms]
+
+    @property
+    def _observe_read_timeout(self) -> float:
+        """Longer than the observe, so the server's answer always comes first."""
+        return self._observe_ms / 1000 + WAIT_READ_SLACK_S
+
 
 
 def lock_error(error: Exception) -> LockError:

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from . import _common as common
+from ._common import Leader
 from ._errors import LimitReached, Lost, LostReason, NotAcquired
 
 
@@ -53,6 +54,7 @@ class Locks:
         wait: float | None = None,
         session: bool = False,
         watchdog: bool = True,
+        owner: str | bytes | None = None,
     ) -> Lease | None:
         """The lease on `key` for `ttl` seconds, or None when another holds it.
 
@@ -60,9 +62,12 @@ class Locks:
         its own, and returns None when the wait runs out. With `session`, the
         server also releases the lock when that connection closes (the lease
         keeps it open). With `watchdog` (default), a thread extends the lease
-        every ttl/3 until `release()`.
+        every ttl/3 until `release()`. `owner` is a public label (1 to 128
+        bytes) that `LOCK.INFO`, `LOCK.QUEUE` and `LOCK.OBSERVE` show.
         """
-        request = common.Acquire.of(key, ttl, wait, session)
+        return self._acquire(common.Acquire.of(key, ttl, wait, session, owner), watchdog)
+
+    def _acquire(self, request: common.Acquire, watchdog: bool) -> Lease | None:
         dedicated = None
         if request.needs_own_connection:
             dedicated = _Dedicated(self, request.read_timeout(self.client))
@@ -78,7 +83,7 @@ class Locks:
             self._release_quietly(request.key, request.token)
             raise
         fence = common.fence_of(reply)
-        if dedicated is not None and (fence is None or not session):
+        if dedicated is not None and (fence is None or not request.session):
             dedicated.close()
             dedicated = None
         if fence is None:
@@ -100,13 +105,14 @@ class Locks:
         wait: float | None = None,
         session: bool = False,
         watchdog: bool = True,
+        owner: str | bytes | None = None,
     ) -> Iterator[Lease]:
         """`acquire` as a context manager: yields the lease, releases it on exit.
 
         Raises `NotAcquired` when the lock is held (or the wait ran out), and
         `Lost` on exit when the lease was lost before the block ended.
         """
-        lease = self.acquire(key, ttl, wait=wait, session=session, watchdog=watchdog)
+        lease = self.acquire(key, ttl, wait=wait, session=session, watchdog=watchdog, owner=owner)
         if lease is None:
             raise NotAcquired(common.not_acquired_message(key, wait))
         try:
@@ -119,9 +125,9 @@ class Locks:
         if lease.lost.is_set() or not released:
             raise Lost(lease.lost_reason or LostReason.REFUSED, common.LOST_IN_BLOCK)
 
-    def info(self, key: common.Key) -> dict[str, int | str] | None:
-        """`LOCK.INFO`: None when free, else fence, ttl, deadline, granted, extends,
-        waiters, holders (ints), mode and, when labelled, owner (str)."""
+    def info(self, key: common.Key) -> dict[str, int] | None:
+        """`LOCK.INFO`: None when free, else its numbers: fence, ttl, deadline,
+        granted, extends, waiters, holders."""
         return common.info_of(self._call(self.client, "LOCK.INFO", common.check_key(key)))
 
     def _call(self, client: Any, *args: object) -> Any:
@@ -251,5 +257,59 @@ class Lease(common.LeaseFacts):
                 with self._cond:
                     self._clock.extended(sent, ttl_ms)
                     self._cond.notify_all()
+        finally:
+            connection.close()
+
+
+class Election(common.ElectionFacts):
+    """Leader election on the lock `key`: who holds it leads.
+
+    Candidates wait in the server's queue (`campaign`) and lead with a
+    `Lease` of `ttl` seconds that its watchdog extends; `lease.release()`
+    resigns and hands the lock to the next candidate. Followers iterate over
+    `observe()`. The recipe and its failure cases: docs/leader-election.md.
+    """
+
+    def __init__(
+        self,
+        locks: Locks,
+        key: common.Key,
+        ttl: float,
+        *,
+        owner: str | bytes | None = None,
+        observe_timeout: float = common.OBSERVE_TIMEOUT_S,
+    ) -> None:
+        super().__init__(key, ttl, owner, observe_timeout)
+        self.locks = locks
+
+    def campaign(self, *, timeout: float | None = None, watchdog: bool = True) -> Lease:
+        """Waits in the queue (`WAIT 0`, or up to `timeout` seconds) on a connection
+        of its own, and returns the leader's lease. Raises `NotAcquired` when
+        `timeout` runs out first. Closing that connection (an exception, an
+        interrupt) takes the candidate out of the queue."""
+        lease = self.locks._acquire(self._campaign_request(timeout), watchdog)
+        if lease is None:
+            raise NotAcquired(common.not_acquired_message(self.key, timeout))
+        return lease
+
+    def leader(self) -> Leader | None:
+        """The leader now (`LOCK.INFO`), or None when nobody leads."""
+        return common.leader_of(self.locks._call(self.locks.client, "LOCK.INFO", self.key))
+
+    def observe(self) -> Iterator[Leader | None]:
+        """The leader now (None: nobody), then each change of leader as it
+        happens (`LOCK.OBSERVE`), on a connection of its own that is closed
+        when the iterator is. A connection error ends the iteration with that
+        error: call `observe()` again to carry on."""
+        connection = _Dedicated(self.locks, self._observe_read_timeout)
+        try:
+            leader = common.leader_of(self.locks._call(connection.client, "LOCK.INFO", self.key))
+            yield leader
+            while True:
+                reply = self.locks._call(connection.client, *self._observe_args(leader))
+                changed = common.leader_of(reply)
+                if common.fence_seen(changed) != common.fence_seen(leader):
+                    leader = changed
+                    yield leader
         finally:
             connection.close()

@@ -11,13 +11,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 from . import _common as common
+from ._common import Leader
 from ._errors import LimitReached, LockError, Lost, LostReason, NotAcquired, ServerError
 
 __all__ = [
+    "Election",
+    "Leader",
     "Lease",
     "LimitReached",
     "LockError",
@@ -62,10 +65,13 @@ class Locks:
         wait: float | None = None,
         session: bool = False,
         watchdog: bool = True,
+        owner: str | bytes | None = None,
     ) -> Lease | None:
         """The lease on `key` for `ttl` seconds, or None when another holds it
         (or the `wait` ran out). As `redis_lock_client.Locks.acquire`."""
-        request = common.Acquire.of(key, ttl, wait, session)
+        return await self._acquire(common.Acquire.of(key, ttl, wait, session, owner), watchdog)
+
+    async def _acquire(self, request: common.Acquire, watchdog: bool) -> Lease | None:
         dedicated = None
         if request.needs_own_connection:
             dedicated = _Dedicated(self, request.read_timeout(self.client))
@@ -82,7 +88,7 @@ class Locks:
             await self._release_quietly(request.key, request.token)
             raise
         fence = common.fence_of(reply)
-        if dedicated is not None and (fence is None or not session):
+        if dedicated is not None and (fence is None or not request.session):
             await dedicated.close()
             dedicated = None
         if fence is None:
@@ -104,10 +110,13 @@ class Locks:
         wait: float | None = None,
         session: bool = False,
         watchdog: bool = True,
+        owner: str | bytes | None = None,
     ) -> AsyncIterator[Lease]:
         """`acquire` as an async context manager: yields the lease, releases it on
         exit. Raises `NotAcquired`, and `Lost` on exit if the lease was lost."""
-        lease = await self.acquire(key, ttl, wait=wait, session=session, watchdog=watchdog)
+        lease = await self.acquire(
+            key, ttl, wait=wait, session=session, watchdog=watchdog, owner=owner
+        )
         if lease is None:
             raise NotAcquired(common.not_acquired_message(key, wait))
         try:
@@ -120,9 +129,9 @@ class Locks:
         if lease.lost.is_set() or not released:
             raise Lost(lease.lost_reason or LostReason.REFUSED, common.LOST_IN_BLOCK)
 
-    async def info(self, key: common.Key) -> dict[str, int | str] | None:
-        """`LOCK.INFO`: None when free, else fence, ttl, deadline, granted, extends,
-        waiters, holders (ints), mode and, when labelled, owner (str)."""
+    async def info(self, key: common.Key) -> dict[str, int] | None:
+        """`LOCK.INFO`: None when free, else its numbers: fence, ttl, deadline,
+        granted, extends, waiters, holders."""
         return common.info_of(await self._call(self.client, "LOCK.INFO", common.check_key(key)))
 
     async def _call(self, client: Any, *args: object) -> Any:
@@ -254,3 +263,51 @@ class Lease(common.LeaseFacts):
         finally:
             if connection is not None:
                 await connection.close()
+
+
+class Election(common.ElectionFacts):
+    """Leader election on the lock `key`, over an asyncio client. See
+    `redis_lock_client.Election`; `observe()` is an async iterator."""
+
+    def __init__(
+        self,
+        locks: Locks,
+        key: common.Key,
+        ttl: float,
+        *,
+        owner: str | bytes | None = None,
+        observe_timeout: float = common.OBSERVE_TIMEOUT_S,
+    ) -> None:
+        super().__init__(key, ttl, owner, observe_timeout)
+        self.locks = locks
+
+    async def campaign(self, *, timeout: float | None = None, watchdog: bool = True) -> Lease:
+        """Waits in the queue until this candidate leads, and returns its lease.
+        Raises `NotAcquired` when `timeout` runs out; cancelling the task takes
+        the candidate out of the queue."""
+        lease = await self.locks._acquire(self._campaign_request(timeout), watchdog)
+        if lease is None:
+            raise NotAcquired(common.not_acquired_message(self.key, timeout))
+        return lease
+
+    async def leader(self) -> Leader | None:
+        """The leader now (`LOCK.INFO`), or None when nobody leads."""
+        reply = await self.locks._call(self.locks.client, "LOCK.INFO", self.key)
+        return common.leader_of(reply)
+
+    async def observe(self) -> AsyncGenerator[Leader | None, None]:
+        """The leader now, then each change of leader (`LOCK.OBSERVE`), on a
+        connection of its own that is closed with the iterator."""
+        connection = _Dedicated(self.locks, self._observe_read_timeout)
+        try:
+            reply = await self.locks._call(connection.client, "LOCK.INFO", self.key)
+            leader = common.leader_of(reply)
+            yield leader
+            while True:
+                reply = await self.locks._call(connection.client, *self._observe_args(leader))
+                changed = common.leader_of(reply)
+                if common.fence_seen(changed) != common.fence_seen(leader):
+                    leader = changed
+                    yield leader
+        finally:
+            await connection.close()
