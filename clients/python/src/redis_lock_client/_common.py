@@ -268,9 +268,7 @@ def info_of(reply: object) -> dict[str, int] | None:
     fields = fields_of("LOCK.INFO", reply)
     if fields is None:
         return None
-    return {
-        name: _int(value) for name, value in fields.items() if name not in ("owner", "mode")
-    }
+    return {name: _int(value) for name, value in fields.items() if name not in ("owner", "mode")}
 
 
 def _int(value: object) -> int:
@@ -333,7 +331,6 @@ class ElectionFacts:
     def _observe_read_timeout(self) -> float:
         """Longer than the observe, so the server's answer always comes first."""
         return self._observe_ms / 1000 + WAIT_READ_SLACK_S
-
 
 
 def lock_error(error: Exception) -> LockError:
