@@ -164,7 +164,7 @@ bench-quick: bench-build valkey bench-venv ## A tiny run of every benchmark (< 2
 	  --report $(BENCH_QUICK_DIR)/benchmarks.md --json $(BENCH_QUICK_DIR)/results.json --made-by "make bench-quick"
 	$(BENCH_PYTHON) bench/charts.py $(BENCH_QUICK_DIR)/results.json $(BENCH_QUICK_DIR)/img
 	@for f in benchmarks.md results.json img/throughput_ratios.png img/contention_latency.png \
-	  img/memory_per_lock.png img/scale_latency.png img/handoff_latency.png; do \
+	  img/memory_per_lock.png img/scale_latency.png img/handoff_latency.png img/observe_latency.png; do \
 	  test -s $(BENCH_QUICK_DIR)/$$f || { echo "bench-quick: $(BENCH_QUICK_DIR)/$$f is missing"; exit 1; }; done
 	@echo "bench-quick: the harness ran every benchmark; report in $(BENCH_QUICK_DIR)/benchmarks.md"
 

@@ -3,7 +3,7 @@
     python bench/charts.py RESULTS.json OUT_DIR
 
 Writes throughput_ratios.png, contention_latency.png, memory_per_lock.png,
-scale_latency.png and handoff_latency.png. It only draws: every number comes
+scale_latency.png, handoff_latency.png and observe_latency.png. It only draws: every number comes
 from the JSON (its summary, and the raw handoff samples).
 """
 
@@ -232,6 +232,53 @@ def handoff_latency(doc, out):
     plt.close(fig)
 
 
+def cdf(ax, samples_us, **style):
+    xs = sorted(max(v, 1.0) / 1000.0 for v in samples_us)
+    if not xs:
+        return
+    ys = [(k + 1) / len(xs) for k in range(len(xs))]
+    ax.step([xs[0]] + xs, [0.0] + ys, where="post", **style)
+
+
+def observe_latency(doc, out):
+    servers = doc["results"].get("observe") or []
+    if not servers:
+        return
+    waiting = doc["results"].get("waiting")
+    columns = max(len(s["runs"]) for s in servers)
+    fig, axes = plt.subplots(len(servers), columns, figsize=(7 * columns, 4.4 * len(servers)),
+                             squeeze=False)
+    for row, server in zip(axes, servers):
+        for ax, run in zip(row, server["runs"]):
+            for i, change in enumerate(run["changes"]):
+                wake = change["wakeup"]
+                if not wake["count"]:
+                    continue
+                cdf(ax, change["wakeups_us"], color=COLORS[i % len(COLORS)],
+                    label=f"{change['change']}: p50 {wake['p50_us'] / 1000:.3g} ms, "
+                          f"p99 {wake['p99_us'] / 1000:.3g} ms")
+            if waiting and waiting["server"] == server["server"]:
+                for scenario, style in (("release", "--"), ("expiry", ":")):
+                    native = [r for r in waiting[scenario]["recipes"] if r["recipe"] == "native-wait"]
+                    if native:
+                        cdf(ax, native[0]["samples_us"], color="black", linestyle=style,
+                            linewidth=1, label=f"WAIT hand-off on {scenario} (section 5)")
+            ax.set_xscale("log")
+            ax.set_ylim(0, 1.02)
+            ax.set_xlabel("ms from the change (log)")
+            ax.set_ylabel("fraction of wake-ups")
+            ax.set_title(f"{server['server']}: {run['observers']:,} observers, "
+                         f"rounds: {run['rounds']}", fontsize=9)
+            ax.grid(True, which="both", alpha=0.3)
+            ax.legend(fontsize=7, loc="lower right")
+        for ax in row[len(server["runs"]):]:
+            ax.axis("off")
+    fig.suptitle("LOCK.OBSERVE: from a change of holder to each observer's reply")
+    fig.tight_layout()
+    fig.savefig(out / "observe_latency.png", dpi=110)
+    plt.close(fig)
+
+
 def main():
     results, out = Path(sys.argv[1]), Path(sys.argv[2])
     out.mkdir(parents=True, exist_ok=True)
@@ -240,6 +287,7 @@ def main():
     for chart in (throughput_ratios, contention_latency, memory_per_lock, scale_latency):
         chart(summary, out)
     handoff_latency(doc, out)
+    observe_latency(doc, out)
     print(f"charts written to {out}")
 
 

@@ -35,7 +35,7 @@ use tokio::time::{sleep, timeout, Instant};
 
 use crate::load::RetryPolicy;
 use crate::scripts;
-use crate::stats::{mean, percentile};
+use crate::stats::Spread;
 
 /// How a client waits for a lock someone else holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -142,22 +142,15 @@ pub struct RecipeResult {
     /// Rounds not counted because the waiter was not seen waiting before the
     /// holder let go (expected: none).
     pub discarded: u64,
-    pub p50_us: Option<f64>,
-    pub p90_us: Option<f64>,
-    pub p99_us: Option<f64>,
-    pub max_us: Option<f64>,
-    pub mean_us: Option<f64>,
+    #[serde(flatten)]
+    pub spread: Spread,
 }
 
 impl RecipeResult {
     fn new(recipe: Recipe, samples_us: Vec<f64>, discarded: u64) -> RecipeResult {
         RecipeResult {
             recipe: recipe.name().to_string(),
-            p50_us: percentile(&samples_us, 0.50),
-            p90_us: percentile(&samples_us, 0.90),
-            p99_us: percentile(&samples_us, 0.99),
-            max_us: percentile(&samples_us, 1.0),
-            mean_us: mean(&samples_us),
+            spread: Spread::of(&samples_us),
             samples_us,
             discarded,
         }
@@ -183,10 +176,10 @@ pub struct HandoffSummary {
 /// a blocked `BLPOP` only when its event loop wakes, which an idle server
 /// does every 100 ms (`hz 10`), so a round that starts just after a BLPOP
 /// round ended would always meet the cron at the same phase.
-const EXPIRY_PHASE_JITTER: Duration = Duration::from_millis(100);
+pub(crate) const EXPIRY_PHASE_JITTER: Duration = Duration::from_millis(100);
 
 /// No single handoff may take longer than this.
-const ROUND_LIMIT: Duration = Duration::from_secs(30);
+pub(crate) const ROUND_LIMIT: Duration = Duration::from_secs(30);
 
 struct Scripts {
     /// Compare-and-delete (the polling recipe's release).
@@ -229,14 +222,8 @@ pub async fn run(config: HandoffConfig) -> Result<HandoffSummary, String> {
         return Err("--ttl-ms must be at least 10".into());
     }
     let client = redis::Client::open(config.url.as_str()).map_err(|e| e.to_string())?;
-    let connect = || async {
-        client
-            .get_multiplexed_async_connection()
-            .await
-            .map_err(|e| format!("connect to {}: {e}", config.url))
-    };
-    let mut holder = connect().await?;
-    let waiter = connect().await?;
+    let mut holder = connect(&client).await?;
+    let waiter = connect(&client).await?;
     let scripts = Scripts {
         release: Script::new(scripts::RELEASE),
         unlock_signal: Script::new(scripts::SIGNAL_UNLOCK),
@@ -573,7 +560,7 @@ async fn try_acquire(
 }
 
 /// `LOCK.INFO` as a map (null: the key is free).
-async fn lock_info(
+pub(crate) async fn lock_info(
     conn: &mut MultiplexedConnection,
     lock: &str,
 ) -> Result<Option<HashMap<String, i64>>, String> {
@@ -582,7 +569,10 @@ async fn lock_info(
 
 /// Poll `LOCK.INFO` until someone waits for `lock` (true), or the lock is
 /// gone or has another holder (false: the wait was never seen).
-async fn wait_until_queued(conn: &mut MultiplexedConnection, lock: &str) -> Result<bool, String> {
+pub(crate) async fn wait_until_queued(
+    conn: &mut MultiplexedConnection,
+    lock: &str,
+) -> Result<bool, String> {
     let start = Instant::now();
     let mut fence = None;
     loop {
@@ -625,18 +615,26 @@ async fn wait_until_blocked(conn: &mut MultiplexedConnection) -> Result<bool, St
     }
 }
 
-async fn query<T: redis::FromRedisValue>(
+/// A connection of its own (a blocked command holds up its connection).
+pub(crate) async fn connect(client: &redis::Client) -> Result<MultiplexedConnection, String> {
+    client
+        .get_multiplexed_async_connection()
+        .await
+        .map_err(|e| format!("connect to {:?}: {e}", client.get_connection_info().addr))
+}
+
+pub(crate) async fn query<T: redis::FromRedisValue>(
     conn: &mut MultiplexedConnection,
     cmd: &redis::Cmd,
 ) -> Result<T, String> {
     cmd.query_async(conn).await.map_err(|e| e.to_string())
 }
 
-fn micros(duration: Duration) -> u64 {
+pub(crate) fn micros(duration: Duration) -> u64 {
     u64::try_from(duration.as_micros()).unwrap_or(u64::MAX)
 }
 
-fn unix_us_now() -> i64 {
+pub(crate) fn unix_us_now() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_micros() as i64)
@@ -662,11 +660,11 @@ mod tests {
     fn result_percentiles() {
         let samples: Vec<f64> = (1..=100).map(f64::from).collect();
         let r = RecipeResult::new(Recipe::SetnxPoll, samples, 2);
-        assert_eq!(r.p50_us, Some(50.0));
-        assert_eq!(r.p99_us, Some(99.0));
-        assert_eq!(r.max_us, Some(100.0));
+        assert_eq!(r.spread.p50_us, Some(50.0));
+        assert_eq!(r.spread.p99_us, Some(99.0));
+        assert_eq!(r.spread.max_us, Some(100.0));
         assert_eq!(r.discarded, 2);
         let empty = RecipeResult::new(Recipe::NativeWait, Vec::new(), 0);
-        assert_eq!(empty.p50_us, None);
+        assert_eq!(empty.spread.p50_us, None);
     }
 }

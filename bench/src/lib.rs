@@ -2,11 +2,14 @@
 //! generator) and `lock-bench` (runs everything and writes
 //! `docs/benchmarks.md`). See `bench/README.md`.
 
+pub mod cli;
 pub mod contention;
 pub mod handoff;
 pub mod load;
 pub mod machine;
 pub mod memory;
+pub mod observe;
+pub mod observing;
 pub mod report;
 pub mod scale;
 pub mod scripts;

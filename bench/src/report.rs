@@ -10,6 +10,8 @@ use crate::handoff::{HandoffSummary, Recipe, Scenario};
 use crate::load::Strategy;
 use crate::machine::Machine;
 use crate::memory::{MemoryResults, Variant};
+use crate::observe::{Change, Spread};
+use crate::observing::{self, ObserveResults};
 use crate::scale;
 use crate::scripts;
 use crate::stats::median;
@@ -25,11 +27,13 @@ pub struct Profile {
     pub memory_locks: Vec<u64>,
     pub scale: scale::Settings,
     pub waiting: waiting::Settings,
+    pub observe: observing::Settings,
 }
 
 impl Profile {
-    /// `make bench`: about 16 minutes on 2 cores, 3¼ of them in the waiting
-    /// section and 1¾ in the GUARD group (Redis and Valkey).
+    /// `make bench`: about 17 minutes on 2 cores, 3¼ of them in the waiting
+    /// section, 1¾ in the GUARD group and 1 in the OBSERVE section (Redis
+    /// and Valkey).
     pub fn full() -> Profile {
         Profile {
             name: "full",
@@ -70,6 +74,22 @@ impl Profile {
                 fairness_contenders: 64,
                 fairness_duration_ms: 20_000,
                 fairness_hold_ms: 1,
+            },
+            // About 32 s per server: ~0.2 s per round of ten observers,
+            // ~0.5 s per round of a thousand.
+            observe: observing::Settings {
+                fleets: vec![
+                    observing::Fleet {
+                        observers: 10,
+                        rounds: 100,
+                        ttl_ms: 100,
+                    },
+                    observing::Fleet {
+                        observers: 1000,
+                        rounds: 20,
+                        ttl_ms: 300,
+                    },
+                ],
             },
         }
     }
@@ -114,6 +134,20 @@ impl Profile {
                 fairness_duration_ms: 2_000,
                 fairness_hold_ms: 1,
             },
+            observe: observing::Settings {
+                fleets: vec![
+                    observing::Fleet {
+                        observers: 4,
+                        rounds: 3,
+                        ttl_ms: 100,
+                    },
+                    observing::Fleet {
+                        observers: 1000,
+                        rounds: 1,
+                        ttl_ms: 300,
+                    },
+                ],
+            },
         }
     }
 }
@@ -140,6 +174,8 @@ pub struct Results {
     pub contention: Vec<contention::Run>,
     pub scale: Vec<scale::Run>,
     pub waiting: Option<WaitingResults>,
+    /// One per server (Redis, Valkey).
+    pub observe: Vec<ObserveResults>,
 }
 
 // ---------------------------------------------------------------- summary
@@ -242,6 +278,19 @@ pub struct FairnessRow {
 }
 
 #[derive(Clone, Debug, Serialize)]
+pub struct ObserveRow {
+    pub server: String,
+    pub observers: usize,
+    pub change: String,
+    pub changes: usize,
+    pub wakeup: Spread,
+    pub last_wakeup: Spread,
+    pub command: Spread,
+    pub ping: Spread,
+    pub server_cpu: Spread,
+}
+
+#[derive(Clone, Debug, Serialize)]
 pub struct Summary {
     pub throughput: Vec<ThroughputRow>,
     pub ratios: Vec<RatioRow>,
@@ -250,6 +299,7 @@ pub struct Summary {
     pub scale: Vec<ScaleRow>,
     pub handoff: Vec<HandoffRow>,
     pub fairness: Vec<FairnessRow>,
+    pub observe: Vec<ObserveRow>,
 }
 
 #[derive(Serialize)]
@@ -282,6 +332,7 @@ pub fn summarise(results: &Results) -> Summary {
         scale: Vec::new(),
         handoff: Vec::new(),
         fairness: Vec::new(),
+        observe: Vec::new(),
     };
     for server in &results.servers {
         let samples = &server.throughput;
@@ -416,11 +467,11 @@ pub fn summarise(results: &Results) -> Summary {
                     recipe: r.recipe.clone(),
                     handoffs: r.samples_us.len(),
                     discarded: r.discarded,
-                    p50_us: r.p50_us,
-                    p90_us: r.p90_us,
-                    p99_us: r.p99_us,
-                    max_us: r.max_us,
-                    mean_us: r.mean_us,
+                    p50_us: r.spread.p50_us,
+                    p90_us: r.spread.p90_us,
+                    p99_us: r.spread.p99_us,
+                    max_us: r.spread.max_us,
+                    mean_us: r.spread.mean_us,
                 }));
         }
         summary.fairness.extend(waiting.fairness.iter().map(|run| {
@@ -442,6 +493,23 @@ pub fn summarise(results: &Results) -> Summary {
                 server_cpu_us_per_cycle: run.server_cpu_us_per_cycle,
             }
         }));
+    }
+    for server in &results.observe {
+        for run in &server.runs {
+            summary
+                .observe
+                .extend(run.changes.iter().map(|change| ObserveRow {
+                    server: server.server.clone(),
+                    observers: run.observers,
+                    change: change.change.clone(),
+                    changes: change.changes,
+                    wakeup: change.wakeup.clone(),
+                    last_wakeup: change.last_wakeup.clone(),
+                    command: change.command.clone(),
+                    ping: change.ping.clone(),
+                    server_cpu: change.server_cpu.clone(),
+                }));
+        }
     }
     summary
 }
@@ -604,6 +672,7 @@ pub fn markdown(results: &Results, img: &str) -> String {
     memory_section(&mut md, results, &summary, img);
     scale_section(&mut md, results, &summary, img);
     waiting_section(&mut md, results, &summary, img);
+    observe_section(&mut md, results, &summary, img);
     raw_section(&mut md, results);
     md
 }
@@ -1291,6 +1360,166 @@ fn waiting_section(md: &mut String, results: &Results, summary: &Summary, img: &
     let _ = writeln!(
         md,
         "![Handoff latency by recipe, and cycles per contender]({img}/handoff_latency.png)\n"
+    );
+}
+
+fn observe_section(md: &mut String, results: &Results, summary: &Summary, img: &str) {
+    if results.observe.is_empty() {
+        return;
+    }
+    let opt = |v: Option<f64>| v.map_or("–".into(), micros);
+    let _ = writeln!(md, "## 6. Following the holder: LOCK.OBSERVE\n");
+    let took: Vec<String> = results
+        .observe
+        .iter()
+        .map(|o| format!("{} {:.0} s", o.server, o.elapsed_s))
+        .collect();
+    let _ = writeln!(
+        md,
+        "How soon a client blocked in `LOCK.OBSERVE key <fence it last saw> \
+         <timeout>` has the new holder after it changes, and what waking many \
+         costs. `lock-observe` (this repo: tokio and the `redis` crate) runs a \
+         fleet of observers on one key, each on its own connection, in one \
+         process; each re-sends `LOCK.OBSERVE` with the fence of its last reply, \
+         so the fleet follows the key through every change. On a fresh server \
+         each ({}). Each round makes five changes, one at a time: grant, \
+         hand-off, release, grant with a short lease, expiry:\n",
+        took.join(", ")
+    );
+    for change in Change::ALL {
+        let _ = writeln!(md, "- **{}**: {}.", change.name(), change.description());
+    }
+    let _ = writeln!(
+        md,
+        "\nBefore each change every observer is seen blocked again (`INFO lock` \
+         `lock_observers` equals the fleet, read without touching the key) and no \
+         reply is pending; after it every observer must reply exactly once, with \
+         the new holder's fence (or null), or the run fails. Once every observer \
+         had its last reply, `lock_observers` must be back to 0. A wake-up from a \
+         command runs from the instant just before the command is sent to the \
+         observer's reply arriving (one monotonic clock, as the hand-off on \
+         release in section 5.1); after an expiry, from the lease's deadline as \
+         `LOCK.INFO` reports it to the reply, on the same host's wall clock (good \
+         to about ±1 ms, as in 5.2). **last** is, per change, when the last \
+         observer had its reply. **command** is the grant's or release's own \
+         latency (send to reply): the server wakes the observers inside it. \
+         **PING** is sent on another connection, from a thread of its own, right \
+         after that command: whether the server answers anyone else during the \
+         wake-ups. **server CPU** is the server's main-thread CPU (`INFO cpu`) \
+         from just before the change until every observer was blocked again: the \
+         wake-ups, their replies, and the fleet's next `LOCK.OBSERVE`. The \
+         observers, the PING and the server share the machine's cores, so with a \
+         thousand observers the client-side figures include the client's own \
+         work on a thousand replies; server CPU does not depend on it.\n"
+    );
+    let _ = writeln!(md, "```sh");
+    for fleet in &results.profile.observe.fleets {
+        let _ = writeln!(md, "{}", command_line(&observing::observe_command(fleet)));
+    }
+    let _ = writeln!(md, "```\n");
+    let native = |scenario: Scenario| {
+        summary
+            .handoff
+            .iter()
+            .find(|r| r.scenario == scenario && r.recipe == Recipe::NativeWait.name())
+    };
+    if let (Some(waiting), Some(release), Some(expiry)) = (
+        &results.waiting,
+        native(Scenario::Release),
+        native(Scenario::Expiry),
+    ) {
+        let _ = writeln!(
+            md,
+            "For comparison, `LOCK.ACQUIRE … WAIT` hand-off on {} (section 5, one \
+             waiter): on release p50 {}, p99 {}; after expiry p50 {}, p99 {}.\n",
+            waiting.server,
+            opt(release.p50_us),
+            opt(release.p99_us),
+            opt(expiry.p50_us),
+            opt(expiry.p99_us)
+        );
+    }
+    for server in &results.observe {
+        for run in &server.runs {
+            let _ = writeln!(
+                md,
+                "### {}: {} observers on one key\n",
+                server.server,
+                number(run.observers as f64)
+            );
+            let _ = writeln!(
+                md,
+                "Rounds: {}, in {:.1} s; {} replies, each checked; `lock_observers` at \
+                 the end: {}. A quiet PING (before each change): p50 {}, p99 {}.\n",
+                run.rounds,
+                run.elapsed_s,
+                number(run.replies as f64),
+                run.observers_at_end,
+                opt(run.idle_ping.p50_us),
+                opt(run.idle_ping.p99_us)
+            );
+            let _ = writeln!(
+                md,
+                "| Change | Changes | Wake-ups | p50 | p90 | p99 | max | Last p50 | Command p50 | p99 | PING p50 | p99 | max | Server CPU p50 |"
+            );
+            let _ = writeln!(
+                md,
+                "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+            );
+            for row in summary
+                .observe
+                .iter()
+                .filter(|r| r.server == server.server && r.observers == run.observers)
+            {
+                let _ = writeln!(
+                    md,
+                    "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                    row.change,
+                    row.changes,
+                    number(row.wakeup.count as f64),
+                    opt(row.wakeup.p50_us),
+                    opt(row.wakeup.p90_us),
+                    opt(row.wakeup.p99_us),
+                    opt(row.wakeup.max_us),
+                    opt(row.last_wakeup.p50_us),
+                    opt(row.command.p50_us),
+                    opt(row.command.p99_us),
+                    opt(row.ping.p50_us),
+                    opt(row.ping.p99_us),
+                    opt(row.ping.max_us),
+                    opt(row.server_cpu.p50_us)
+                );
+            }
+            let stats: Vec<String> = run
+                .commandstats
+                .iter()
+                .map(|c| {
+                    format!(
+                        "`{}` {:.1} µs ({} calls)",
+                        c.command, c.usec_per_call, c.calls
+                    )
+                })
+                .collect();
+            let _ = writeln!(
+                md,
+                "\nServer time per call (`INFO commandstats`, over the run; \
+                 `lock.observe` includes each reply): {}.\n",
+                stats.join(", ")
+            );
+        }
+    }
+    let _ = writeln!(
+        md,
+        "An expiry is noticed when Redis expires the key: lazily when a client \
+         touches it, or by its active expiry cycle, which an idle server runs \
+         about every 100 ms (`hz 10`). Nobody touches the observed key here, so \
+         the expiry wake-up is that cycle's delay; a `WAIT` hand-off after expiry \
+         is faster because the module arms a timer at the deadline when clients \
+         queue.\n"
+    );
+    let _ = writeln!(
+        md,
+        "![LOCK.OBSERVE wake-up latency by change]({img}/observe_latency.png)\n"
     );
 }
 

@@ -1,4 +1,6 @@
-//! Small statistics: medians of repeated runs and fairness.
+//! Small statistics: medians of repeated runs, percentiles and fairness.
+
+use serde::{Deserialize, Serialize};
 
 /// The median of `values` (the mean of the middle two for an even count);
 /// `None` when empty. NaNs sort last.
@@ -33,6 +35,30 @@ pub fn percentile(values: &[f64], q: f64) -> Option<f64> {
 /// The arithmetic mean; `None` when empty.
 pub fn mean(values: &[f64]) -> Option<f64> {
     (!values.is_empty()).then(|| values.iter().sum::<f64>() / values.len() as f64)
+}
+
+/// Percentiles of some samples, µs.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Spread {
+    pub count: usize,
+    pub p50_us: Option<f64>,
+    pub p90_us: Option<f64>,
+    pub p99_us: Option<f64>,
+    pub max_us: Option<f64>,
+    pub mean_us: Option<f64>,
+}
+
+impl Spread {
+    pub fn of(samples: &[f64]) -> Spread {
+        Spread {
+            count: samples.len(),
+            p50_us: percentile(samples, 0.50),
+            p90_us: percentile(samples, 0.90),
+            p99_us: percentile(samples, 0.99),
+            max_us: percentile(samples, 1.0),
+            mean_us: mean(samples),
+        }
+    }
 }
 
 /// Jain's fairness index of per-client counts: 1 when every client got the

@@ -1,6 +1,6 @@
 //! `lock-bench`: run every benchmark and write the report.
 //!
-//! `make bench` runs the full profile (about 16 minutes) and writes
+//! `make bench` runs the full profile (about 17 minutes) and writes
 //! `docs/benchmarks.md` and `docs/img/*.png`; `make bench-quick` runs a tiny
 //! version of everything into `target/bench-quick/`, only to show the harness
 //! works. Nothing here judges a speed.
@@ -12,7 +12,7 @@ use clap::{Parser, ValueEnum};
 use redis_lock_bench::report::{self, Profile, Results, ServerResults};
 use redis_lock_bench::server::Server;
 use redis_lock_bench::throughput::Group;
-use redis_lock_bench::{contention, machine, memory, scale, throughput, waiting};
+use redis_lock_bench::{contention, machine, memory, observing, scale, throughput, waiting};
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
 enum ProfileName {
@@ -48,14 +48,21 @@ struct Args {
     /// The command to print as the one that made the report
     #[arg(long, default_value = "make bench")]
     made_by: String,
-    /// Only these sections (throughput, contention, memory, scale, waiting)
-    /// or throughput groups (acquire, extend, release, guard): `--only guard`
+    /// Only these sections (throughput, contention, memory, scale, waiting,
+    /// observe) or throughput groups (acquire, extend, release, guard): `--only guard`
     /// runs the GUARD comparisons alone
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
 }
 
-const SECTIONS: [&str; 5] = ["throughput", "contention", "memory", "scale", "waiting"];
+const SECTIONS: [&str; 6] = [
+    "throughput",
+    "contention",
+    "memory",
+    "scale",
+    "waiting",
+    "observe",
+];
 
 fn main() {
     let args = Args::parse();
@@ -101,6 +108,7 @@ fn run(args: &Args) -> Result<(), String> {
     };
     let lock_load = tool("lock-load")?;
     let lock_handoff = tool("lock-handoff")?;
+    let lock_observe = tool("lock-observe")?;
     std::fs::create_dir_all(&args.work_dir).map_err(|e| e.to_string())?;
     let mut progress = |step: &str| {
         eprintln!("[{:>5.0}s] {step}", started.elapsed().as_secs_f64());
@@ -119,6 +127,7 @@ fn run(args: &Args) -> Result<(), String> {
         contention: Vec::new(),
         scale: Vec::new(),
         waiting: None,
+        observe: Vec::new(),
     };
     progress(&format!(
         "load average {:.2}; busy: {}",
@@ -128,7 +137,7 @@ fn run(args: &Args) -> Result<(), String> {
 
     // Redis runs everything; Redis with AOF on repeats the ACQUIRE group, to
     // show the cost when the replication stream has a consumer; Valkey runs
-    // throughput and memory.
+    // throughput and memory. Redis and Valkey run the OBSERVE section.
     let mut specs = vec![
         ServerSpec {
             binary: args.redis_server.clone(),
@@ -137,6 +146,7 @@ fn run(args: &Args) -> Result<(), String> {
             groups: &Group::ALL,
             memory: true,
             contention_and_scale: true,
+            observe: true,
         },
         ServerSpec {
             binary: args.redis_server.clone(),
@@ -145,6 +155,7 @@ fn run(args: &Args) -> Result<(), String> {
             groups: &[Group::Acquire],
             memory: false,
             contention_and_scale: false,
+            observe: false,
         },
     ];
     if let Some(valkey) = &args.valkey_server {
@@ -155,6 +166,7 @@ fn run(args: &Args) -> Result<(), String> {
             groups: &Group::ALL,
             memory: true,
             contention_and_scale: false,
+            observe: true,
         });
     }
     for spec in &specs {
@@ -167,7 +179,8 @@ fn run(args: &Args) -> Result<(), String> {
         let wants_any = !groups.is_empty()
             || (spec.memory && wanted("memory"))
             || (spec.contention_and_scale
-                && (wanted("contention") || wanted("scale") || wanted("waiting")));
+                && (wanted("contention") || wanted("scale") || wanted("waiting")))
+            || (spec.observe && wanted("observe"));
         if !wants_any {
             continue;
         }
@@ -214,6 +227,15 @@ fn run(args: &Args) -> Result<(), String> {
                 &mut progress,
             )?);
         }
+        if spec.observe && wanted("observe") {
+            let fresh = Server::start(&spec.binary, &module, &args.work_dir)?;
+            results.observe.push(observing::run(
+                &fresh,
+                &lock_observe,
+                &profile.observe,
+                &mut progress,
+            )?);
+        }
         results.servers.push(entry);
     }
 
@@ -256,6 +278,7 @@ struct ServerSpec {
     groups: &'static [Group],
     memory: bool,
     contention_and_scale: bool,
+    observe: bool,
 }
 
 fn write(path: &PathBuf, text: &str) -> Result<(), String> {

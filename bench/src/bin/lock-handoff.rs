@@ -10,6 +10,7 @@
 //! ```
 
 use clap::Parser;
+use redis_lock_bench::cli;
 use redis_lock_bench::handoff::{self, HandoffConfig, Recipe, Scenario};
 use redis_lock_bench::load::RetryPolicy;
 
@@ -83,25 +84,9 @@ fn main() {
         key_prefix: args.key_prefix,
         seed: args.seed,
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
-    let summary = match runtime.block_on(handoff::run(config)) {
-        Ok(summary) => summary,
-        Err(error) => {
-            eprintln!("lock-handoff: {error}");
-            std::process::exit(1);
-        }
-    };
-    if args.json {
-        println!(
-            "{}",
-            serde_json::to_string(&summary).expect("summary as JSON")
-        );
+    let Some(summary) = cli::run("lock-handoff", 2, args.json, handoff::run(config)) else {
         return;
-    }
+    };
     let ms = |us: Option<f64>| us.map_or("–".to_string(), |us| format!("{:.3}", us / 1000.0));
     println!(
         "{} handoffs, {} rounds in {:.1} s (ms):",
@@ -114,10 +99,10 @@ fn main() {
             "  {:<13} n={:<4} p50={:>9} p90={:>9} p99={:>9} max={:>9} discarded={}",
             r.recipe,
             r.samples_us.len(),
-            ms(r.p50_us),
-            ms(r.p90_us),
-            ms(r.p99_us),
-            ms(r.max_us),
+            ms(r.spread.p50_us),
+            ms(r.spread.p90_us),
+            ms(r.spread.p99_us),
+            ms(r.spread.max_us),
             r.discarded
         );
     }

@@ -7,6 +7,7 @@
 //! ```
 
 use clap::Parser;
+use redis_lock_bench::cli;
 use redis_lock_bench::load::{self, LoadConfig, RetryPolicy, Strategy};
 
 #[derive(Parser, Debug)]
@@ -82,24 +83,7 @@ fn main() {
         },
         seed: args.seed,
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(args.threads.max(1))
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
-    let summary = match runtime.block_on(load::run(config)) {
-        Ok(summary) => summary,
-        Err(error) => {
-            eprintln!("lock-load: {error}");
-            std::process::exit(1);
-        }
-    };
-    if args.json {
-        println!(
-            "{}",
-            serde_json::to_string(&summary).expect("summary as JSON")
-        );
-    } else {
+    if let Some(summary) = cli::run("lock-load", args.threads, args.json, load::run(config)) {
         let a = &summary.acquire;
         println!(
             "{} contenders={} keys={} cycles/s={:.0} acquire p50={}us p99={}us p999={}us \
