@@ -17,8 +17,9 @@
 //! `PEXPIRE`) wakes nobody.
 
 use std::cell::RefCell;
+use std::collections::HashMap;
 
-use redis_lock_core::decide;
+use redis_lock_core::{decide, rules};
 use redis_lock_core::waitqueue::{WaitQueues, WaiterId};
 use redis_module::{Context, RedisString};
 
@@ -36,6 +37,12 @@ struct Observer {
 
 thread_local! {
     static OBSERVERS: RefCell<WaitQueues<Observer>> = RefCell::new(WaitQueues::new());
+    /// Per observed key, the timer armed for when its lease is over, with
+    /// the unix ms it is due at: Redis itself expires an untouched key only
+    /// in its expiry cycle (every 100 ms or so), so the module looks at it
+    /// then, which expires it and wakes its observers within milliseconds.
+    static DEADLINES: RefCell<HashMap<(i32, Box<[u8]>), (TimerId, i64)>> =
+        RefCell::new(HashMap::new());
 }
 
 fn with_observers<T>(f: impl FnOnce(&mut WaitQueues<Observer>) -> T) -> T {
@@ -97,6 +104,51 @@ pub fn observe(ctx: &Context, name: &RedisString, seen: u64, timeout_ms: i64) {
         timer::start(ctx, timeout_ms, payload, on_timeout)
     });
     with_observers(|o| o.push(db, name, id, Observer { seen, timeout }));
+    watch_deadline(ctx, db, name);
+}
+
+/// Make sure `name` is looked at when its (earliest) lease is over.
+fn watch_deadline(ctx: &Context, db: i32, name: &RedisString) {
+    let key = LockKey::open_read(ctx, name);
+    let deadline = match key.held() {
+        Ok(Held::Exclusive(_)) => key.deadline(),
+        Ok(Held::Shared(h) | Held::Semaphore(h)) => h.earliest_deadline(server::now_ms()),
+        _ => None,
+    };
+    drop(key);
+    let Some(deadline) = deadline else {
+        return;
+    };
+    let due = rules::lease_over_at(deadline);
+    let entry = (db, Box::<[u8]>::from(name.as_slice()));
+    let armed = DEADLINES.with(|d| d.borrow().get(&entry).copied());
+    if armed.is_some_and(|(_, at)| at <= due) {
+        return;
+    }
+    if let Some((timer, _)) = armed {
+        timer::stop::<(i32, Box<[u8]>)>(ctx, timer);
+    }
+    let timer = timer::start(ctx, due - server::now_ms(), entry.clone(), on_deadline);
+    DEADLINES.with(|d| d.borrow_mut().insert(entry, (timer, due)));
+}
+
+/// An observed key's lease is over: open it for writing (on a master that
+/// expires it, and its `expired` event wakes the observers), look at it,
+/// and watch its next deadline if observers remain.
+fn on_deadline(ctx: &Context, (db, key): (i32, Box<[u8]>)) {
+    DEADLINES.with(|d| d.borrow_mut().remove(&(db, key.clone())));
+    if with_observers(|o| o.len(db, &key)) == 0 {
+        return;
+    }
+    server::select_db(ctx, db);
+    let name = ctx.create_string(&*key);
+    if server::is_master(ctx) && !server::writes_paused() {
+        drop(LockKey::open_write(ctx, &name));
+    }
+    changed(ctx, db, &name);
+    if with_observers(|o| o.len(db, &key)) > 0 {
+        watch_deadline(ctx, db, &name);
+    }
 }
 
 /// `name` in `db` (the context's selected db) may have a new holder: wake
