@@ -249,7 +249,10 @@ pub fn check(events: &[Event], c5_bound_ns: u64) -> Verdict {
                 v.stats.faults += 1;
                 faults.push((kind.clone(), detail.clone(), *t_ref));
             }
-            Event::Guarded { .. } | Event::Survived { .. } => {}
+            Event::Guarded { .. }
+            | Event::Survived { .. }
+            | Event::Observed { .. }
+            | Event::Leader { .. } => {}
         }
     }
 
@@ -474,6 +477,7 @@ mod tests {
             t_end: t_end * MS,
             t_recv: t_end * MS,
             accepted: true,
+            term: false,
         }
     }
 

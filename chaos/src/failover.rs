@@ -43,12 +43,12 @@ const NODES: [(&str, u8); 5] = [
     ("lkc7-c", 5),
 ];
 /// The namespaces of the three redis-servers.
-const SERVER_NS: [&str; 3] = ["lkc7-m", "lkc7-r", "lkc7-q"];
-const CLIENT_NS: &str = "lkc7-c";
+pub(crate) const SERVER_NS: [&str; 3] = ["lkc7-m", "lkc7-r", "lkc7-q"];
+pub(crate) const CLIENT_NS: &str = "lkc7-c";
 const SENTINEL_NS: &str = "lkc7-s";
 const SENTINEL_PORTS: [u16; 3] = [26379, 26380, 26381];
 
-fn ip_of(ns: &str) -> String {
+pub(crate) fn ip_of(ns: &str) -> String {
     let n = NODES
         .iter()
         .find(|(name, _)| *name == ns)
@@ -72,7 +72,7 @@ fn run(cmd: &str, args: &[&str]) -> Result<String, String> {
 }
 
 /// The namespaces, the bridge and the FORWARD rule; removed on drop.
-struct Net;
+pub(crate) struct Net;
 
 impl Net {
     fn up() -> Result<Net, String> {
@@ -139,7 +139,7 @@ impl Drop for Net {
 }
 
 /// Cut `ns` off from everything but `peer` (both directions).
-fn isolate(ns: &str, peer: &str) -> Result<(), String> {
+pub(crate) fn isolate(ns: &str, peer: &str) -> Result<(), String> {
     let peer_ip = ip_of(peer);
     let subnet = format!("{NET}.0/24");
     for (chain, dir) in [("INPUT", "-s"), ("OUTPUT", "-d")] {
@@ -159,7 +159,7 @@ fn isolate(ns: &str, peer: &str) -> Result<(), String> {
     Ok(())
 }
 
-fn heal(ns: &str) -> Result<(), String> {
+pub(crate) fn heal(ns: &str) -> Result<(), String> {
     for chain in ["INPUT", "OUTPUT"] {
         run("ip", &["netns", "exec", ns, "iptables", "-F", chain])?;
     }
@@ -167,23 +167,23 @@ fn heal(ns: &str) -> Result<(), String> {
 }
 
 /// redis-cli run inside a namespace (to reach the isolated master).
-fn cli_in(ns: &str, addr: &str, args: &[&str]) -> Result<String, String> {
+pub(crate) fn cli_in(ns: &str, addr: &str, args: &[&str]) -> Result<String, String> {
     let (host, port) = addr.split_once(':').ok_or("addr")?;
     let mut all = vec!["netns", "exec", ns, "redis-cli", "-h", host, "-p", port];
     all.extend_from_slice(args);
     Ok(run("ip", &all)?.trim().to_string())
 }
 
-struct Sentinels {
+pub(crate) struct Sentinels {
     children: Vec<Child>,
 }
 
 impl Sentinels {
-    fn start(ctx: &Ctx, master: &str) -> Result<Sentinels, String> {
+    fn start(ctx: &Ctx, prefix: &str, master: &str) -> Result<Sentinels, String> {
         let (host, port) = master.split_once(':').ok_or("addr")?;
         let mut children = Vec::new();
         for p in SENTINEL_PORTS {
-            let dir = ctx.cfg.work.join(format!("s7-sentinel-{p}"));
+            let dir = ctx.cfg.work.join(format!("{prefix}-sentinel-{p}"));
             let _ = std::fs::remove_dir_all(&dir);
             std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
             let conf = dir.join("sentinel.conf");
@@ -211,7 +211,7 @@ impl Sentinels {
         Ok(Sentinels { children })
     }
 
-    fn addrs() -> Vec<String> {
+    pub(crate) fn addrs() -> Vec<String> {
         SENTINEL_PORTS
             .iter()
             .map(|p| format!("{}:{p}", ip_of(SENTINEL_NS)))
@@ -220,7 +220,7 @@ impl Sentinels {
 
     /// Every Sentinel names `master`, and knows two replicas and two other
     /// Sentinels.
-    fn agree_on(master: &str) -> bool {
+    pub(crate) fn agree_on(master: &str) -> bool {
         Sentinels::addrs().iter().all(|s| {
             let Ok(mut con) = server::connect(s, Duration::from_millis(300)) else {
                 return false;
@@ -253,7 +253,11 @@ impl Drop for Sentinels {
     }
 }
 
-fn wait_for(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) -> Result<f64, String> {
+pub(crate) fn wait_for(
+    what: &str,
+    timeout: Duration,
+    mut cond: impl FnMut() -> bool,
+) -> Result<f64, String> {
     let start = Instant::now();
     while !cond() {
         if start.elapsed() > timeout {
@@ -264,7 +268,7 @@ fn wait_for(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) -> Re
     Ok(start.elapsed().as_secs_f64())
 }
 
-fn role_and_link(addr: &str) -> (String, bool) {
+pub(crate) fn role_and_link(addr: &str) -> (String, bool) {
     let Ok(mut con) = server::connect(addr, Duration::from_millis(300)) else {
         return (String::new(), false);
     };
@@ -281,10 +285,90 @@ fn role_and_link(addr: &str) -> (String, bool) {
     (role, info.contains("master_link_status:up"))
 }
 
+/// Root, with `ip netns`: what scenarios 7 and 8 need.
+pub(crate) fn netns_available() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    let is_root = unsafe { libc::geteuid() } == 0;
+    is_root && run("ip", &["netns", "list"]).is_ok()
+}
+
+/// The namespace a server of [`sentinel_group`] runs in.
+pub(crate) fn ns_of(addr: &str) -> &'static str {
+    SERVER_NS
+        .iter()
+        .find(|ns| ip_of(ns) == addr.split(':').next().unwrap_or(""))
+        .copied()
+        .unwrap_or("lkc7-m")
+}
+
+/// The namespaces, a master (the first server) and two replicas, and three
+/// Sentinels that agree on it; `wait`: `min-replicas-to-write 1`. Server
+/// and Sentinel directories are named after `prefix` (for the crash scan).
+/// Bound in this order, they are dropped Sentinels first, network last.
+pub(crate) fn sentinel_group(
+    ctx: &Ctx,
+    prefix: &str,
+    wait: bool,
+) -> Result<(Net, Vec<Server>, Sentinels), String> {
+    let net = Net::up()?;
+    let mut extra_args = vec!["--protected-mode", "no"];
+    if wait {
+        extra_args.extend([
+            "--min-replicas-to-write",
+            "1",
+            "--min-replicas-max-lag",
+            "10",
+        ]);
+    }
+    let servers: Vec<Server> = SERVER_NS
+        .iter()
+        .enumerate()
+        .map(|(i, ns)| {
+            ctx.cfg
+                .start_at(&format!("{prefix}-{i}"), &ip_of(ns), 6379, ns, &extra_args)
+        })
+        .collect::<Result<_, _>>()?;
+    server::replicate(&servers[1], &servers[0])?;
+    server::replicate(&servers[2], &servers[0])?;
+    let sentinels = Sentinels::start(ctx, prefix, &servers[0].addr())?;
+    let master = servers[0].addr();
+    wait_for(
+        "Sentinels agreeing on the master",
+        Duration::from_secs(30),
+        || Sentinels::agree_on(&master),
+    )?;
+    Ok((net, servers, sentinels))
+}
+
+/// Wait until the Sentinels name one of `others` and it is a master.
+pub(crate) fn wait_promotion(others: &[String]) -> Result<(String, f64), String> {
+    let mut replica = String::new();
+    let secs = wait_for(
+        "Sentinel promoting a replica",
+        Duration::from_secs(40),
+        || match ask_sentinels(&Sentinels::addrs()) {
+            Some(addr) if others.contains(&addr) && role_and_link(&addr).0 == "master" => {
+                replica = addr;
+                true
+            }
+            _ => false,
+        },
+    )?;
+    Ok((replica, secs))
+}
+
+/// Wait until the old master `addr` is a replica with its link up.
+pub(crate) fn wait_demotion(addr: &str) -> Result<f64, String> {
+    wait_for(
+        "the old master rejoining as a replica",
+        Duration::from_secs(40),
+        || role_and_link(addr) == ("slave".to_string(), true),
+    )
+}
+
 pub fn failover(ctx: &Ctx) -> Result<Report, String> {
     let mut report = Report::new(ctx, 7, "Failover (Sentinel, partition)");
-    let is_root = unsafe { libc::geteuid() } == 0;
-    if !is_root || run("ip", &["netns", "list"]).is_err() {
+    if !netns_available() {
         report
             .notes
             .push("skipped: needs root and `ip netns` (network namespaces)".into());
@@ -296,42 +380,10 @@ pub fn failover(ctx: &Ctx) -> Result<Report, String> {
     report.tolerate_double_grants = true;
     let ttl = 2000;
     for (m, mode) in ["async", "wait"].iter().enumerate() {
-        let _net = Net::up()?;
         let seed = ctx.seed + 600 + m as u64;
         let mut rng = StdRng::seed_from_u64(seed);
-        let mut extra_args = vec!["--protected-mode", "no"];
-        if *mode == "wait" {
-            extra_args.extend([
-                "--min-replicas-to-write",
-                "1",
-                "--min-replicas-max-lag",
-                "10",
-            ]);
-        }
-        let servers: Vec<Server> = SERVER_NS
-            .iter()
-            .enumerate()
-            .map(|(i, ns)| {
-                ctx.cfg
-                    .start_at(&format!("s7-{i}"), &ip_of(ns), 6379, ns, &extra_args)
-            })
-            .collect::<Result<_, _>>()?;
-        server::replicate(&servers[1], &servers[0])?;
-        server::replicate(&servers[2], &servers[0])?;
-        let _sentinels = Sentinels::start(ctx, &servers[0].addr())?;
-        let ns_of = |addr: &str| {
-            SERVER_NS
-                .iter()
-                .find(|ns| ip_of(ns) == addr.split(':').next().unwrap_or(""))
-                .copied()
-                .unwrap_or("lkc7-m")
-        };
+        let (_net, servers, _sentinels) = sentinel_group(ctx, "s7", *mode == "wait")?;
         let mut master = servers[0].addr();
-        wait_for(
-            "Sentinels agreeing on the master",
-            Duration::from_secs(30),
-            || Sentinels::agree_on(&master),
-        )?;
         let rec = Recorder::start(&ctx.out.join("s7.sock"))?;
         for round in 0..rounds {
             wait_for(
@@ -370,18 +422,7 @@ pub fn failover(ctx: &Ctx) -> Result<Report, String> {
             // A plain write only the isolated side sees.
             let marker = format!("chaos:iso-marker:{mode}:{round}");
             let marked = cli_in(CLIENT_NS, &master, &["SET", &marker, "1"])?;
-            let mut replica = String::new();
-            let promoted = wait_for(
-                "Sentinel promoting a replica",
-                Duration::from_secs(40),
-                || match ask_sentinels(&Sentinels::addrs()) {
-                    Some(addr) if others.contains(&addr) && role_and_link(&addr).0 == "master" => {
-                        replica = addr;
-                        true
-                    }
-                    _ => false,
-                },
-            )?;
+            let (replica, promoted) = wait_promotion(&others)?;
             sleep(Duration::from_millis(rng.gen_range(1500..2500)));
             // The promoted replica lacks what the isolated master did.
             let mut extra = Verdict::default();
@@ -423,11 +464,7 @@ pub fn failover(ctx: &Ctx) -> Result<Report, String> {
                     "round {round}: no grants on the isolated master: the round proves nothing"
                 ));
             }
-            let demoted = wait_for(
-                "the old master rejoining as a replica",
-                Duration::from_secs(40),
-                || role_and_link(&master) == ("slave".to_string(), true),
-            )?;
+            let demoted = wait_demotion(&master)?;
             sleep(Duration::from_millis(ttl + 1500));
             for w in workers.iter_mut() {
                 let _ = w.kill();

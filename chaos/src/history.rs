@@ -4,7 +4,8 @@
 //! the [`Recorder`] over a Unix socket, one JSON [`Event`] per line. A `Write`
 //! is the fenced resource: it is accepted only if its fence is strictly above
 //! the highest fence accepted so far, and the recorder answers `OK` or `NO`.
-//! Every other event is only recorded (the guarded list, the second
+//! (A leader's writes also pass with the fence of the last accepted one:
+//! its term goes on.) Every other event is only recorded (the guarded list, the second
 //! resource, lives in Redis: `guarded.rs`). All times are CLOCK_MONOTONIC
 //! nanoseconds ([`mono_ns`]), the one clock every process on this host shares.
 
@@ -87,6 +88,10 @@ pub enum Event {
         t_recv: u64,
         #[serde(default)]
         accepted: bool,
+        /// A leader's work (scenario 8): a fence equal to the highest
+        /// accepted also passes, since one term writes many times.
+        #[serde(default)]
+        term: bool,
     },
     /// EXTEND or RELEASE: `result` is the integer reply, None on an error.
     Extend {
@@ -125,6 +130,28 @@ pub enum Event {
         server: String,
         t: u64,
         records: Vec<String>,
+    },
+    /// What a `LOCK.OBSERVE` by an observer (scenario 8) replied: the
+    /// holder's fence and owner label, fence 0 when the key was free.
+    Observed {
+        worker: u32,
+        key: String,
+        fence: u64,
+        owner: String,
+        t_inv: u64,
+        t_comp: u64,
+        server: String,
+    },
+    /// A candidate's term as leader (scenario 8), as it marks it when it
+    /// stops acting as leader: from the grant's reply to the end of its last
+    /// accepted write (the grant's reply if none), and why it stopped.
+    Leader {
+        worker: u32,
+        key: String,
+        fence: u64,
+        t_start: u64,
+        t_end: u64,
+        reason: String,
     },
     /// A fault the harness injected, from `t_start` to `t_heal`. C5 measures
     /// from `t_ref` (the heal, or the start of a holder's pause).
@@ -198,10 +225,12 @@ impl Recorder {
                 fence,
                 t_recv,
                 accepted,
+                term,
                 ..
             } => {
                 *t_recv = mono_ns();
-                *accepted = *fence > state.highest_accepted;
+                *accepted =
+                    *fence > state.highest_accepted || (*term && *fence == state.highest_accepted);
                 if *accepted {
                     state.highest_accepted = *fence;
                 }

@@ -2,7 +2,10 @@
 //! histories (issue 5). `make chaos` runs every scenario, `make chaos-quick`
 //! a bounded subset; `lock-chaos --help` lists the options.
 
+mod candidate;
 mod check;
+mod election;
+mod election_check;
 mod failover;
 mod guarded;
 mod history;
@@ -21,18 +24,29 @@ lock-chaos [--quick] [--scenarios 1,2,...] [--seed N] [--module PATH] [--server 
            [--out DIR] [--report FILE] [--keep-history]
     Run the fault scenarios (1 contention, 2 paused holder, 3 paused server,
     4 crash and restart, 5 persistence round trips, 6 replication stream,
-    7 Sentinel failover in network namespaces, root only) and check each
-    history with C1-C6 (C6: the list written through LOCK.GUARD, scenarios
-    2, 4 and 7). Exit status 1 if any run has a violation that counts.
+    7 Sentinel failover in network namespaces, root only, 8 leader election
+    under a paused leader, a killed leader and a Sentinel failover, root
+    only) and check each history with C1-C6 (C6: the list written through
+    LOCK.GUARD, scenarios 2, 4 and 7; 8 adds its own: one acting leader at a
+    time, observers converge). Exit status 1 if any run has a violation
+    that counts.
 lock-chaos check HISTORY.jsonl [--bound-ms N]
     Run C1, C2, C3, C5 and C6 again on a kept history (N: TTL + 1000, default 3000).
 lock-chaos worker --key=value ...
-    One worker process (started by the scenarios).";
+lock-chaos candidate|observer --key=value ...
+    One worker, election candidate or observer process (started by the
+    scenarios).";
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
         Some("worker") => worker::WorkerArgs::parse(&args[1..]).and_then(worker::run),
+        Some("candidate") => {
+            candidate::ElectArgs::parse(&args[1..]).and_then(candidate::run_candidate)
+        }
+        Some("observer") => {
+            candidate::ElectArgs::parse(&args[1..]).and_then(candidate::run_observer)
+        }
         Some("check") => recheck(&args[1..]),
         Some("--help") | Some("-h") => {
             println!("{HELP}");
@@ -71,7 +85,7 @@ fn run(args: &[String]) -> Result<(), String> {
     let root = std::env::current_dir().map_err(|e| e.to_string())?;
     let mut quick = false;
     let mut keep_history = false;
-    let mut selected: Vec<u32> = (1..=7).collect();
+    let mut selected: Vec<u32> = (1..=8).collect();
     let mut seed: u64 = 20260529;
     let mut module = server::module_path(&root);
     let mut binary = "redis-server".to_string();
@@ -134,6 +148,7 @@ fn run(args: &[String]) -> Result<(), String> {
             5 => scenarios::persistence(&ctx),
             6 => scenarios::replication_stream(&ctx),
             7 => failover::failover(&ctx),
+            8 => election::election(&ctx),
             other => Err(format!("no scenario {other}")),
         };
         // A scenario that could not go on (a server died, say) is a

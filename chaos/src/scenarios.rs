@@ -1,5 +1,6 @@
 //! Scenarios 1-6: redis-server processes on loopback that the harness starts
-//! itself. Scenario 7 (failover) is in `failover.rs`.
+//! itself. Scenario 7 (failover) is in `failover.rs`, 8 (leader election)
+//! in `election.rs`.
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::PathBuf;
@@ -69,7 +70,7 @@ impl Report {
 }
 
 /// Is this process stopped (state T in /proc)?
-fn process_stopped(pid: u32) -> bool {
+pub fn process_stopped(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .ok()
         .and_then(|s| s.rsplit_once(") ").map(|(_, rest)| rest.starts_with('T')))
@@ -84,6 +85,11 @@ pub fn wall_ms() -> u64 {
 }
 
 pub fn spawn_worker(ctx: &Ctx, args: &WorkerArgs, netns: Option<&str>) -> Result<Child, String> {
+    spawn_process(ctx, &args.to_args(), netns)
+}
+
+/// `lock-chaos <args>`, in network namespace `netns` if given.
+pub fn spawn_process(ctx: &Ctx, args: &[String], netns: Option<&str>) -> Result<Child, String> {
     let mut cmd = match netns {
         Some(ns) => {
             let mut c = Command::new("ip");
@@ -92,12 +98,12 @@ pub fn spawn_worker(ctx: &Ctx, args: &WorkerArgs, netns: Option<&str>) -> Result
         }
         None => Command::new(&ctx.exe),
     };
-    cmd.args(args.to_args())
+    cmd.args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
         .spawn()
-        .map_err(|e| format!("spawn worker: {e}"))
+        .map_err(|e| format!("spawn {}: {e}", args.first().map_or("", String::as_str)))
 }
 
 /// Worker processes, killed when dropped (an error in a scenario leaves none
@@ -610,29 +616,35 @@ fn lock_states(
     Ok(out)
 }
 
-/// A field of a RESP2 flat array or RESP3 map reply.
-pub fn map_field(v: &Value, name: &str) -> Option<i64> {
-    let pairs: Vec<(&Value, &Value)> = match v {
-        Value::Array(items) => items
-            .chunks(2)
-            .filter_map(|c| c.get(1).map(|b| (&c[0], b)))
-            .collect(),
-        Value::Map(items) => items.iter().map(|(a, b)| (a, b)).collect(),
-        _ => return None,
-    };
-    for (k, val) in pairs {
-        let key = match k {
-            Value::BulkString(b) => String::from_utf8_lossy(b).to_string(),
-            Value::SimpleString(s) => s.clone(),
-            _ => continue,
-        };
-        if key == name {
-            if let Value::Int(n) = val {
-                return Some(*n);
-            }
-        }
+/// The (name, value) pairs of a RESP2 flat array or RESP3 map reply.
+pub fn map_pairs(v: &Value) -> Option<Vec<(&Value, &Value)>> {
+    match v {
+        Value::Array(items) => Some(
+            items
+                .chunks(2)
+                .filter_map(|c| c.get(1).map(|b| (&c[0], b)))
+                .collect(),
+        ),
+        Value::Map(items) => Some(items.iter().map(|(a, b)| (a, b)).collect()),
+        _ => None,
     }
-    None
+}
+
+/// A bulk or simple string reply as text.
+pub fn text(v: &Value) -> Option<String> {
+    match v {
+        Value::BulkString(b) => Some(String::from_utf8_lossy(b).to_string()),
+        Value::SimpleString(s) => Some(s.clone()),
+        _ => None,
+    }
+}
+
+/// An integer field of a RESP2 flat array or RESP3 map reply.
+pub fn map_field(v: &Value, name: &str) -> Option<i64> {
+    map_pairs(v)?.into_iter().find_map(|(k, val)| match val {
+        Value::Int(n) if text(k).as_deref() == Some(name) => Some(*n),
+        _ => None,
+    })
 }
 
 fn acquire(con: &mut Connection, key: &str, ttl: u64, token: &str) -> Result<Option<u64>, String> {

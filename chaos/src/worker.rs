@@ -71,34 +71,18 @@ impl WorkerArgs {
     }
 
     pub fn parse(args: &[String]) -> Result<WorkerArgs, String> {
-        let mut map = HashMap::new();
-        for arg in args {
-            let (k, v) = arg
-                .strip_prefix("--")
-                .and_then(|a| a.split_once('='))
-                .ok_or_else(|| format!("bad worker argument {arg:?}"))?;
-            map.insert(k.to_string(), v.to_string());
-        }
-        let get = |k: &str| map.get(k).cloned().ok_or_else(|| format!("missing --{k}"));
-        let num =
-            |k: &str| -> Result<u64, String> { get(k)?.parse().map_err(|e| format!("--{k}: {e}")) };
-        let hold = get("hold-ms")?;
-        let (lo, hi) = hold.split_once('-').ok_or("--hold-ms=lo-hi")?;
+        let f = Flags::parse(args)?;
+        let get = |k: &str| f.get(k);
+        let num = |k: &str| f.num(k);
+        let (lo, hi) = f.range("hold-ms")?;
         Ok(WorkerArgs {
             id: num("id")? as u32,
             socket: PathBuf::from(get("socket")?),
             addr: get("addr")?,
-            sentinels: get("sentinels")?
-                .split(',')
-                .filter(|s| !s.is_empty())
-                .map(str::to_string)
-                .collect(),
+            sentinels: f.list("sentinels")?,
             key: get("key")?,
             ttl_ms: num("ttl-ms")?,
-            hold_ms: (
-                lo.parse().map_err(|_| "--hold-ms")?,
-                hi.parse().map_err(|_| "--hold-ms")?,
-            ),
+            hold_ms: (lo, hi),
             wait_ms: num("wait-ms")?,
             extend: get("extend")?.parse().map_err(|_| "--extend")?,
             duration_ms: num("duration-ms")?,
@@ -111,6 +95,52 @@ impl WorkerArgs {
                 .map_err(|_| "--stop-before-write")?,
             guard: get("guard")?.parse().map_err(|_| "--guard")?,
         })
+    }
+}
+
+/// The `--key=value` arguments of a process the scenarios start.
+pub struct Flags(HashMap<String, String>);
+
+impl Flags {
+    pub fn parse(args: &[String]) -> Result<Flags, String> {
+        let mut map = HashMap::new();
+        for arg in args {
+            let (k, v) = arg
+                .strip_prefix("--")
+                .and_then(|a| a.split_once('='))
+                .ok_or_else(|| format!("bad argument {arg:?}"))?;
+            map.insert(k.to_string(), v.to_string());
+        }
+        Ok(Flags(map))
+    }
+
+    pub fn get(&self, k: &str) -> Result<String, String> {
+        self.0
+            .get(k)
+            .cloned()
+            .ok_or_else(|| format!("missing --{k}"))
+    }
+
+    pub fn num(&self, k: &str) -> Result<u64, String> {
+        self.get(k)?.parse().map_err(|e| format!("--{k}: {e}"))
+    }
+
+    /// `--k=lo-hi`.
+    pub fn range(&self, k: &str) -> Result<(u64, u64), String> {
+        let v = self.get(k)?;
+        let (lo, hi) = v.split_once('-').ok_or(format!("--{k}=lo-hi"))?;
+        let n = |s: &str| s.parse().map_err(|_| format!("--{k}=lo-hi"));
+        Ok((n(lo)?, n(hi)?))
+    }
+
+    /// `--k=a,b,c` (empty: none).
+    pub fn list(&self, k: &str) -> Result<Vec<String>, String> {
+        Ok(self
+            .get(k)?
+            .split(',')
+            .filter(|s| !s.is_empty())
+            .map(str::to_string)
+            .collect())
     }
 }
 
@@ -145,13 +175,61 @@ pub fn ask_sentinels(sentinels: &[String]) -> Option<String> {
     None
 }
 
-/// A connection to the master (by the Sentinels, else `addr`).
-fn reconnect(a: &WorkerArgs) -> Option<(Connection, String)> {
-    let addr = ask_sentinels(&a.sentinels).unwrap_or_else(|| a.addr.clone());
-    open(&addr, 300, a.wait_ms + a.op_timeout_ms).map(|c| (c, addr))
+/// A connection to the master (by the Sentinels, else `addr`), with a read
+/// timeout of `read_ms`.
+pub fn open_master(sentinels: &[String], addr: &str, read_ms: u64) -> Option<(Connection, String)> {
+    let addr = ask_sentinels(sentinels).unwrap_or_else(|| addr.to_string());
+    open(&addr, 300, read_ms).map(|c| (c, addr))
 }
 
-fn int_reply(r: &redis::RedisResult<Value>) -> Option<i64> {
+fn reconnect(a: &WorkerArgs) -> Option<(Connection, String)> {
+    open_master(&a.sentinels, &a.addr, a.wait_ms + a.op_timeout_ms)
+}
+
+/// What an ACQUIRE's reply means; with `replicas` > 0 a grant counts only
+/// once `WAIT replicas wait_ms` confirms it. The flag: the connection broke.
+pub fn grant_outcome(
+    c: &mut Connection,
+    reply: &redis::RedisResult<Value>,
+    replicas: u64,
+    wait_ms: u64,
+) -> (Outcome, Option<u64>, bool) {
+    let (mut outcome, fence) = match reply {
+        Ok(Value::Nil) => (Outcome::Refused, None),
+        Ok(Value::Array(items)) if items.len() == 2 => match items[1] {
+            Value::Int(f) if f > 0 => (Outcome::Granted, Some(f as u64)),
+            _ => (Outcome::Unknown, None),
+        },
+        _ => (Outcome::Unknown, None),
+    };
+    let mut broken = reply.is_err();
+    if outcome == Outcome::Granted {
+        let (acked, wait_broke) = confirmed(c, replicas, wait_ms);
+        broken |= wait_broke;
+        if !acked {
+            outcome = Outcome::Unconfirmed;
+        }
+    }
+    (outcome, fence, broken)
+}
+
+/// `WAIT replicas wait_ms` after a write (nothing when `replicas` is 0):
+/// did enough replicas acknowledge it, and did the connection break.
+pub fn confirmed(c: &mut Connection, replicas: u64, wait_ms: u64) -> (bool, bool) {
+    if replicas == 0 {
+        return (true, false);
+    }
+    let acked = redis::cmd("WAIT")
+        .arg(replicas)
+        .arg(wait_ms)
+        .query::<Value>(c);
+    (
+        int_reply(&acked).unwrap_or(0) >= replicas as i64,
+        acked.is_err(),
+    )
+}
+
+pub fn int_reply(r: &redis::RedisResult<Value>) -> Option<i64> {
     match r {
         Ok(Value::Int(n)) => Some(*n),
         _ => None,
@@ -188,25 +266,7 @@ pub fn run(a: WorkerArgs) -> Result<(), String> {
         let t_inv = mono_ns();
         let reply: redis::RedisResult<Value> = cmd.query(c);
         let t_comp = mono_ns();
-        let (mut outcome, fence) = match &reply {
-            Ok(Value::Nil) => (Outcome::Refused, None),
-            Ok(Value::Array(items)) if items.len() == 2 => match items[1] {
-                Value::Int(f) if f > 0 => (Outcome::Granted, Some(f as u64)),
-                _ => (Outcome::Unknown, None),
-            },
-            _ => (Outcome::Unknown, None),
-        };
-        let mut broken = reply.is_err();
-        if outcome == Outcome::Granted && a.replicas > 0 {
-            let acked = redis::cmd("WAIT")
-                .arg(a.replicas)
-                .arg(a.op_timeout_ms / 2)
-                .query::<Value>(c);
-            broken |= acked.is_err();
-            if int_reply(&acked).unwrap_or(0) < a.replicas as i64 {
-                outcome = Outcome::Unconfirmed;
-            }
-        }
+        let (outcome, fence, broken) = grant_outcome(c, &reply, a.replicas, a.op_timeout_ms / 2);
         let t_comp = if a.replicas > 0 { mono_ns() } else { t_comp };
         let ev = Event::Acquire {
             worker: a.id,
@@ -227,7 +287,7 @@ pub fn run(a: WorkerArgs) -> Result<(), String> {
         match outcome {
             Outcome::Granted => {}
             Outcome::Unconfirmed => {
-                release(&mut con, &mut rec, &a, &token)?;
+                release(&mut con, &mut rec, a.id, &a.key, &token)?;
                 continue;
             }
             _ => {
@@ -290,6 +350,7 @@ pub fn run(a: WorkerArgs) -> Result<(), String> {
                 t_end,
                 t_recv: 0,
                 accepted: false,
+                term: false,
             })?;
         }
         // The guarded end goes out whatever the lease check said: GUARD
@@ -297,7 +358,7 @@ pub fn run(a: WorkerArgs) -> Result<(), String> {
         if a.guard {
             guarded_append(&mut con, &mut rec, &a, &token, fence, "end")?;
         }
-        release(&mut con, &mut rec, &a, &token)?;
+        release(&mut con, &mut rec, a.id, &a.key, &token)?;
     }
     Ok(())
 }
@@ -352,21 +413,23 @@ fn guarded_append(
     Ok(())
 }
 
-fn release(
+/// `LOCK.RELEASE key token`, reported; a connection that broke is dropped.
+pub fn release(
     con: &mut Option<(Connection, String)>,
     rec: &mut RecorderClient,
-    a: &WorkerArgs,
+    worker: u32,
+    key: &str,
     token: &str,
 ) -> Result<(), String> {
     let Some((c, _)) = con.as_mut() else {
         return Ok(());
     };
     let t_inv = mono_ns();
-    let r: redis::RedisResult<Value> = redis::cmd("LOCK.RELEASE").arg(&a.key).arg(token).query(c);
+    let r: redis::RedisResult<Value> = redis::cmd("LOCK.RELEASE").arg(key).arg(token).query(c);
     let t_comp = mono_ns();
     rec.record(&Event::Release {
-        worker: a.id,
-        key: a.key.clone(),
+        worker,
+        key: key.to_string(),
         token: token.to_string(),
         t_inv,
         t_comp,
