@@ -19,8 +19,8 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 
-use redis_lock_core::{decide, rules};
 use redis_lock_core::waitqueue::{WaitQueues, WaiterId};
+use redis_lock_core::{decide, rules};
 use redis_module::{Context, RedisString};
 
 use crate::redis::blocked::{self, BlockedId, Waits};

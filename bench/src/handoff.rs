@@ -559,12 +559,23 @@ async fn try_acquire(
     })
 }
 
-/// `LOCK.INFO` as a map (null: the key is free).
+/// `LOCK.INFO`'s integer fields as a map (null: the key is free); the
+/// text fields (`mode`, `owner`) are left out.
 pub(crate) async fn lock_info(
     conn: &mut MultiplexedConnection,
     lock: &str,
 ) -> Result<Option<HashMap<String, i64>>, String> {
-    query(conn, redis::cmd("LOCK.INFO").arg(lock)).await
+    let fields: Option<HashMap<String, redis::Value>> =
+        query(conn, redis::cmd("LOCK.INFO").arg(lock)).await?;
+    Ok(fields.map(|fields| {
+        fields
+            .into_iter()
+            .filter_map(|(name, value)| match value {
+                redis::Value::Int(n) => Some((name, n)),
+                _ => None,
+            })
+            .collect()
+    }))
 }
 
 /// Poll `LOCK.INFO` until someone waits for `lock` (true), or the lock is

@@ -1510,12 +1510,11 @@ fn observe_section(md: &mut String, results: &Results, summary: &Summary, img: &
     }
     let _ = writeln!(
         md,
-        "An expiry is noticed when Redis expires the key: lazily when a client \
-         touches it, or by its active expiry cycle, which an idle server runs \
-         about every 100 ms (`hz 10`). Nobody touches the observed key here, so \
-         the expiry wake-up is that cycle's delay; a `WAIT` hand-off after expiry \
-         is faster because the module arms a timer at the deadline when clients \
-         queue.\n"
+        "An expiry is noticed when the key is expired: Redis does that lazily \
+         when a client touches it, or in its active expiry cycle (about every \
+         100 ms on an idle server, `hz 10`), so the module arms a timer at an \
+         observed key's deadline that touches it, as it does for `WAIT`: the \
+         expiry wake-up is that timer's delay and the wake-ups themselves.\n"
     );
     let _ = writeln!(
         md,
