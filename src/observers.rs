@@ -29,6 +29,9 @@ use crate::redis::reply::{self, Field};
 use crate::redis::server;
 use crate::redis::timer::{self, TimerId};
 
+/// A key in a database.
+type DbKey = (i32, Box<[u8]>);
+
 struct Observer {
     /// The holder fence the observer last saw; 0 for "free".
     seen: u64,
@@ -41,8 +44,7 @@ thread_local! {
     /// the unix ms it is due at: Redis itself expires an untouched key only
     /// in its expiry cycle (every 100 ms or so), so the module looks at it
     /// then, which expires it and wakes its observers within milliseconds.
-    static DEADLINES: RefCell<HashMap<(i32, Box<[u8]>), (TimerId, i64)>> =
-        RefCell::new(HashMap::new());
+    static DEADLINES: RefCell<HashMap<DbKey, (TimerId, i64)>> = RefCell::new(HashMap::new());
 }
 
 fn with_observers<T>(f: impl FnOnce(&mut WaitQueues<Observer>) -> T) -> T {
@@ -126,7 +128,7 @@ fn watch_deadline(ctx: &Context, db: i32, name: &RedisString) {
         return;
     }
     if let Some((timer, _)) = armed {
-        timer::stop::<(i32, Box<[u8]>)>(ctx, timer);
+        timer::stop::<DbKey>(ctx, timer);
     }
     let timer = timer::start(ctx, due - server::now_ms(), entry.clone(), on_deadline);
     DEADLINES.with(|d| d.borrow_mut().insert(entry, (timer, due)));
@@ -135,7 +137,7 @@ fn watch_deadline(ctx: &Context, db: i32, name: &RedisString) {
 /// An observed key's lease is over: open it for writing (on a master that
 /// expires it, and its `expired` event wakes the observers), look at it,
 /// and watch its next deadline if observers remain.
-fn on_deadline(ctx: &Context, (db, key): (i32, Box<[u8]>)) {
+fn on_deadline(ctx: &Context, (db, key): DbKey) {
     DEADLINES.with(|d| d.borrow_mut().remove(&(db, key.clone())));
     if with_observers(|o| o.len(db, &key)) == 0 {
         return;

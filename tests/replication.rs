@@ -448,6 +448,75 @@ fn guarded_writes_are_replicated_as_their_effects_after_the_grant() {
     }
 }
 
+/// A key with several holders replicates each holder as its effect:
+/// `LOCK.SETHOLDER key limit count token fence deadline granted extends`
+/// with absolute times, `LOCK.DELHOLDER key token` when one goes, and `DEL`
+/// for the last.
+#[test]
+fn holders_are_replicated_one_by_one_with_absolute_values() {
+    let master = Server::start();
+    let mut link = ReplicationStream::open(&master);
+    let mut con = master.conn();
+    let t0 = now_ms();
+    let (_, f1): (String, u64) = redis::cmd("LOCK.ACQUIRE")
+        .arg("rw")
+        .arg(10_000)
+        .arg("TOKEN")
+        .arg("r1")
+        .arg("SHARED")
+        .query(&mut con)
+        .unwrap();
+    let (_, f2): (String, u64) = redis::cmd("SEM.ACQUIRE")
+        .arg("s")
+        .arg(4)
+        .arg(20_000)
+        .arg("COUNT")
+        .arg(3)
+        .arg("TOKEN")
+        .arg("p")
+        .arg("OWNER")
+        .arg("pod-1")
+        .query(&mut con)
+        .unwrap();
+    let t1 = now_ms();
+    let (_, f3): (String, u64) = redis::cmd("LOCK.ACQUIRE")
+        .arg("rw")
+        .arg(10_000)
+        .arg("TOKEN")
+        .arg("r2")
+        .arg("SHARED")
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(release(&mut con, "rw", "r1"), 1);
+    assert_eq!(release(&mut con, "rw", "r2"), 1);
+    let effects = link.effects_until(|c| c[0] == "DEL");
+    assert_eq!(effects.len(), 5, "{effects:?}");
+    let absolute = |cmd: &[String], at: usize, from: i64, to: i64| {
+        let t: i64 = cmd[at].parse().unwrap();
+        assert!(t >= from && t <= to, "{cmd:?}: {t} not in [{from}, {to}]");
+    };
+    assert_eq!(
+        &effects[0][..6],
+        ["LOCK.SETHOLDER", "rw", "0", "1", "r1", &f1.to_string()]
+    );
+    absolute(&effects[0], 6, t0 + 10_000, t1 + 10_000);
+    absolute(&effects[0], 7, t0, t1);
+    assert_eq!(effects[0][8], "0");
+    assert_eq!(effects[0].len(), 9);
+    assert_eq!(
+        &effects[1][..6],
+        ["LOCK.SETHOLDER", "s", "4", "3", "p", &f2.to_string()]
+    );
+    absolute(&effects[1], 6, t0 + 20_000, t1 + 20_000);
+    assert_eq!(&effects[1][9..], ["OWNER", "pod-1"]);
+    assert_eq!(
+        &effects[2][..6],
+        ["LOCK.SETHOLDER", "rw", "0", "1", "r2", &f3.to_string()]
+    );
+    assert_eq!(effects[3], ["LOCK.DELHOLDER", "rw", "r1"]);
+    assert_eq!(effects[4], ["DEL", "rw"]);
+}
+
 // ---------------------------------------------------------------------------
 // 7–8. Full sync, transactions and scripts
 

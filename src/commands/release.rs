@@ -35,7 +35,7 @@ fn release(ctx: &Context, args: &[RedisString], family: Family) -> Result<(), Lo
 
     let mut key = LockKey::open_write(ctx, name);
     let held = match key.held()? {
-        Held::Free | Held::Exclusive(_) if family == Family::Semaphore => {
+        Held::Free | Held::Exclusive(_) | Held::Shared(_) if family == Family::Semaphore => {
             return Err(LockError::WrongType)
         }
         Held::Semaphore(_) if family == Family::Lock => return Err(LockError::WrongType),
