@@ -617,3 +617,47 @@ fn a_session_releases_only_its_own_holder() {
     });
     assert_eq!(release(&mut con, "rw", "kept"), 1);
 }
+
+/// Every prefix of a shared lock's and of a semaphore's DUMP, and every
+/// payload with one byte changed (checksum validation off, so the module's
+/// loader sees them), is refused or loads whole: the server never crashes,
+/// and a loaded key is a consistent holder set.
+#[test]
+fn restore_of_damaged_holder_payloads_is_refused_or_whole() {
+    let server = Server::start();
+    let mut con = server.conn();
+    shared(&mut con, "rw", 600_000, "r1").unwrap();
+    shared(&mut con, "rw", 600_000, "r2").unwrap();
+    sem(&mut con, "s", 3, 600_000, 2, "a").unwrap();
+    common::payload::skip_checksum(&mut con, true);
+    let mut loaded = 0;
+    for source in ["rw", "s"] {
+        let payload = common::payload::dump(&mut con, source);
+        let mut cases: Vec<Vec<u8>> = (0..payload.len()).map(|n| payload[..n].to_vec()).collect();
+        for at in 10..payload.len() - 10 {
+            for flip in [0x01u8, 0x80, 0xff] {
+                let mut damaged = payload.clone();
+                damaged[at] ^= flip;
+                cases.push(damaged);
+            }
+        }
+        for (i, case) in cases.iter().enumerate() {
+            let key = format!("{source}-case-{i}");
+            if common::payload::restore(&mut con, &key, 0, case).is_ok() {
+                loaded += 1;
+                let kind: String = redis::cmd("TYPE").arg(&key).query(&mut con).unwrap();
+                if kind == "redisshrd" {
+                    let held = info(&mut con, &key);
+                    assert!(held.is_none_or(|h| h["holders"] >= 1), "{key}");
+                } else if kind == "redissema" {
+                    let held = sem_info(&mut con, &key);
+                    assert!(held.is_none_or(|h| h["used"] <= h["limit"]), "{key}");
+                }
+                let _: i64 = redis::cmd("DEL").arg(&key).query(&mut con).unwrap();
+            }
+            let pong: String = redis::cmd("PING").query(&mut con).unwrap();
+            assert_eq!(pong, "PONG", "after case {i} of {source}");
+        }
+    }
+    assert!(loaded > 0, "the whole payloads at least load");
+}
