@@ -21,7 +21,6 @@ use redis_module::{Context, RedisString};
 use crate::metrics::{self, Counter};
 use crate::redis::key::LockKey;
 use crate::redis::replicate::{self, HolderState, LockState};
-use crate::redis::server;
 use crate::{fence, observers};
 
 /// Who is granted a lock, and for how long.
@@ -65,7 +64,7 @@ pub fn grant(
     );
     replicate::notify(ctx, c"lock.acquired", name);
     metrics::count(Counter::Grants);
-    observers::changed(ctx, server::selected_db(ctx), name);
+    observers::changed_here(ctx, name);
     Ok(fence)
 }
 
@@ -115,7 +114,7 @@ pub fn release(ctx: &Context, key: &mut LockKey, name: &RedisString, by: Release
     replicate::touched(ctx, name);
     replicate::notify(ctx, c"lock.released", name);
     replicate::del(ctx, name);
-    observers::changed(ctx, server::selected_db(ctx), name);
+    observers::changed_here(ctx, name);
     match by {
         ReleasedBy::Holder => metrics::count(Counter::Releases),
         ReleasedBy::Session => metrics::count(Counter::SessionReleases),
@@ -186,7 +185,7 @@ pub fn grant_holder(
         name,
     );
     metrics::count(Counter::Grants);
-    observers::changed(ctx, server::selected_db(ctx), name);
+    observers::changed_here(ctx, name);
     Ok(fence)
 }
 
@@ -256,7 +255,7 @@ pub fn release_holder(
     } else {
         replicate::del_holder(ctx, name, token);
     }
-    observers::changed(ctx, server::selected_db(ctx), name);
+    observers::changed_here(ctx, name);
     match by {
         ReleasedBy::Holder => metrics::count(Counter::Releases),
         ReleasedBy::Session => metrics::count(Counter::SessionReleases),
@@ -290,6 +289,6 @@ pub fn expire_holders(ctx: &Context, key: &mut LockKey, name: &RedisString, now_
         metrics::count(Counter::Expiries);
         replicate::notify(ctx, event(limit, c"lock.expired", c"sem.expired"), name);
     }
-    observers::changed(ctx, server::selected_db(ctx), name);
+    observers::changed_here(ctx, name);
     expired.len()
 }

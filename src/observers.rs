@@ -153,6 +153,14 @@ fn on_deadline(ctx: &Context, (db, key): DbKey) {
     }
 }
 
+/// [`changed`] for the context's selected db, which is only asked for when
+/// someone observes (the hot path of every grant and release calls this).
+pub fn changed_here(ctx: &Context, name: &RedisString) {
+    if total() > 0 {
+        changed(ctx, server::selected_db(ctx), name);
+    }
+}
+
 /// `name` in `db` (the context's selected db) may have a new holder: wake
 /// every observer that saw another one. Cheap when nobody observes.
 pub fn changed(ctx: &Context, db: i32, name: &RedisString) {

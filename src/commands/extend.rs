@@ -37,22 +37,26 @@ fn extend(ctx: &Context, args: &[RedisString], family: Family) -> Result<(), Loc
     let mut key = LockKey::open_write(ctx, name);
     let now_ms = server::now_ms();
     let policy = config::hold_policy();
-    let several = match key.held()? {
+    let (several, decision) = match key.held()? {
         Held::Free | Held::Exclusive(_) | Held::Shared(_) if family == Family::Semaphore => {
             return Err(LockError::WrongType)
         }
         Held::Semaphore(_) if family == Family::Lock => return Err(LockError::WrongType),
-        Held::Free | Held::Exclusive(_) => false,
-        Held::Shared(_) | Held::Semaphore(_) => true,
-    };
-    let decision = if several {
-        if server::is_master(ctx) {
-            lease::expire_holders(ctx, &mut key, name, now_ms);
+        Held::Free => (false, Ok(Extend::NotHolder)),
+        Held::Exclusive(lock) => (
+            false,
+            decide::extend(Some(lock), parsed.token, parsed.ttl_ms, now_ms, policy),
+        ),
+        Held::Shared(_) | Held::Semaphore(_) => {
+            if server::is_master(ctx) {
+                lease::expire_holders(ctx, &mut key, name, now_ms);
+            }
+            let mine = my_hold(&key.held()?, Some(parsed.token), now_ms);
+            (
+                true,
+                decide::extend_hold(mine, parsed.ttl_ms, now_ms, policy),
+            )
         }
-        let mine = my_hold(&key.held()?, Some(parsed.token), now_ms);
-        decide::extend_hold(mine, parsed.ttl_ms, now_ms, policy)
-    } else {
-        decide::extend(key.lock()?, parsed.token, parsed.ttl_ms, now_ms, policy)
     };
     match decision {
         Ok(Extend::NotHolder) => {

@@ -74,7 +74,7 @@ pub fn run_del(ctx: &Context, args: &[RedisString]) -> Result<(), LockError> {
 /// An effect from the master or the AOF is applied: pass it on as it came,
 /// wake the key's observers, reply OK.
 fn applied(ctx: &Context, name: &RedisString) {
-    observers::changed(ctx, server::selected_db(ctx), name);
+    observers::changed_here(ctx, name);
     replicate::touched(ctx, name);
     replicate::verbatim(ctx);
     reply::ok(ctx);

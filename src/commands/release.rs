@@ -55,7 +55,8 @@ fn release(ctx: &Context, args: &[RedisString], family: Family) -> Result<(), Lo
             }
             false
         }
-        Held::Free | Held::Exclusive(_) => decide::release(key.lock()?, parsed.token),
+        Held::Free => false,
+        Held::Exclusive(lock) => decide::release(Some(lock), parsed.token),
     };
     if !held {
         metrics::count(Counter::StaleReleases);

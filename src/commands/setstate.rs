@@ -39,7 +39,7 @@ pub fn run(ctx: &Context, args: &[RedisString]) -> Result<(), LockError> {
     )?;
     fence::observe(parsed.fence);
     drop(key);
-    observers::changed(ctx, server::selected_db(ctx), name);
+    observers::changed_here(ctx, name);
     replicate::touched(ctx, name);
     replicate::verbatim(ctx);
     reply::ok(ctx);
