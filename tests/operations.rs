@@ -755,7 +755,14 @@ fn session_is_refused_inside_a_script_and_changes_nothing() {
 
 #[test]
 fn a_ttl_changed_by_a_client_is_what_expiry_counting_and_aof_rewrite_follow() {
-    let server = Server::start_with(&["--appendonly", "yes", "--aof-use-rdb-preamble", "no"]);
+    let server = Server::start_with(&[
+        "--appendonly",
+        "yes",
+        "--appendfsync",
+        "always",
+        "--aof-use-rdb-preamble",
+        "no",
+    ]);
     let mut con = server.conn();
     // Shortened by PEXPIRE: its expiry is still an expiry of a held lock.
     acquire(&mut con, "short", 60_000, Some("t")).unwrap();

@@ -173,7 +173,7 @@ fn lock_survives_crash_after_save() {
 
 #[test]
 fn lock_survives_restart_from_aof_without_rewrite() {
-    let mut server = Server::start_with(&["--appendonly", "yes"]);
+    let mut server = Server::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
     let mut con = server.conn();
     let (token, _) = acquire(&mut con, "k", 600_000, None).unwrap();
     let before = fence_and_deadline(&mut con, "k");
@@ -187,7 +187,7 @@ fn lock_survives_restart_from_aof_without_rewrite() {
 
 #[test]
 fn lock_survives_restart_from_aof_after_bgrewriteaof() {
-    let mut server = Server::start_with(&["--appendonly", "yes"]);
+    let mut server = Server::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
     let mut con = server.conn();
     let (token, _) = acquire(&mut con, "k", 600_000, None).unwrap();
     let before = fence_and_deadline(&mut con, "k");
@@ -207,7 +207,14 @@ fn lock_survives_restart_from_aof_after_bgrewriteaof() {
 
 #[test]
 fn aof_rewrite_without_rdb_preamble_writes_setstate_and_absolute_pexpireat() {
-    let mut server = Server::start_with(&["--appendonly", "yes", "--aof-use-rdb-preamble", "no"]);
+    let mut server = Server::start_with(&[
+        "--appendonly",
+        "yes",
+        "--appendfsync",
+        "always",
+        "--aof-use-rdb-preamble",
+        "no",
+    ]);
     let mut con = server.conn();
     acquire(&mut con, "k", 600_000, Some("aof-token")).unwrap();
     let (fence, deadline) = fence_and_deadline(&mut con, "k");
@@ -257,7 +264,14 @@ fn aof_rewrite_without_rdb_preamble_writes_setstate_and_absolute_pexpireat() {
 
 #[test]
 fn aof_records_effects_only_and_loadaof_reproduces_the_keyspace() {
-    let server = Server::start_with(&["--appendonly", "yes", "--aof-use-rdb-preamble", "no"]);
+    let server = Server::start_with(&[
+        "--appendonly",
+        "yes",
+        "--appendfsync",
+        "always",
+        "--aof-use-rdb-preamble",
+        "no",
+    ]);
     let mut con = server.conn();
     let mut grants = 0;
     let mut deadline_moves = 0;
@@ -370,7 +384,14 @@ fn lease_that_ran_out_while_stopped_is_free_after_rdb_restart() {
 
 #[test]
 fn lease_that_ran_out_while_stopped_is_free_after_aof_restart() {
-    let mut server = Server::start_with(&["--appendonly", "yes", "--aof-use-rdb-preamble", "no"]);
+    let mut server = Server::start_with(&[
+        "--appendonly",
+        "yes",
+        "--appendfsync",
+        "always",
+        "--aof-use-rdb-preamble",
+        "no",
+    ]);
     let mut con = server.conn();
     let (_, old_fence) = acquire(&mut con, "k", 1_000, Some("old")).unwrap();
     let (_, deadline) = fence_and_deadline(&mut con, "k");

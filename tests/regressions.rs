@@ -27,7 +27,7 @@ use common::*;
 #[test]
 fn expiry_handoff_during_client_pause_keeps_the_server_alive() {
     for mode in ["WRITE", "ALL"] {
-        let mut server = Server::start_with(&["--appendonly", "yes"]);
+        let mut server = Server::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
         let mut holder = server.conn();
         assert!(acquire(&mut holder, "paused", 200, Some("holder")).is_some());
         // A waiter queues behind the holder, on its own connection.
@@ -74,7 +74,7 @@ fn expiry_handoff_during_client_pause_keeps_the_server_alive() {
 #[test]
 fn session_release_during_client_pause_waits_for_the_pause_to_end() {
     for mode in ["WRITE", "ALL"] {
-        let mut server = Server::start_with(&["--appendonly", "yes"]);
+        let mut server = Server::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
         let mut admin = server.conn();
         let mut holder = server.conn();
         let _: Option<(String, u64)> = redis::cmd("LOCK.ACQUIRE")

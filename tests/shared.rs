@@ -564,8 +564,14 @@ fn holders_reach_the_replica_as_their_effects_and_survive_reload_aof_and_restore
 
     // The AOF, with and without its RDB preamble, and after a rewrite.
     for preamble in ["yes", "no"] {
-        let mut server =
-            Server::start_with(&["--appendonly", "yes", "--aof-use-rdb-preamble", preamble]);
+        let mut server = Server::start_with(&[
+            "--appendonly",
+            "yes",
+            "--appendfsync",
+            "always",
+            "--aof-use-rdb-preamble",
+            preamble,
+        ]);
         let mut con = server.conn();
         shared(&mut con, "rw", 600_000, "r1").unwrap();
         shared(&mut con, "rw", 600_000, "r2").unwrap();
