@@ -26,7 +26,7 @@ pub fn run(ctx: &Context, args: &[RedisString]) -> Result<(), LockError> {
     let db = server::selected_db(ctx);
     let may_wait = parsed.wait_ms.is_some() && server::can_block(ctx);
 
-    let mut key = LockKey::open_write(ctx, name);
+    let key = LockKey::open_write(ctx, name);
     let holder = match key.held()? {
         Held::Free if !parsed.shared => None,
         Held::Exclusive(lock) if !parsed.shared => Some(lock),
@@ -60,65 +60,14 @@ pub fn run(ctx: &Context, args: &[RedisString]) -> Result<(), LockError> {
         hold: config::hold_policy(),
         may_wait,
     });
-    let decision = match decision {
-        Ok(decision) => decision,
-        Err(error) => {
-            if matches!(error, LockError::HoldLimit | LockError::ExtendLimit) {
-                metrics::count(Counter::ExtendsLimited);
-            }
-            return Err(error);
-        }
+    let caller = Caller {
+        parsed: &parsed,
+        want: Want::Exclusive,
+        session,
+        db,
+        now_ms,
     };
-    match decision {
-        Acquire::Refuse => {
-            metrics::count(Counter::Refused);
-            reply::null(ctx);
-        }
-        Acquire::Queue { wake_at_ms } => {
-            drop(key);
-            let request = WaitRequest {
-                token: parsed.token,
-                ttl_ms: parsed.ttl_ms,
-                wait_ms: parsed.wait_ms.unwrap_or(0),
-                session,
-                owner: parsed.owner,
-                want: Want::Exclusive,
-            };
-            waiting::enqueue(ctx, db, name, &request, wake_at_ms)?;
-        }
-        Acquire::Renew(renewal) => {
-            // Renew is only decided for a caller-supplied token.
-            let token = parsed.token.unwrap_or_default();
-            lease::renew(ctx, &mut key, name, token, &renewal, parsed.owner)?;
-            drop(key);
-            metrics::count(Counter::Renewals);
-            waiting::wake_at(ctx, db, name, renewal.wake_at_ms());
-            if let Some(client) = session {
-                sessions::bind(ctx, client, db, name, renewal.fence);
-            }
-            reply::grant(ctx, token, renewal.fence);
-        }
-        Acquire::Grant { deadline_ms } => {
-            let mut drawn = [0u8; UUID_LEN];
-            let token = match parsed.token {
-                Some(token) => token,
-                None => token::draw(&mut drawn),
-            };
-            let grantee = Grantee {
-                token,
-                owner: parsed.owner,
-                now_ms,
-                deadline_ms,
-            };
-            let fence = lease::grant(ctx, &mut key, name, &grantee)?;
-            drop(key);
-            if let Some(client) = session {
-                sessions::bind(ctx, client, db, name, fence);
-            }
-            reply::grant(ctx, token, fence);
-        }
-    }
-    Ok(())
+    apply(ctx, key, name, &caller, decision)
 }
 
 /// `SESSION`: the calling client's id. Inside a script the client is the
@@ -187,6 +136,36 @@ pub(super) fn acquire_hold(
         may_wait: parsed.wait_ms.is_some() && server::can_block(ctx),
         max_holders: config::max_holders(),
     });
+    let caller = Caller {
+        parsed,
+        want,
+        session,
+        db,
+        now_ms,
+    };
+    apply(ctx, key, name, &caller, decision)
+}
+
+/// Who asks, and for what.
+struct Caller<'a> {
+    parsed: &'a AcquireArgs<'a>,
+    want: Want,
+    session: Option<u64>,
+    db: i32,
+    now_ms: i64,
+}
+
+/// Execute the core's decision for `caller` on `name` (open as `key`): the
+/// one place an ACQUIRE (exclusive, shared or of permits) replies, queues,
+/// renews or grants.
+fn apply(
+    ctx: &Context,
+    mut key: LockKey,
+    name: &RedisString,
+    caller: &Caller,
+    decision: Result<Acquire, LockError>,
+) -> Result<(), LockError> {
+    let (parsed, db) = (caller.parsed, caller.db);
     let decision = match decision {
         Ok(decision) => decision,
         Err(error) => {
@@ -207,20 +186,25 @@ pub(super) fn acquire_hold(
                 token: parsed.token,
                 ttl_ms: parsed.ttl_ms,
                 wait_ms: parsed.wait_ms.unwrap_or(0),
-                session,
+                session: caller.session,
                 owner: parsed.owner,
-                want,
+                want: caller.want,
             };
             waiting::enqueue(ctx, db, name, &request, wake_at_ms)?;
         }
         Acquire::Renew(renewal) => {
             // Renew is only decided for a caller-supplied token.
             let token = parsed.token.unwrap_or_default();
-            lease::renew_holder(ctx, &mut key, name, token, &renewal, parsed.owner)?;
+            match caller.want {
+                Want::Exclusive => {
+                    lease::renew(ctx, &mut key, name, token, &renewal, parsed.owner)?
+                }
+                _ => lease::renew_holder(ctx, &mut key, name, token, &renewal, parsed.owner)?,
+            }
             drop(key);
             metrics::count(Counter::Renewals);
             waiting::wake_at(ctx, db, name, renewal.wake_at_ms());
-            if let Some(client) = session {
+            if let Some(client) = caller.session {
                 sessions::bind(ctx, client, db, name, renewal.fence);
             }
             reply::grant(ctx, token, renewal.fence);
@@ -234,22 +218,17 @@ pub(super) fn acquire_hold(
             let grantee = Grantee {
                 token,
                 owner: parsed.owner,
-                now_ms,
+                now_ms: caller.now_ms,
                 deadline_ms,
             };
-            let fence = match want {
-                Want::Exclusive => lease::grant(ctx, &mut key, name, &grantee)?,
-                Want::Shared => lease::grant_holder(
-                    ctx,
-                    &mut key,
-                    name,
-                    &HolderGrant {
-                        grantee,
-                        limit: 0,
-                        count: 1,
-                    },
-                )?,
-                Want::Permits { limit, count } => lease::grant_holder(
+            let (limit, count) = match caller.want {
+                Want::Exclusive => (None, 1),
+                Want::Shared => (Some(0), 1),
+                Want::Permits { limit, count } => (Some(limit), count),
+            };
+            let fence = match limit {
+                None => lease::grant(ctx, &mut key, name, &grantee)?,
+                Some(limit) => lease::grant_holder(
                     ctx,
                     &mut key,
                     name,
@@ -261,7 +240,7 @@ pub(super) fn acquire_hold(
                 )?,
             };
             drop(key);
-            if let Some(client) = session {
+            if let Some(client) = caller.session {
                 sessions::bind(ctx, client, db, name, fence);
             }
             reply::grant(ctx, token, fence);
