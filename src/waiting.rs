@@ -143,6 +143,8 @@ pub struct Queued {
     /// When its wait ends (none: `WAIT 0`).
     pub ends_ms: Option<i64>,
     pub client: u64,
+    /// What it waits for.
+    pub want: Want,
 }
 
 /// The first `count` clients waiting for `key`, from the head.
@@ -156,6 +158,7 @@ pub fn queued(db: i32, key: &[u8], count: usize) -> Vec<Queued> {
                 queued_ms: w.queued_ms,
                 ends_ms: w.ends_ms,
                 client: w.client,
+                want: w.want,
             })
             .collect()
     })

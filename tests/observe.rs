@@ -293,6 +293,7 @@ fn queue_lists_waiters_in_order_without_tokens() {
     let timeout = int(&listed[0], "timeout");
     assert!(timeout > 0 && timeout <= 30_000, "{listed:?}");
     assert_eq!(int(&listed[1], "timeout"), 0, "WAIT 0 has no timeout");
+    assert_eq!(text(&listed[0], "mode").as_deref(), Some("exclusive"));
     assert_ne!(int(&listed[0], "client"), int(&listed[1], "client"));
     assert!(!format!("{listed:?}").contains("secret"));
     assert_eq!(queue(&mut con, "job", Some(1)).len(), 1);

@@ -404,6 +404,11 @@ fn a_large_request_at_the_head_is_not_starved_by_small_ones() {
     queued(&mut con, "s", "SEM.INFO", 1);
     let small = waiter(&server, wait_permits("s", 3, 1, "small"));
     queued(&mut con, "s", "SEM.INFO", 2);
+    let listed: Vec<HashMap<String, Value>> =
+        redis::cmd("LOCK.QUEUE").arg("s").query(&mut con).unwrap();
+    assert_eq!(listed[0]["mode"], Value::BulkString(b"permits".to_vec()));
+    assert_eq!(listed[0]["count"], Value::Int(3));
+    assert_eq!(listed[1]["count"], Value::Int(1));
     // One permit is free, but the head needs three: the small one waits too.
     assert_eq!(sem(&mut con, "s", 3, 60_000, 1, "newcomer"), None);
     let rel: i64 = redis::cmd("SEM.RELEASE")

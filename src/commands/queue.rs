@@ -1,10 +1,12 @@
 //! `LOCK.QUEUE key [COUNT n]` → the clients waiting for `key`, in queue
-//! order (at most `n`, default 10), each a map of `owner` (when it gave one),
-//! `ttl` (the lease it asked for), `waited` (ms so far), `timeout` (ms left,
-//! 0 for none) and `client` (its id, for `CLIENT KILL ID`). Never a token.
-//! An empty array when nobody waits.
+//! order (at most `n`, default 10), each a map of `ttl` (the lease it asked
+//! for), `waited` (ms so far), `timeout` (ms left, 0 for none), `client`
+//! (its id, for `CLIENT KILL ID`), `mode` (`exclusive`, `shared`, or
+//! `permits` for a semaphore, with `count`), and `owner` (when it gave one).
+//! Never a token. An empty array when nobody waits.
 
 use redis_lock_core::args::parse_queue;
+use redis_lock_core::decide::Want;
 use redis_lock_core::errors::LockError;
 use redis_module::{Context, RedisString};
 
@@ -21,7 +23,12 @@ pub fn run(ctx: &Context, args: &[RedisString]) -> Result<(), LockError> {
     let now_ms = server::now_ms();
     reply::array(ctx, queued.len());
     for waiter in &queued {
-        let fields = [
+        let (mode, count): (&[u8], u32) = match waiter.want {
+            Want::Exclusive => (b"exclusive", 1),
+            Want::Shared => (b"shared", 1),
+            Want::Permits { count, .. } => (b"permits", count),
+        };
+        let mut fields = vec![
             (c"ttl", Field::Int(waiter.ttl_ms)),
             (c"waited", Field::Int((now_ms - waiter.queued_ms).max(0))),
             (
@@ -29,13 +36,15 @@ pub fn run(ctx: &Context, args: &[RedisString]) -> Result<(), LockError> {
                 Field::Int(waiter.ends_ms.map_or(0, |end| (end - now_ms).max(1))),
             ),
             (c"client", Field::Int(waiter.client as i64)),
-            (
-                c"owner",
-                Field::Bytes(waiter.owner.as_deref().unwrap_or_default()),
-            ),
+            (c"mode", Field::Bytes(mode)),
         ];
-        let shown = if waiter.owner.is_some() { 5 } else { 4 };
-        reply::map(ctx, &fields[..shown]);
+        if let Want::Permits { .. } = waiter.want {
+            fields.push((c"count", Field::Int(i64::from(count))));
+        }
+        if let Some(owner) = waiter.owner.as_deref() {
+            fields.push((c"owner", Field::Bytes(owner)));
+        }
+        reply::map(ctx, &fields);
     }
     Ok(())
 }
