@@ -85,8 +85,12 @@ const ALLOCATOR: Allocator = std::alloc::System;
 // back under maxmemory. GUARD reports the guarded command's keys too
 // (getkeys-api), and has neither deny-oom (a guarded read works under
 // maxmemory; a guarded write is refused as the bare write would be) nor
-// fast (the guarded command may be slow). The 7th field (mandatory ACL
-// categories) must stay "" on Redis 7.0.
+// fast (the guarded command may be slow). ACQUIRE (with WAIT) and OBSERVE
+// block like BLPOP, so they are `blocking`, which tells clients and proxies
+// to wait longer; in MULTI and scripts they answer at once all the same.
+// The 7th field (mandatory ACL categories) must stay "" on Redis 7.0; the
+// optional 8th is not used: `startup.rs` sets each command's categories
+// (COMMAND_CATEGORIES), with `@lock` where the server has it.
 redis_module! {
     name: "lock",
     version: 1,
@@ -94,13 +98,13 @@ redis_module! {
     data_types: [LOCK_TYPE],
     init: init,
     commands: [
-        ["lock.acquire", lock_acquire, "write deny-oom fast", 1, 1, 1, ""],
+        ["lock.acquire", lock_acquire, "write deny-oom fast blocking", 1, 1, 1, ""],
         ["lock.extend", lock_extend, "write deny-oom fast", 1, 1, 1, ""],
         ["lock.release", lock_release, "write fast", 1, 1, 1, ""],
         ["lock.info", lock_info, "readonly fast", 1, 1, 1, ""],
         ["lock.guard", lock_guard, "write getkeys-api", 1, 1, 1, ""],
         ["lock.queue", lock_queue, "readonly fast", 1, 1, 1, ""],
-        ["lock.observe", lock_observe, "readonly", 1, 1, 1, ""],
+        ["lock.observe", lock_observe, "readonly blocking", 1, 1, 1, ""],
         ["lock.setstate", lock_setstate, "write fast", 1, 1, 1, ""],
     ],
     event_handlers: [

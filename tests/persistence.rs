@@ -55,10 +55,7 @@ fn aof_commands(bytes: &[u8]) -> Vec<Vec<Vec<u8>>> {
     fn number(text: &[u8]) -> usize {
         std::str::from_utf8(text).unwrap().parse().unwrap()
     }
-    assert!(
-        !bytes.starts_with(b"REDIS"),
-        "an RDB preamble, not commands"
-    );
+    assert!(!is_rdb(bytes), "an RDB preamble, not commands");
     let mut at = 0;
     let mut commands = Vec::new();
     while at < bytes.len() {
@@ -194,7 +191,7 @@ fn lock_survives_restart_from_aof_after_bgrewriteaof() {
     rewrite_aof(&mut con);
     let files = aof_files(&server.dir);
     assert!(
-        files[0].1.starts_with(b"REDIS"),
+        is_rdb(&files[0].1),
         "base {} is not an RDB preamble",
         files[0].0
     );
