@@ -1,4 +1,4 @@
-//! redis-lock: native, fenced lock commands for Redis 7 and Valkey 8.
+//! redis-lock: native, fenced lock commands for Redis 7 and 8 and Valkey 8 and 9.
 //!
 //! This file is the table of contents: the module's commands and data type,
 //! each a one-line wrapper over its own file in [`commands`]. The floors,
