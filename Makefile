@@ -100,7 +100,7 @@ test-on-%: deps servers
 	@case " $(MATRIX) " in *" $* "*) ;; *) echo "unknown server $*: one of $(MATRIX)"; exit 1;; esac
 	@mkdir -p $(MATRIX_LOG); bin=$(SERVER_BIN_$*); started=$$(date +%s); \
 	echo "== integration suite on $*: $$($$bin --version)"; \
-	LOCK_TEST_SERVER=$$bin cargo test --locked --test '*' -- --test-threads 4 --skip cluster_ \
+	LOCK_TEST_SERVER=$$bin cargo test --locked --no-fail-fast --test '*' -- --test-threads 4 --skip cluster_ \
 	  2>&1 | tee $(MATRIX_LOG)/$*.log | grep --line-buffered -E '^test result|FAILED|panicked'; rc=$${PIPESTATUS[0]}; \
 	passed=$$(grep -oE '[0-9]+ passed' $(MATRIX_LOG)/$*.log | awk '{n += $$1} END {print n + 0}'); \
 	failed=$$(grep -oE '[0-9]+ failed' $(MATRIX_LOG)/$*.log | awk '{n += $$1} END {print n + 0}'); \

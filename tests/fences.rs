@@ -226,7 +226,7 @@ fn a_held_lock_keeps_its_fence_and_deadline_across_restart_from_rdb() {
 
 #[test]
 fn next_fence_is_above_h_after_restart_from_aof_without_rewrite() {
-    let mut server = Server::start_with(&["--appendonly", "yes"]);
+    let mut server = Server::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
     let mut con = server.conn();
     // Let any startup rewrite of the (empty) base finish first, so that
     // everything below is only in the incremental AOF.
@@ -243,7 +243,7 @@ fn next_fence_is_above_h_after_restart_from_aof_without_rewrite() {
 
 #[test]
 fn a_held_lock_keeps_its_fence_and_deadline_across_restart_from_aof() {
-    let mut server = Server::start_with(&["--appendonly", "yes"]);
+    let mut server = Server::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
     let mut con = server.conn();
     wait_for_aof_rewrite(&mut con);
     // With the mark at H the grant gets H + 1, so after the restart only the
@@ -268,7 +268,7 @@ fn a_held_lock_keeps_its_fence_and_deadline_across_restart_from_aof() {
 
 #[test]
 fn next_fence_is_above_h_after_restart_from_aof_after_bgrewriteaof() {
-    let mut server = Server::start_with(&["--appendonly", "yes"]);
+    let mut server = Server::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
     let mut con = server.conn();
     wait_for_aof_rewrite(&mut con);
     restore_lock_at_h(&mut con, "k", "t");
@@ -289,7 +289,14 @@ fn next_fence_is_above_h_after_restart_from_aof_after_bgrewriteaof() {
 /// the history rests on the clock.
 #[test]
 fn aof_rewrite_without_rdb_preamble_keeps_live_fences_and_falls_back_to_the_clock() {
-    let mut server = Server::start_with(&["--appendonly", "yes", "--aof-use-rdb-preamble", "no"]);
+    let mut server = Server::start_with(&[
+        "--appendonly",
+        "yes",
+        "--appendfsync",
+        "always",
+        "--aof-use-rdb-preamble",
+        "no",
+    ]);
     let mut con = server.conn();
     wait_for_aof_rewrite(&mut con);
 

@@ -620,7 +620,7 @@ fn guarded_writes_reach_the_replica_and_it_refuses_guard_itself() {
 
 #[test]
 fn guarded_writes_survive_an_aof_reload_in_order_after_the_grant() {
-    let mut server = Server::start_with(&["--appendonly", "yes"]);
+    let mut server = Server::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
     let mut con = server.conn();
     acquire(&mut con, "lk", 600_000, Some("me")).unwrap();
     for i in 0..10 {

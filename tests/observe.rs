@@ -238,8 +238,14 @@ fn the_label_is_replicated_and_survives_reload_aof_and_restore() {
 
     // The AOF, with and without its RDB preamble.
     for preamble in ["yes", "no"] {
-        let mut server =
-            Server::start_with(&["--appendonly", "yes", "--aof-use-rdb-preamble", preamble]);
+        let mut server = Server::start_with(&[
+            "--appendonly",
+            "yes",
+            "--appendfsync",
+            "always",
+            "--aof-use-rdb-preamble",
+            preamble,
+        ]);
         let mut con = server.conn();
         acquire_as(&mut con, "job", 600_000, "me", "in-aof").unwrap();
         server.kill();

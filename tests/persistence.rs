@@ -170,11 +170,14 @@ fn lock_survives_crash_after_save() {
 
 #[test]
 fn lock_survives_restart_from_aof_without_rewrite() {
-    let mut server = Server::start_with(&["--appendonly", "yes"]);
+    let mut server = Server::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
     let mut con = server.conn();
     let (token, _) = acquire(&mut con, "k", 600_000, None).unwrap();
     let before = fence_and_deadline(&mut con, "k");
-    // SIGKILL: what the AOF holds is what the client was told.
+    // SIGKILL: what the AOF holds is what the client was told. Only with
+    // `appendfsync always`: under `everysec` the server may postpone its
+    // write (up to 2 s, while a background fsync is slow) and reply anyway,
+    // which made such tests flaky on a loaded machine (seen on Valkey 9.1).
     server.kill();
     assert!(!server.dir.join("dump.rdb").exists());
     server.restart();
