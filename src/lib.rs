@@ -1,4 +1,4 @@
-//! redis-lock: native, fenced lock commands for Redis 7 and Valkey 8.
+//! redis-lock: native, fenced lock commands for Redis 7 and 8 and Valkey 8 and 9.
 //!
 //! This file is the table of contents: the module's commands and data type,
 //! each a one-line wrapper over its own file in [`commands`]. The floors,
@@ -112,8 +112,12 @@ const ALLOCATOR: Allocator = std::alloc::System;
 // back under maxmemory. GUARD reports the guarded command's keys too
 // (getkeys-api), and has neither deny-oom (a guarded read works under
 // maxmemory; a guarded write is refused as the bare write would be) nor
-// fast (the guarded command may be slow). The 7th field (mandatory ACL
-// categories) must stay "" on Redis 7.0.
+// fast (the guarded command may be slow). ACQUIRE (with WAIT) and OBSERVE
+// block like BLPOP, so they are `blocking`, which tells clients and proxies
+// to wait longer; in MULTI and scripts they answer at once all the same.
+// The 7th field (mandatory ACL categories) must stay "" on Redis 7.0; the
+// optional 8th is not used: `startup.rs` sets each command's categories
+// (COMMAND_CATEGORIES), with `@lock` where the server has it.
 redis_module! {
     name: "lock",
     version: 1,
@@ -121,17 +125,17 @@ redis_module! {
     data_types: [LOCK_TYPE, SHARED_TYPE, SEMAPHORE_TYPE],
     init: init,
     commands: [
-        ["lock.acquire", lock_acquire, "write deny-oom fast", 1, 1, 1, ""],
+        ["lock.acquire", lock_acquire, "write deny-oom fast blocking", 1, 1, 1, ""],
         ["lock.extend", lock_extend, "write deny-oom fast", 1, 1, 1, ""],
         ["lock.release", lock_release, "write fast", 1, 1, 1, ""],
         ["lock.info", lock_info, "readonly fast", 1, 1, 1, ""],
         ["lock.guard", lock_guard, "write getkeys-api", 1, 1, 1, ""],
         ["lock.queue", lock_queue, "readonly fast", 1, 1, 1, ""],
-        ["lock.observe", lock_observe, "readonly", 1, 1, 1, ""],
+        ["lock.observe", lock_observe, "readonly blocking", 1, 1, 1, ""],
         ["lock.setstate", lock_setstate, "write fast", 1, 1, 1, ""],
         ["lock.setholder", lock_setholder, "write fast", 1, 1, 1, ""],
         ["lock.delholder", lock_delholder, "write fast", 1, 1, 1, ""],
-        ["sem.acquire", sem_acquire_cmd, "write deny-oom fast", 1, 1, 1, ""],
+        ["sem.acquire", sem_acquire_cmd, "write deny-oom fast blocking", 1, 1, 1, ""],
         ["sem.extend", sem_extend, "write deny-oom fast", 1, 1, 1, ""],
         ["sem.release", sem_release, "write fast", 1, 1, 1, ""],
         ["sem.info", sem_info, "readonly fast", 1, 1, 1, ""],

@@ -95,7 +95,7 @@ impl ReplicationStream {
                 let len: usize = len.parse().unwrap();
                 let mut rdb = vec![0u8; len];
                 self.reader.read_exact(&mut rdb).unwrap();
-                assert!(rdb.starts_with(b"REDIS"), "not an RDB");
+                assert!(is_rdb(&rdb), "not an RDB");
             } else {
                 panic!("unexpected reply to SYNC: {header:?}");
             }

@@ -9,6 +9,7 @@
 //! [`guard::guarded`] panic guard, and are passed up as Rust values to a
 //! function the layer above registered: the layer never imports upward.
 
+pub mod acl;
 pub mod blocked;
 pub mod call;
 pub mod client;

@@ -96,10 +96,19 @@ pub fn config_get(ctx: &Context, name: &str) -> Option<String> {
     }
 }
 
-/// Write `message` to the server log as it is: passed as an argument to a
-/// `%s` format (never as the format itself, so a `%` in a key name cannot
-/// crash the server), with any NUL byte replaced.
+/// Write `message` to the server log at level `warning`, as it is: passed as
+/// an argument to a `%s` format (never as the format itself, so a `%` in a
+/// key name cannot crash the server), with any NUL byte replaced.
 pub fn log_warning(message: &str) {
+    log_at(c"warning", message);
+}
+
+/// [`log_warning`] at level `notice`.
+pub fn log_notice(message: &str) {
+    log_at(c"notice", message);
+}
+
+fn log_at(level: &std::ffi::CStr, message: &str) {
     let Ok(text) = CString::new(message.replace('\0', "\\0")) else {
         return;
     };
@@ -107,7 +116,7 @@ pub fn log_warning(message: &str) {
         if let Some(log) = raw::RedisModule_Log {
             log(
                 std::ptr::null_mut(),
-                c"warning".as_ptr(),
+                level.as_ptr(),
                 c"%s".as_ptr(),
                 text.as_ptr(),
             );

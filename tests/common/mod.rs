@@ -228,6 +228,79 @@ pub fn rewrite_aof(con: &mut Connection) {
     );
 }
 
+/// Whether `bytes` start like an RDB file (also the AOF's RDB preamble and a
+/// full sync's payload): `REDIS0011` on Redis and Valkey 8, `VALKEY080` on
+/// Valkey 9, whose RDBs older servers cannot read.
+pub fn is_rdb(bytes: &[u8]) -> bool {
+    bytes.starts_with(b"REDIS") || bytes.starts_with(b"VALKEY")
+}
+
+/// What a server does with the ACL categories of module commands, by its
+/// name and version (`INFO server`); the module's `startup.rs` decides the
+/// same by the API the server exports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AclSupport {
+    /// Redis 7.0: module commands have no category.
+    None,
+    /// Redis 7.2: the standard categories, no `@lock`.
+    Standard,
+    /// Redis 7.4+ and Valkey 8+: the standard categories and `@lock`.
+    ModuleCategory,
+}
+
+/// The server's name (`redis` or `valkey`) and `(major, minor)` version.
+pub fn server_version(con: &mut Connection) -> (String, (u32, u32)) {
+    let text: String = redis::cmd("INFO").arg("server").query(con).expect("INFO");
+    let field = |name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name}:")))
+            .map(|v| v.trim().to_string())
+    };
+    // Valkey reports `redis_version:7.2.4` for compatibility, and its own
+    // version in `valkey_version`.
+    let (name, version) = match field("valkey_version") {
+        Some(v) => ("valkey", v),
+        None => ("redis", field("redis_version").expect("redis_version")),
+    };
+    let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+    let major = parts.next().unwrap_or(0);
+    let minor = parts.next().unwrap_or(0);
+    (name.to_string(), (major, minor))
+}
+
+pub fn acl_support(con: &mut Connection) -> AclSupport {
+    match server_version(con) {
+        (name, _) if name == "valkey" => AclSupport::ModuleCategory,
+        (_, version) if version >= (7, 4) => AclSupport::ModuleCategory,
+        (_, version) if version >= (7, 2) => AclSupport::Standard,
+        _ => AclSupport::None,
+    }
+}
+
+/// Run `ACL SETUSER` with a recipe written as one space-separated string.
+pub fn acl_setuser(con: &mut Connection, recipe: &str) -> redis::RedisResult<()> {
+    let mut cmd = redis::cmd("ACL");
+    cmd.arg("SETUSER");
+    for word in recipe.split_whitespace() {
+        cmd.arg(word);
+    }
+    cmd.query(con)
+}
+
+/// A connection authenticated as `user`.
+pub fn conn_as(server: &Server, user: &str, password: &str) -> Connection {
+    let client = redis::Client::open(format!(
+        "redis://{user}:{password}@127.0.0.1:{}/",
+        server.port
+    ))
+    .expect("client");
+    let con = client
+        .get_connection_with_timeout(Duration::from_secs(5))
+        .unwrap_or_else(|e| panic!("connect as {user}: {e}"));
+    con.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    con
+}
+
 /// Microseconds since the unix epoch on this host.
 pub fn now_us() -> u64 {
     std::time::SystemTime::now()
