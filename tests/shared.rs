@@ -395,6 +395,37 @@ fn a_semaphore_hands_out_at_most_limit_permits_each_with_its_own_fence() {
 }
 
 #[test]
+fn a_semaphore_gone_with_its_last_holder_extends_and_releases_to_zero() {
+    let server = Server::start();
+    let mut con = server.conn();
+    sem(&mut con, "s", 3, 60_000, 2, "a").unwrap();
+    let _: i64 = redis::cmd("DEL").arg("s").query(&mut con).unwrap();
+    for (name, cmd) in [
+        (
+            "SEM.EXTEND",
+            redis::cmd("SEM.EXTEND").arg("s").arg("a").arg(1000).clone(),
+        ),
+        (
+            "SEM.RELEASE",
+            redis::cmd("SEM.RELEASE").arg("s").arg("a").clone(),
+        ),
+    ] {
+        let reply: i64 = cmd.query(&mut con).unwrap();
+        assert_eq!(reply, 0, "{name}");
+    }
+    sem(&mut con, "s", 3, 200, 1, "short").unwrap();
+    thread::sleep(Duration::from_millis(300));
+    let reply: i64 = redis::cmd("SEM.EXTEND")
+        .arg("s")
+        .arg("short")
+        .arg(1000)
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(reply, 0, "its lease ran out, and the key with it");
+    assert!(!exists(&mut con, "s"));
+}
+
+#[test]
 fn a_large_request_at_the_head_is_not_starved_by_small_ones() {
     let server = Server::start();
     let mut con = server.conn();

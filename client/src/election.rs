@@ -109,7 +109,7 @@ impl Election {
         let owner = self.owner.as_deref().map(check_owner).transpose()?;
         let guard = self
             .locks
-            .acquire_queued(&self.key, self.ttl, timeout, owner)
+            .lock_queued(&self.key, self.ttl, timeout, owner, false)
             .await?;
         Ok(Leadership {
             guard,

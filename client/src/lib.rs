@@ -8,6 +8,11 @@
 //! - [`Guard::guarded`]: a command that runs only while the lease is live on
 //!   the server (`LOCK.GUARD`), with its own typed reply, or
 //!   [`Error::Lost`] and nothing run.
+//! - Read/write locks: [`Locks::acquire_shared`] takes a read lease beside
+//!   other readers (`LOCK.ACQUIRE … SHARED`), with its own token, fence and
+//!   watchdog; an exclusive [`Locks::acquire`] excludes everyone.
+//! - [`Semaphore`]: at most `limit` permits out at once (`SEM.*`); a
+//!   [`Permit`] has the same watchdog, loss signal and release as a guard.
 //! - [`Election`]: leader election on one key. Candidates wait in the
 //!   server's queue ([`Election::campaign`]) and lead with a
 //!   [`Leadership`] (the same watchdog and loss signal); followers learn
@@ -62,6 +67,7 @@ mod lease;
 mod locks;
 mod options;
 mod redlock;
+mod semaphore;
 
 pub use conn::LockConnection;
 pub use election::{Election, Leader, Leadership, Observer, OBSERVE_TIMEOUT};
@@ -70,3 +76,4 @@ pub use lease::LostSignal;
 pub use locks::{Guard, Held, Locks};
 pub use options::{LockOptions, MAX_OWNER_LEN, MAX_TTL};
 pub use redlock::{FenceCheck, Redlock, RedlockGuard, RedlockOptions};
+pub use semaphore::{Permit, Semaphore, SemaphoreInfo, MAX_LIMIT};

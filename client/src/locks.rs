@@ -112,12 +112,52 @@ impl Locks {
     /// Dropping this future after the command was sent can leave a grant
     /// nobody holds a guard for: it then lasts until its ttl runs out.
     pub async fn acquire(&self, key: &str, ttl: Duration) -> Result<Option<Guard>> {
+        let grant = self.acquire_once(key, ttl, Kind::Exclusive).await?;
+        Ok(grant.map(|grant| self.guard(grant, false)))
+    }
+
+    /// Try once, without waiting, for a read lease (`LOCK.ACQUIRE … SHARED`):
+    /// granted beside any other shared holders, refused (`Ok(None)`) while
+    /// an exclusive holder has the key or anyone waits for it (a queued
+    /// writer is not passed). Each shared holder has its own token, lease
+    /// and fence; its watchdog, loss signal and release act on this holder
+    /// alone. [`Guard::guarded`] runs read-only commands only.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// # async fn demo(locks: redis_lock_client::Locks) -> Result<(), redis_lock_client::Error> {
+    /// let reader = locks.acquire_shared("catalog", Duration::from_secs(10)).await?;
+    /// let other = locks.acquire_shared("catalog", Duration::from_secs(10)).await?;
+    /// assert!(reader.is_some() && other.is_some(), "readers hold the key together");
+    /// // A writer is refused until both readers are gone.
+    /// assert!(locks.acquire("catalog", Duration::from_secs(10)).await?.is_none());
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// The same token never asks in both modes: a token that holds the key
+    /// exclusively and asks for a shared lease (or the reverse) gets
+    /// [`Error::Server`] (`ERR this token holds the lock in the other
+    /// mode`); this client draws a new token for every acquire, so that
+    /// only happens with tokens of your own.
+    pub async fn acquire_shared(&self, key: &str, ttl: Duration) -> Result<Option<Guard>> {
+        let grant = self.acquire_once(key, ttl, Kind::Shared).await?;
+        Ok(grant.map(|grant| self.guard(grant, true)))
+    }
+
+    /// One acquire of any kind, without waiting; the lease's watchdog runs
+    /// from the grant on.
+    pub(crate) async fn acquire_once(
+        &self,
+        key: &str,
+        ttl: Duration,
+        kind: Kind,
+    ) -> Result<Option<Grant>> {
         let ttl = sent_ttl(ttl)?;
         let margin = self.options.margin_for(ttl)?;
         let owner = self.options.owner_label()?;
         let token = new_token();
         let sent = Instant::now();
-        let cmd = acquire_cmd(key, ttl, &token, None, owner)?;
+        let cmd = kind.acquire_cmd(key, ttl, &token, None, owner)?;
         let reply = tokio::time::timeout(
             ttl - margin,
             self.conn.query::<Option<(Vec<u8>, u64)>>(&cmd),
@@ -128,18 +168,18 @@ impl Locks {
             Ok(Err(e)) => {
                 let e = Error::from(e);
                 if matches!(e, Error::Connection(_)) {
-                    self.release_in_background(key, &token);
+                    self.release_in_background(kind, key, &token);
                 }
                 return Err(e);
             }
             Err(_) => {
-                self.release_in_background(key, &token);
+                self.release_in_background(kind, key, &token);
                 return Err(timed_out(
-                    "no reply to LOCK.ACQUIRE before the lease would end",
+                    "no reply to the acquire before the lease would end",
                 ));
             }
         };
-        Ok(reply.map(|(_, fence)| self.guard(key, token, fence, ttl, margin, sent)))
+        Ok(reply.map(|(_, fence)| self.grant(kind, key, token, fence, ttl, margin, sent)))
     }
 
     /// Wait in the server's fair FIFO queue (`LOCK.ACQUIRE … WAIT`) until the
@@ -170,19 +210,66 @@ impl Locks {
     /// ```
     pub async fn acquire_wait(&self, key: &str, ttl: Duration, timeout: Duration) -> Result<Guard> {
         let owner = self.options.owner_label()?;
-        self.acquire_queued(key, ttl, Some(timeout), owner).await
+        self.lock_queued(key, ttl, Some(timeout), owner, false)
+            .await
     }
 
-    /// [`Locks::acquire_wait`] with `owner` as the label, and no limit on
-    /// the wait when `timeout` is `None` (`WAIT 0`: the dedicated
-    /// connection then waits as long as the server does).
+    /// [`Locks::acquire_shared`], waiting up to `timeout` in the server's
+    /// queue as [`Locks::acquire_wait`] does. The queue is one per key, in
+    /// arrival order for both modes: the shared requests next to each other
+    /// at its head are granted together, and a queued exclusive request
+    /// keeps later shared ones waiting behind it (writers are not starved).
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// # async fn demo(locks: redis_lock_client::Locks) -> Result<(), redis_lock_client::Error> {
+    /// let reader = locks
+    ///     .acquire_shared_wait("catalog", Duration::from_secs(10), Duration::from_secs(30))
+    ///     .await?;
+    /// println!("reading with fence {}", reader.fence());
+    /// reader.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn acquire_shared_wait(
+        &self,
+        key: &str,
+        ttl: Duration,
+        timeout: Duration,
+    ) -> Result<Guard> {
+        let owner = self.options.owner_label()?;
+        self.lock_queued(key, ttl, Some(timeout), owner, true).await
+    }
+
+    /// A waiting lock acquire with `owner` as the label, and no limit on the
+    /// wait when `timeout` is `None`, as a guard.
+    pub(crate) async fn lock_queued(
+        &self,
+        key: &str,
+        ttl: Duration,
+        timeout: Option<Duration>,
+        owner: Option<&str>,
+        shared: bool,
+    ) -> Result<Guard> {
+        let kind = if shared {
+            Kind::Shared
+        } else {
+            Kind::Exclusive
+        };
+        let grant = self.acquire_queued(key, ttl, timeout, owner, kind).await?;
+        Ok(self.guard(grant, shared))
+    }
+
+    /// [`Locks::acquire_wait`] for any kind, with `owner` as the label, and
+    /// no limit on the wait when `timeout` is `None` (`WAIT 0`: the
+    /// dedicated connection then waits as long as the server does).
     pub(crate) async fn acquire_queued(
         &self,
         key: &str,
         ttl: Duration,
         timeout: Option<Duration>,
         owner: Option<&str>,
-    ) -> Result<Guard> {
+        kind: Kind,
+    ) -> Result<Grant> {
         let ttl = sent_ttl(ttl)?;
         let margin = self.options.margin_for(ttl)?;
         let opener = self.opener()?;
@@ -195,7 +282,7 @@ impl Locks {
                 return Err(Error::TimedOut);
             }
             let wait = left.unwrap_or(Duration::ZERO);
-            let cmd = acquire_cmd(key, ttl, &token, Some(wait), owner)?;
+            let cmd = kind.acquire_cmd(key, ttl, &token, Some(wait), owner)?;
             let query = async {
                 let dedicated = opener.open().await?;
                 dedicated.query::<Option<(Vec<u8>, u64)>>(&cmd).await
@@ -210,30 +297,30 @@ impl Locks {
                 Ok(Err(e)) => {
                     let e = Error::from(e);
                     if matches!(e, Error::Connection(_)) {
-                        self.release_in_background(key, &token);
+                        self.release_in_background(kind, key, &token);
                     }
                     return Err(e);
                 }
                 Err(_) => {
-                    self.release_in_background(key, &token);
+                    self.release_in_background(kind, key, &token);
                     return Err(timed_out(
-                        "no reply to LOCK.ACQUIRE WAIT within its timeout",
+                        "no reply to the waiting acquire within its timeout",
                     ));
                 }
             };
             // Pin the deadline down: extend now, and count from this send.
             let sent = Instant::now();
-            let extend = extend_cmd(key, &token, ttl)?;
+            let extend = kind.extend_cmd(key, &token, ttl)?;
             match tokio::time::timeout(ttl - margin, self.conn.query::<i64>(&extend)).await {
-                Ok(Ok(1)) => return Ok(self.guard(key, token, fence, ttl, margin, sent)),
+                Ok(Ok(1)) => return Ok(self.grant(kind, key, token, fence, ttl, margin, sent)),
                 Ok(Ok(_)) => continue,
                 Ok(Err(e)) => {
-                    self.release_in_background(key, &token);
+                    self.release_in_background(kind, key, &token);
                     return Err(e.into());
                 }
                 Err(_) => {
-                    self.release_in_background(key, &token);
-                    return Err(timed_out("no reply to LOCK.EXTEND after a waited grant"));
+                    self.release_in_background(kind, key, &token);
+                    return Err(timed_out("no reply to the extend after a waited grant"));
                 }
             }
         }
@@ -272,6 +359,21 @@ impl Locks {
         run_guarded(guard.held(), guard.lease, work).await
     }
 
+    /// [`Locks::with_lock`] with a read lease ([`Locks::acquire_shared`]):
+    /// `work` runs beside other readers, and not while a writer holds or
+    /// waits for the key ([`Error::NotAcquired`]).
+    pub async fn with_shared_lock<F, Fut, T>(&self, key: &str, ttl: Duration, work: F) -> Result<T>
+    where
+        F: FnOnce(Held) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let guard = self
+            .acquire_shared(key, ttl)
+            .await?
+            .ok_or(Error::NotAcquired)?;
+        run_guarded(guard.held(), guard.lease, work).await
+    }
+
     /// [`Locks::with_lock`], but waiting up to `timeout` in the server's
     /// queue ([`Error::TimedOut`] if the lock is not handed over in time).
     pub async fn with_lock_wait<F, Fut, T>(
@@ -289,17 +391,21 @@ impl Locks {
         run_guarded(guard.held(), guard.lease, work).await
     }
 
-    fn guard(
+    /// Start the watchdog of a lease just granted.
+    #[allow(clippy::too_many_arguments)]
+    fn grant(
         &self,
+        kind: Kind,
         key: &str,
         token: String,
         fence: u64,
         ttl: Duration,
         margin: Duration,
         sent: Instant,
-    ) -> Guard {
+    ) -> Grant {
         let renew = Arc::new(SingleLease {
             conn: self.conn.clone(),
+            kind,
             key: key.to_string(),
             token: token.clone(),
             ttl,
@@ -312,8 +418,7 @@ impl Locks {
             sent + ttl,
             self.options.release_timeout,
         );
-        Guard {
-            conn: self.conn.clone(),
+        Grant {
             key: key.to_string(),
             token,
             fence,
@@ -321,11 +426,22 @@ impl Locks {
         }
     }
 
+    fn guard(&self, grant: Grant, shared: bool) -> Guard {
+        Guard {
+            conn: self.conn.clone(),
+            key: grant.key,
+            token: grant.token,
+            fence: grant.fence,
+            shared,
+            lease: grant.lease,
+        }
+    }
+
     /// A release whose outcome nobody waits for: after an acquire whose
     /// reply was lost, the grant may have happened.
-    fn release_in_background(&self, key: &str, token: &str) {
+    fn release_in_background(&self, kind: Kind, key: &str, token: &str) {
         let conn = self.conn.clone();
-        let cmd = release_cmd(key, token);
+        let cmd = kind.release_cmd(key, token);
         let timeout = self.options.release_timeout;
         tokio::spawn(async move {
             let _ = tokio::time::timeout(timeout, conn.query::<i64>(&cmd)).await;
@@ -374,6 +490,7 @@ pub struct Guard {
     key: String,
     token: String,
     fence: u64,
+    shared: bool,
     lease: Lease,
 }
 
@@ -382,6 +499,7 @@ impl std::fmt::Debug for Guard {
         f.debug_struct("Guard")
             .field("key", &self.key)
             .field("fence", &self.fence)
+            .field("shared", &self.shared)
             .field("lost", &self.lease.lost_signal().is_lost())
             .finish()
     }
@@ -403,6 +521,12 @@ impl Guard {
     /// the highest it has seen for the resource.
     pub fn fence(&self) -> u64 {
         self.fence
+    }
+
+    /// Whether this is a shared (read) lease, from
+    /// [`Locks::acquire_shared`] or [`Locks::acquire_shared_wait`].
+    pub fn is_shared(&self) -> bool {
+        self.shared
     }
 
     /// Resolves when the lease is lost: an extend was refused (the key was
@@ -437,7 +561,8 @@ impl Guard {
     /// - [`Error::Server`] when the command's own reply is an error
     ///   (`WRONGTYPE`, …) or the server refuses to guard it (`ERR … not
     ///   allowed in LOCK.GUARD`: blocking, transaction, pub/sub and lock
-    ///   commands), or the lock key holds another type. The lease is not
+    ///   commands, and any command that may write when this is a shared
+    ///   guard), or the lock key holds another type. The lease is not
     ///   marked lost for these.
     /// - [`Error::Connection`] when the reply did not come: the command may
     ///   or may not have run.
@@ -502,9 +627,89 @@ impl Guard {
     }
 }
 
+/// A lease just granted, before it is wrapped in the guard of its kind.
+pub(crate) struct Grant {
+    pub(crate) key: String,
+    pub(crate) token: String,
+    pub(crate) fence: u64,
+    pub(crate) lease: Lease,
+}
+
+/// What a lease holds on one node, and so which commands take, extend and
+/// give it back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// `LOCK.ACQUIRE`: the key alone.
+    Exclusive,
+    /// `LOCK.ACQUIRE … SHARED`: a read lease beside other readers.
+    Shared,
+    /// `SEM.ACQUIRE key limit ttl COUNT count`: permits of a semaphore.
+    Permits { limit: u32, count: u32 },
+}
+
+impl Kind {
+    pub(crate) fn acquire_cmd(
+        self,
+        key: &str,
+        ttl: Duration,
+        token: &str,
+        wait: Option<Duration>,
+        owner: Option<&str>,
+    ) -> Result<Cmd> {
+        match self {
+            Kind::Exclusive => acquire_cmd(key, ttl, token, wait, owner),
+            Kind::Shared => {
+                let mut cmd = acquire_cmd(key, ttl, token, wait, owner)?;
+                cmd.arg("SHARED");
+                Ok(cmd)
+            }
+            Kind::Permits { limit, count } => {
+                let mut cmd = redis::cmd("SEM.ACQUIRE");
+                cmd.arg(key)
+                    .arg(limit)
+                    .arg(ttl_ms(ttl)?)
+                    .arg("COUNT")
+                    .arg(count)
+                    .arg("TOKEN")
+                    .arg(token);
+                if let Some(wait) = wait {
+                    cmd.arg("WAIT").arg(wait.as_millis() as u64);
+                }
+                if let Some(owner) = owner {
+                    cmd.arg("OWNER").arg(owner);
+                }
+                Ok(cmd)
+            }
+        }
+    }
+
+    pub(crate) fn extend_cmd(self, key: &str, token: &str, ttl: Duration) -> Result<Cmd> {
+        match self {
+            Kind::Exclusive | Kind::Shared => extend_cmd(key, token, ttl),
+            Kind::Permits { .. } => {
+                let mut cmd = redis::cmd("SEM.EXTEND");
+                cmd.arg(key).arg(token).arg(ttl_ms(ttl)?);
+                Ok(cmd)
+            }
+        }
+    }
+
+    pub(crate) fn release_cmd(self, key: &str, token: &str) -> Cmd {
+        match self {
+            Kind::Exclusive | Kind::Shared => release_cmd(key, token),
+            Kind::Permits { .. } => {
+                let mut cmd = redis::cmd("SEM.RELEASE");
+                cmd.arg(key).arg(token);
+                cmd
+            }
+        }
+    }
+}
+
 /// One node's lease, as the watchdog sees it.
 struct SingleLease {
     conn: LockConnection,
+    kind: Kind,
     key: String,
     token: String,
     ttl: Duration,
@@ -513,7 +718,7 @@ struct SingleLease {
 impl Renew for SingleLease {
     fn renew(&self) -> BoxFuture<'_, Renewal> {
         Box::pin(async move {
-            let Ok(cmd) = extend_cmd(&self.key, &self.token, self.ttl) else {
+            let Ok(cmd) = self.kind.extend_cmd(&self.key, &self.token, self.ttl) else {
                 return Renewal::Refused;
             };
             let sent = Instant::now();
@@ -536,7 +741,7 @@ impl Renew for SingleLease {
         Box::pin(async move {
             let n: i64 = self
                 .conn
-                .query(&release_cmd(&self.key, &self.token))
+                .query(&self.kind.release_cmd(&self.key, &self.token))
                 .await?;
             Ok(n == 1)
         })

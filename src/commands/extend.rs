@@ -38,7 +38,9 @@ fn extend(ctx: &Context, args: &[RedisString], family: Family) -> Result<(), Loc
     let now_ms = server::now_ms();
     let policy = config::hold_policy();
     let (several, decision) = match key.held()? {
-        Held::Free | Held::Exclusive(_) | Held::Shared(_) if family == Family::Semaphore => {
+        // A free key is no semaphore's any more (it goes with its last
+        // holder): 0 below, as for a lock, not WRONGTYPE.
+        Held::Exclusive(_) | Held::Shared(_) if family == Family::Semaphore => {
             return Err(LockError::WrongType)
         }
         Held::Semaphore(_) if family == Family::Lock => return Err(LockError::WrongType),

@@ -35,7 +35,9 @@ fn release(ctx: &Context, args: &[RedisString], family: Family) -> Result<(), Lo
 
     let mut key = LockKey::open_write(ctx, name);
     let held = match key.held()? {
-        Held::Free | Held::Exclusive(_) | Held::Shared(_) if family == Family::Semaphore => {
+        // A free key is no semaphore's any more (it goes with its last
+        // holder): 0 below, as for a lock, not WRONGTYPE.
+        Held::Exclusive(_) | Held::Shared(_) if family == Family::Semaphore => {
             return Err(LockError::WrongType)
         }
         Held::Semaphore(_) if family == Family::Lock => return Err(LockError::WrongType),

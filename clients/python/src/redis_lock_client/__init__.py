@@ -7,6 +7,10 @@
     with locks.lock("billing", ttl=10, wait=30) as lease:
         write(lease.fence)            # stop when lease.lost is set
 
+Read/write locks and semaphores: `locks.lock("catalog", 10, shared=True)` is a
+read lease beside other readers; `locks.semaphore("renders", 4).permit(10)`
+holds one of 4 permits (`SEM.*`), with the same watchdog and `lost`.
+
 Leader election (docs/leader-election.md): `Election(locks, "leader", ttl=10,
 owner="host-a")`, whose `campaign()` returns the leader's lease and whose
 `observe()` yields each change of leader.
@@ -16,7 +20,7 @@ The same API over redis.asyncio / valkey.asyncio: `redis_lock_client.asyncio`.
 
 from ._common import Leader
 from ._errors import LimitReached, LockError, Lost, LostReason, NotAcquired, ServerError
-from ._sync import Election, Lease, Locks
+from ._sync import Election, Lease, Locks, Semaphore
 
 __all__ = [
     "Election",
@@ -28,5 +32,6 @@ __all__ = [
     "Lost",
     "LostReason",
     "NotAcquired",
+    "Semaphore",
     "ServerError",
 ]

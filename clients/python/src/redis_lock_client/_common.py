@@ -25,6 +25,8 @@ Key = str | bytes
 MAX_WAIT_MS = 31_536_000_000
 # The server's bounds on an OWNER label, in bytes.
 MAX_OWNER_BYTES = 128
+# The largest limit the server accepts for a semaphore.
+MAX_SEMAPHORE_LIMIT = 1_000_000
 # How long one LOCK.OBSERVE of an election's observer blocks on the server.
 OBSERVE_TIMEOUT_S = 30.0
 # A dedicated WAIT connection reads for this much longer than the wait, so that
@@ -134,6 +136,12 @@ def not_acquired_message(key: Key, wait: float | None) -> str:
     return f"{key!r} was still held when the wait of {wait} s ran out"
 
 
+def no_permits_message(key: Key, count: int, wait: float | None) -> str:
+    if wait is None:
+        return f"{key!r} has fewer than {count} free permits"
+    return f"{key!r} still had fewer than {count} free permits when the wait of {wait} s ran out"
+
+
 def new_token() -> str:
     """The token of a new lease: chosen here, so a lost reply can still be released."""
     return str(uuid.uuid4())
@@ -182,11 +190,51 @@ def check_owner(owner: object) -> Key | None:
     return owner
 
 
+def check_limit(limit: object) -> int:
+    """A semaphore's limit: 1 to 1,000,000 permits."""
+    if isinstance(limit, bool) or not isinstance(limit, int):
+        raise TypeError(f"limit must be an int, not {type(limit).__name__}")
+    if not 1 <= limit <= MAX_SEMAPHORE_LIMIT:
+        raise ValueError(f"limit must be 1 to {MAX_SEMAPHORE_LIMIT}, not {limit}")
+    return limit
+
+
+def check_count(count: object, limit: int) -> int:
+    """How many permits one token takes: 1 to the semaphore's limit."""
+    if isinstance(count, bool) or not isinstance(count, int):
+        raise TypeError(f"count must be an int, not {type(count).__name__}")
+    if not 1 <= count <= limit:
+        raise ValueError(f"count must be 1 to the limit ({limit}), not {count}")
+    return count
+
+
+@dataclass(frozen=True)
+class Commands:
+    """The commands that extend, release and guard a lease of one kind."""
+
+    extend: str
+    release: str
+    guard: str | None  # None: a semaphore's permits guard nothing
+
+
+LOCK_COMMANDS = Commands("LOCK.EXTEND", "LOCK.RELEASE", "LOCK.GUARD")
+SEMAPHORE_COMMANDS = Commands("SEM.EXTEND", "SEM.RELEASE", None)
+
+
+@dataclass(frozen=True)
+class Permits:
+    """What `SEM.ACQUIRE` asks for: `count` of the semaphore's `limit` permits."""
+
+    limit: int
+    count: int
+
+
 @dataclass(frozen=True)
 class Acquire:
-    """One `LOCK.ACQUIRE`, checked: its arguments, the client's token, and the
-    connection of its own it needs for a wait or a session. `wait_ms` 0 is the
-    server's `WAIT 0`, no limit (an election's campaign)."""
+    """One `LOCK.ACQUIRE` (or, with `permits`, `SEM.ACQUIRE`), checked: its
+    arguments, the client's token, and the connection of its own it needs for
+    a wait or a session. `wait_ms` 0 is the server's `WAIT 0`, no limit (an
+    election's campaign). `shared` asks for a read lease."""
 
     key: Key
     ttl_ms: int
@@ -194,10 +242,20 @@ class Acquire:
     session: bool
     token: str
     owner: Key | None = None
+    shared: bool = False
+    permits: Permits | None = None
 
     @classmethod
     def of(
-        cls, key: object, ttl: object, wait: object, session: bool, owner: object = None
+        cls,
+        key: object,
+        ttl: object,
+        wait: object,
+        session: bool,
+        owner: object = None,
+        *,
+        shared: bool = False,
+        permits: Permits | None = None,
     ) -> Acquire:
         return cls(
             check_key(key),
@@ -206,6 +264,8 @@ class Acquire:
             bool(session),
             new_token(),
             check_owner(owner),
+            bool(shared),
+            permits,
         )
 
     @classmethod
@@ -216,7 +276,15 @@ class Acquire:
 
     @property
     def args(self) -> list[object]:
-        args: list[object] = ["LOCK.ACQUIRE", self.key, self.ttl_ms, "TOKEN", self.token]
+        args: list[object]
+        if self.permits is None:
+            args = ["LOCK.ACQUIRE", self.key, self.ttl_ms]
+        else:
+            args = ["SEM.ACQUIRE", self.key, self.permits.limit, self.ttl_ms]
+            args += ["COUNT", self.permits.count]
+        args += ["TOKEN", self.token]
+        if self.shared:
+            args.append("SHARED")
         if self.wait_ms is not None:
             args += ["WAIT", self.wait_ms]
         if self.session:
@@ -224,6 +292,10 @@ class Acquire:
         if self.owner is not None:
             args += ["OWNER", self.owner]
         return args
+
+    @property
+    def commands(self) -> Commands:
+        return LOCK_COMMANDS if self.permits is None else SEMAPHORE_COMMANDS
 
     @property
     def needs_own_connection(self) -> bool:
@@ -262,10 +334,10 @@ def fields_of(command: str, reply: object) -> dict[str, object] | None:
     return {(name.decode() if isinstance(name, bytes) else str(name)): v for name, v in pairs}
 
 
-def info_of(reply: object) -> dict[str, int] | None:
-    """LOCK.INFO's numeric fields as a dict (the text fields `mode` and
-    `owner` are left out; the label: `Election.leader()`)."""
-    fields = fields_of("LOCK.INFO", reply)
+def info_of(reply: object, command: str = "LOCK.INFO") -> dict[str, int] | None:
+    """LOCK.INFO's (or SEM.INFO's) numeric fields as a dict (the text fields
+    `mode` and `owner` are left out; the label: `Election.leader()`)."""
+    fields = fields_of(command, reply)
     if fields is None:
         return None
     return {name: _int(value) for name, value in fields.items() if name not in ("owner", "mode")}
@@ -331,6 +403,25 @@ class ElectionFacts:
     def _observe_read_timeout(self) -> float:
         """Longer than the observe, so the server's answer always comes first."""
         return self._observe_ms / 1000 + WAIT_READ_SLACK_S
+
+
+class SemaphoreFacts:
+    """What a sync and an asyncio semaphore share: the key, the limit, and the
+    checked `SEM.ACQUIRE` of a request. Each adds its I/O."""
+
+    def __init__(self, key: object, limit: object) -> None:
+        self.key = check_key(key)
+        self.limit = check_limit(limit)
+
+    def _request(
+        self, ttl: object, count: object, wait: object, session: bool, owner: object
+    ) -> Acquire:
+        permits = Permits(self.limit, check_count(count, self.limit))
+        return Acquire.of(self.key, ttl, wait, session, owner, permits=permits)
+
+    def _not_acquired(self, request: Acquire, wait: float | None) -> str:
+        assert request.permits is not None
+        return no_permits_message(self.key, request.permits.count, wait)
 
 
 def lock_error(error: Exception) -> LockError:
@@ -407,12 +498,18 @@ class LeaseClock:
 
 class LeaseFacts:
     """What a sync and an asyncio lease both hold: the lock's facts, the clock,
-    why it was lost. Each adds its own `lost` event and I/O."""
+    why it was lost. Each adds its own `lost` event and I/O.
 
-    def __init__(self, key: Key, token: str, fence: int, clock: LeaseClock) -> None:
-        self.key = key
-        self.token = token
+    `shared` is true for a read lease; `count` is the number of a semaphore's
+    permits the lease holds (None for a lock)."""
+
+    def __init__(self, request: Acquire, fence: int, clock: LeaseClock) -> None:
+        self.key = request.key
+        self.token = request.token
         self.fence = fence
+        self.shared = request.shared
+        self.count = None if request.permits is None else request.permits.count
+        self._commands = request.commands
         self.lost_reason: LostReason | None = None
         self.lost_message: str | None = None
         self._clock = clock
@@ -453,6 +550,10 @@ def check_margin(margin: object) -> float | None:
     return float(margin)
 
 
-def check_command(command: tuple[object, ...]) -> None:
+def check_command(commands: Commands, command: tuple[object, ...]) -> str:
+    """The guard command of this kind of lease, for a command that is there."""
+    if commands.guard is None:
+        raise TypeError("a semaphore's permits guard no command: guard() is for locks")
     if not command:
         raise ValueError("guard needs a command to run, as in guard('SET', 'key', 'value')")
+    return commands.guard

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from . import _common as common
@@ -55,6 +55,7 @@ class Locks:
         session: bool = False,
         watchdog: bool = True,
         owner: str | bytes | None = None,
+        shared: bool = False,
     ) -> Lease | None:
         """The lease on `key` for `ttl` seconds, or None when another holds it.
 
@@ -64,8 +65,14 @@ class Locks:
         keeps it open). With `watchdog` (default), a thread extends the lease
         every ttl/3 until `release()`. `owner` is a public label (1 to 128
         bytes) that `LOCK.INFO`, `LOCK.QUEUE` and `LOCK.OBSERVE` show.
+
+        With `shared`, a read lease (`LOCK.ACQUIRE … SHARED`): granted beside
+        other readers, each with its own token, lease and fence; refused while
+        a writer holds the key or anyone waits for it. Its `guard()` runs
+        read-only commands only.
         """
-        return self._acquire(common.Acquire.of(key, ttl, wait, session, owner), watchdog)
+        request = common.Acquire.of(key, ttl, wait, session, owner, shared=shared)
+        return self._acquire(request, watchdog)
 
     def _acquire(self, request: common.Acquire, watchdog: bool) -> Lease | None:
         dedicated = None
@@ -80,7 +87,7 @@ class Locks:
             # The reply may be lost after a grant: give back what this token may hold.
             if dedicated is not None:
                 dedicated.close()
-            self._release_quietly(request.key, request.token)
+            self._release_quietly(request)
             raise
         fence = common.fence_of(reply)
         if dedicated is not None and (fence is None or not request.session):
@@ -89,14 +96,13 @@ class Locks:
         if fence is None:
             return None
         clock = common.LeaseClock(sent, request.ttl_ms, self.safety_margin)
-        lease = Lease(self, request.key, request.token, fence, clock)
+        lease = Lease(self, request, fence, clock)
         lease._session = dedicated
         if request.wait_ms is not None:
             lease._confirm_after_wait()
         lease._start(watchdog)
         return lease
 
-    @contextlib.contextmanager
     def lock(
         self,
         key: common.Key,
@@ -106,24 +112,21 @@ class Locks:
         session: bool = False,
         watchdog: bool = True,
         owner: str | bytes | None = None,
-    ) -> Iterator[Lease]:
+        shared: bool = False,
+    ) -> contextlib.AbstractContextManager[Lease]:
         """`acquire` as a context manager: yields the lease, releases it on exit.
 
         Raises `NotAcquired` when the lock is held (or the wait ran out), and
         `Lost` on exit when the lease was lost before the block ended.
         """
-        lease = self.acquire(key, ttl, wait=wait, session=session, watchdog=watchdog, owner=owner)
-        if lease is None:
-            raise NotAcquired(common.not_acquired_message(key, wait))
-        try:
-            yield lease
-        except BaseException:
-            with contextlib.suppress(Exception):
-                lease.release()  # the block's own exception matters more
-            raise
-        released = lease.released or lease.release()  # the block may have released it
-        if lease.lost.is_set() or not released:
-            raise Lost(lease.lost_reason or LostReason.REFUSED, common.LOST_IN_BLOCK)
+        request = common.Acquire.of(key, ttl, wait, session, owner, shared=shared)
+        return _holding(
+            lambda: self._acquire(request, watchdog), common.not_acquired_message(key, wait)
+        )
+
+    def semaphore(self, key: common.Key, limit: int) -> Semaphore:
+        """The semaphore `key` with `limit` permits: `Semaphore(self, key, limit)`."""
+        return Semaphore(self, key, limit)
 
     def info(self, key: common.Key) -> dict[str, int] | None:
         """`LOCK.INFO`: None when free, else its numbers: fence, ttl, deadline,
@@ -136,19 +139,38 @@ class Locks:
         except self.family.response_error as error:
             raise common.lock_error(error) from error
 
-    def _release_quietly(self, key: common.Key, token: str) -> None:
+    def _release_quietly(self, request: common.Acquire) -> None:
+        with contextlib.suppress(Exception):  # else it ends at its ttl
+            self.client.execute_command(request.commands.release, request.key, request.token)
+
+
+@contextlib.contextmanager
+def _holding(acquire: Callable[[], Lease | None], not_acquired: str) -> Iterator[Lease]:
+    """The lease `acquire` gives, held for a block: released on exit; `NotAcquired`
+    (with that message) without one, `Lost` on exit when it was lost meanwhile."""
+    lease = acquire()
+    if lease is None:
+        raise NotAcquired(not_acquired)
+    try:
+        yield lease
+    except BaseException:
         with contextlib.suppress(Exception):
-            self.client.execute_command("LOCK.RELEASE", key, token)  # else it ends at its ttl
+            lease.release()  # the block's own exception matters more
+        raise
+    released = lease.released or lease.release()  # the block may have released it
+    if lease.lost.is_set() or not released:
+        raise Lost(lease.lost_reason or LostReason.REFUSED, common.LOST_IN_BLOCK)
 
 
 class Lease(common.LeaseFacts):
-    """A held lock: `key`, `token`, `fence`, `valid_until`; `lost` is set when it
-    is gone or about to be (see `lost_reason`)."""
+    """A held lock, or a semaphore's permits: `key`, `token`, `fence`,
+    `valid_until`, `shared` (a read lease), `count` (permits; None for a lock);
+    `lost` is set when it is gone or about to be (see `lost_reason`)."""
 
     def __init__(
-        self, locks: Locks, key: common.Key, token: str, fence: int, clock: common.LeaseClock
+        self, locks: Locks, request: common.Acquire, fence: int, clock: common.LeaseClock
     ) -> None:
-        super().__init__(key, token, fence, clock)
+        super().__init__(request, fence, clock)
         self.lost = threading.Event()
         self._locks = locks
         self._session: _Dedicated | None = None
@@ -163,7 +185,9 @@ class Lease(common.LeaseFacts):
         """
         ttl_ms = self._clock.ttl_ms if ttl is None else common.ttl_to_ms(ttl)
         sent = common.now()
-        reply = self._locks._call(self._locks.client, "LOCK.EXTEND", self.key, self.token, ttl_ms)
+        reply = self._locks._call(
+            self._locks.client, self._commands.extend, self.key, self.token, ttl_ms
+        )
         if reply != 1:
             self._mark_lost(LostReason.REFUSED, common.REFUSED_MESSAGE)
             raise Lost(LostReason.REFUSED, common.REFUSED_MESSAGE)
@@ -181,7 +205,9 @@ class Lease(common.LeaseFacts):
         if already:
             return False
         try:
-            reply = self._locks._call(self._locks.client, "LOCK.RELEASE", self.key, self.token)
+            reply = self._locks._call(
+                self._locks.client, self._commands.release, self.key, self.token
+            )
         finally:
             if self._session is not None:
                 self._session.close()
@@ -189,12 +215,12 @@ class Lease(common.LeaseFacts):
 
     def guard(self, *command: object) -> Any:
         """Runs `command` only while this lease holds the lock (`LOCK.GUARD`), and
-        returns its reply. Raises `Lost` (and sets `lost`) when it does not hold."""
-        common.check_command(command)
+        returns its reply. Raises `Lost` (and sets `lost`) when it does not hold.
+        A read lease runs read-only commands only (others: `ServerError`); a
+        semaphore's permits guard nothing (`TypeError`)."""
+        guard = common.check_command(self._commands, command)
         try:
-            return self._locks._call(
-                self._locks.client, "LOCK.GUARD", self.key, self.token, *command
-            )
+            return self._locks._call(self._locks.client, guard, self.key, self.token, *command)
         except Lost as lost:
             self._mark_lost(LostReason.REFUSED, str(lost))
             raise
@@ -241,7 +267,7 @@ class Lease(common.LeaseFacts):
                 sent = common.now()
                 try:
                     reply = self._locks._call(
-                        connection.client, "LOCK.EXTEND", self.key, self.token, ttl_ms
+                        connection.client, self._commands.extend, self.key, self.token, ttl_ms
                     )
                 except LimitReached:
                     with self._cond:
@@ -313,3 +339,60 @@ class Election(common.ElectionFacts):
                     yield leader
         finally:
             connection.close()
+
+
+class Semaphore(common.SemaphoreFacts):
+    """A counting semaphore on `key`: at most `limit` permits out at once
+    (`SEM.*`). Every user of a key must give the same limit (the server
+    refuses another with `ServerError`).
+
+    A holder takes `count` permits under one token, leased for `ttl` seconds,
+    as a `Lease` with the same watchdog (`SEM.EXTEND`), `lost` and
+    `release()` (`SEM.RELEASE`, which hands them to the head of the queue).
+    The server's queue is fair across counts: a large request at its head is
+    not passed by smaller ones.
+    """
+
+    def __init__(self, locks: Locks, key: common.Key, limit: int) -> None:
+        super().__init__(key, limit)
+        self.locks = locks
+
+    def acquire(
+        self,
+        ttl: float,
+        *,
+        count: int = 1,
+        wait: float | None = None,
+        session: bool = False,
+        watchdog: bool = True,
+        owner: str | bytes | None = None,
+    ) -> Lease | None:
+        """`count` permits for `ttl` seconds, or None when fewer are free (or
+        the `wait` ran out). The options are those of `Locks.acquire`."""
+        request = self._request(ttl, count, wait, session, owner)
+        return self.locks._acquire(request, watchdog)
+
+    def permit(
+        self,
+        ttl: float,
+        *,
+        count: int = 1,
+        wait: float | None = None,
+        session: bool = False,
+        watchdog: bool = True,
+        owner: str | bytes | None = None,
+    ) -> contextlib.AbstractContextManager[Lease]:
+        """`acquire` as a context manager: yields the permits' lease, releases
+        them on exit. Raises `NotAcquired` when they are not free (or the wait
+        ran out), and `Lost` on exit when they were lost before the block ended.
+        """
+        request = self._request(ttl, count, wait, session, owner)
+        return _holding(
+            lambda: self.locks._acquire(request, watchdog), self._not_acquired(request, wait)
+        )
+
+    def info(self) -> dict[str, int] | None:
+        """`SEM.INFO`: None when nobody holds or waits, else limit, used,
+        holders, waiters, fence, ttl, deadline."""
+        reply = self.locks._call(self.locks.client, "SEM.INFO", self.key)
+        return common.info_of(reply, "SEM.INFO")

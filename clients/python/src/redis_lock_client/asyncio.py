@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from . import _common as common
@@ -28,6 +28,7 @@ __all__ = [
     "Lost",
     "LostReason",
     "NotAcquired",
+    "Semaphore",
     "ServerError",
 ]
 
@@ -66,10 +67,13 @@ class Locks:
         session: bool = False,
         watchdog: bool = True,
         owner: str | bytes | None = None,
+        shared: bool = False,
     ) -> Lease | None:
         """The lease on `key` for `ttl` seconds, or None when another holds it
-        (or the `wait` ran out). As `redis_lock_client.Locks.acquire`."""
-        return await self._acquire(common.Acquire.of(key, ttl, wait, session, owner), watchdog)
+        (or the `wait` ran out); with `shared`, a read lease beside other
+        readers. As `redis_lock_client.Locks.acquire`."""
+        request = common.Acquire.of(key, ttl, wait, session, owner, shared=shared)
+        return await self._acquire(request, watchdog)
 
     async def _acquire(self, request: common.Acquire, watchdog: bool) -> Lease | None:
         dedicated = None
@@ -85,7 +89,7 @@ class Locks:
             # give back what this token may hold.
             if dedicated is not None:
                 await dedicated.close()
-            await self._release_quietly(request.key, request.token)
+            await self._release_quietly(request)
             raise
         fence = common.fence_of(reply)
         if dedicated is not None and (fence is None or not request.session):
@@ -94,15 +98,14 @@ class Locks:
         if fence is None:
             return None
         clock = common.LeaseClock(sent, request.ttl_ms, self.safety_margin)
-        lease = Lease(self, request.key, request.token, fence, clock)
+        lease = Lease(self, request, fence, clock)
         lease._session = dedicated
         if request.wait_ms is not None:
             await lease._confirm_after_wait()
         lease._start(watchdog)
         return lease
 
-    @contextlib.asynccontextmanager
-    async def lock(
+    def lock(
         self,
         key: common.Key,
         ttl: float,
@@ -111,23 +114,18 @@ class Locks:
         session: bool = False,
         watchdog: bool = True,
         owner: str | bytes | None = None,
-    ) -> AsyncIterator[Lease]:
+        shared: bool = False,
+    ) -> contextlib.AbstractAsyncContextManager[Lease]:
         """`acquire` as an async context manager: yields the lease, releases it on
         exit. Raises `NotAcquired`, and `Lost` on exit if the lease was lost."""
-        lease = await self.acquire(
-            key, ttl, wait=wait, session=session, watchdog=watchdog, owner=owner
+        request = common.Acquire.of(key, ttl, wait, session, owner, shared=shared)
+        return _holding(
+            lambda: self._acquire(request, watchdog), common.not_acquired_message(key, wait)
         )
-        if lease is None:
-            raise NotAcquired(common.not_acquired_message(key, wait))
-        try:
-            yield lease
-        except BaseException:
-            with contextlib.suppress(Exception):
-                await lease.release()  # the block's own exception matters more
-            raise
-        released = lease.released or await lease.release()  # the block may have released it
-        if lease.lost.is_set() or not released:
-            raise Lost(lease.lost_reason or LostReason.REFUSED, common.LOST_IN_BLOCK)
+
+    def semaphore(self, key: common.Key, limit: int) -> Semaphore:
+        """The semaphore `key` with `limit` permits: `Semaphore(self, key, limit)`."""
+        return Semaphore(self, key, limit)
 
     async def info(self, key: common.Key) -> dict[str, int] | None:
         """`LOCK.INFO`: None when free, else its numbers: fence, ttl, deadline,
@@ -140,19 +138,40 @@ class Locks:
         except self.family.response_error as error:
             raise common.lock_error(error) from error
 
-    async def _release_quietly(self, key: common.Key, token: str) -> None:
+    async def _release_quietly(self, request: common.Acquire) -> None:
         with contextlib.suppress(Exception):
-            await self.client.execute_command("LOCK.RELEASE", key, token)
+            await self.client.execute_command(request.commands.release, request.key, request.token)
+
+
+@contextlib.asynccontextmanager
+async def _holding(
+    acquire: Callable[[], Awaitable[Lease | None]], not_acquired: str
+) -> AsyncIterator[Lease]:
+    """The lease `acquire` gives, held for a block: released on exit; `NotAcquired`
+    (with that message) without one, `Lost` on exit when it was lost meanwhile."""
+    lease = await acquire()
+    if lease is None:
+        raise NotAcquired(not_acquired)
+    try:
+        yield lease
+    except BaseException:
+        with contextlib.suppress(Exception):
+            await lease.release()  # the block's own exception matters more
+        raise
+    released = lease.released or await lease.release()  # the block may have released it
+    if lease.lost.is_set() or not released:
+        raise Lost(lease.lost_reason or LostReason.REFUSED, common.LOST_IN_BLOCK)
 
 
 class Lease(common.LeaseFacts):
-    """A held lock: `key`, `token`, `fence`, `valid_until`; `lost` (an
-    asyncio.Event) is set when it is gone or about to be (see `lost_reason`)."""
+    """A held lock, or a semaphore's permits: `key`, `token`, `fence`,
+    `valid_until`, `shared`, `count`; `lost` (an asyncio.Event) is set when it
+    is gone or about to be (see `lost_reason`)."""
 
     def __init__(
-        self, locks: Locks, key: common.Key, token: str, fence: int, clock: common.LeaseClock
+        self, locks: Locks, request: common.Acquire, fence: int, clock: common.LeaseClock
     ) -> None:
-        super().__init__(key, token, fence, clock)
+        super().__init__(request, fence, clock)
         self.lost = asyncio.Event()
         self._locks = locks
         self._session: _Dedicated | None = None
@@ -164,7 +183,7 @@ class Lease(common.LeaseFacts):
         ttl_ms = self._clock.ttl_ms if ttl is None else common.ttl_to_ms(ttl)
         sent = common.now()
         reply = await self._locks._call(
-            self._locks.client, "LOCK.EXTEND", self.key, self.token, ttl_ms
+            self._locks.client, self._commands.extend, self.key, self.token, ttl_ms
         )
         if reply != 1:
             self._mark_lost(LostReason.REFUSED, common.REFUSED_MESSAGE)
@@ -180,7 +199,7 @@ class Lease(common.LeaseFacts):
         await self._stop_task()
         try:
             reply = await self._locks._call(
-                self._locks.client, "LOCK.RELEASE", self.key, self.token
+                self._locks.client, self._commands.release, self.key, self.token
             )
         finally:
             if self._session is not None:
@@ -189,11 +208,12 @@ class Lease(common.LeaseFacts):
 
     async def guard(self, *command: object) -> Any:
         """Runs `command` only while this lease holds the lock (`LOCK.GUARD`), and
-        returns its reply. Raises `Lost` (and sets `lost`) when it does not hold."""
-        common.check_command(command)
+        returns its reply. Raises `Lost` (and sets `lost`) when it does not hold;
+        as `redis_lock_client.Lease.guard`."""
+        guard = common.check_command(self._commands, command)
         try:
             return await self._locks._call(
-                self._locks.client, "LOCK.GUARD", self.key, self.token, *command
+                self._locks.client, guard, self.key, self.token, *command
             )
         except Lost as lost:
             self._mark_lost(LostReason.REFUSED, str(lost))
@@ -245,7 +265,7 @@ class Lease(common.LeaseFacts):
                 try:
                     reply = await asyncio.wait_for(
                         self._locks._call(
-                            connection.client, "LOCK.EXTEND", self.key, self.token, ttl_ms
+                            connection.client, self._commands.extend, self.key, self.token, ttl_ms
                         ),
                         timeout=max(clock.lost_at - now, 0),
                     )
@@ -311,3 +331,51 @@ class Election(common.ElectionFacts):
                     yield leader
         finally:
             await connection.close()
+
+
+class Semaphore(common.SemaphoreFacts):
+    """A counting semaphore on `key` with `limit` permits, over an asyncio
+    client. See `redis_lock_client.Semaphore`; `permit()` is an async context
+    manager."""
+
+    def __init__(self, locks: Locks, key: common.Key, limit: int) -> None:
+        super().__init__(key, limit)
+        self.locks = locks
+
+    async def acquire(
+        self,
+        ttl: float,
+        *,
+        count: int = 1,
+        wait: float | None = None,
+        session: bool = False,
+        watchdog: bool = True,
+        owner: str | bytes | None = None,
+    ) -> Lease | None:
+        """`count` permits for `ttl` seconds, or None when fewer are free (or
+        the `wait` ran out)."""
+        request = self._request(ttl, count, wait, session, owner)
+        return await self.locks._acquire(request, watchdog)
+
+    def permit(
+        self,
+        ttl: float,
+        *,
+        count: int = 1,
+        wait: float | None = None,
+        session: bool = False,
+        watchdog: bool = True,
+        owner: str | bytes | None = None,
+    ) -> contextlib.AbstractAsyncContextManager[Lease]:
+        """`acquire` as an async context manager: yields the permits' lease,
+        releases them on exit. Raises `NotAcquired`, and `Lost` on exit if they
+        were lost."""
+        request = self._request(ttl, count, wait, session, owner)
+        return _holding(
+            lambda: self.locks._acquire(request, watchdog), self._not_acquired(request, wait)
+        )
+
+    async def info(self) -> dict[str, int] | None:
+        """`SEM.INFO`: None when nobody holds or waits, else its numbers."""
+        reply = await self.locks._call(self.locks.client, "SEM.INFO", self.key)
+        return common.info_of(reply, "SEM.INFO")
