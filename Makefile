@@ -229,7 +229,7 @@ bench-profile: bench-build ## Instructions per request of ACQUIRE/RELEASE/EXTEND
 chaos-build: build ## Build the module and the fault-injection harness (lock-chaos) in release mode
 	cargo build --release --locked -p redis-lock-chaos
 
-chaos: chaos-build ## Every fault scenario, 1-8 (~9 min; 7 and 8 need root, ip netns and iptables): target/chaos/summary.md
+chaos: chaos-build ## Every fault scenario, 1-10 (~12 min; 7 and 8 need root, ip netns and iptables): target/chaos/summary.md
 	cargo test --release --locked -p redis-lock-chaos --quiet
 	$(CHAOS) $(CHAOS_ARGS) --report target/chaos/summary.md
 

@@ -25,7 +25,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use redis::{Connection, Value};
 
-use crate::history::{mono_ns, Event, Outcome, RecorderClient, MS};
+use crate::history::{mono_ns, Event, Hold, Outcome, RecorderClient, MS};
 use crate::scenarios::{map_pairs, text};
 use crate::worker::{confirmed, grant_outcome, int_reply, open_master, release, Flags};
 
@@ -182,6 +182,7 @@ pub fn run_candidate(a: ElectArgs) -> Result<(), String> {
             outcome: outcome.clone(),
             fence,
             server,
+            hold: Hold::Exclusive,
         })?;
         match (outcome, fence) {
             (Outcome::Granted, Some(fence)) => {
@@ -281,6 +282,7 @@ fn lead(
             t_recv: 0,
             accepted: false,
             term: true,
+            hold: Hold::Exclusive,
         })?;
         if !accepted {
             break "fenced-off";

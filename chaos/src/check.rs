@@ -10,22 +10,29 @@
 //! the reply time of the grant or of the last successful EXTEND, plus its TTL.
 //! The server expires leases by its wall clock in whole milliseconds and the
 //! history uses CLOCK_MONOTONIC, so both bounds get `SLACK_NS` of slack.
+//!
+//! Shared holders (issue 13) are checked by the same sweep, [`conflicts`]:
+//! two holders may act at once only if both are readers, or both hold a
+//! semaphore's permits and, with everyone else acting then, no more than its
+//! `limit` are out.
 
 use std::collections::{BTreeMap, HashMap};
 
 use crate::guarded::{self, GuardStats};
-use crate::history::{Event, Outcome, MS};
+use crate::history::{Event, Hold, Outcome, MS};
 
 pub const SLACK_NS: u64 = 5 * MS;
 
 #[derive(Default, Debug, Clone)]
 pub struct Verdict {
-    /// C1: accepted critical sections that overlap.
+    /// C1: accepted critical sections that overlap (a writer beside anyone,
+    /// or more than a semaphore's limit of permits at once).
     pub c1: Vec<String>,
     /// C2: a repeated fence, or a fence not above one granted earlier in
     /// real time.
     pub c2: Vec<String>,
-    /// C3: two leases certainly held at once (double grants).
+    /// C3: two leases certainly held at once (double grants; for shared
+    /// holders, a writer beside a reader or more than `limit` permits).
     pub c3_double: Vec<String>,
     /// C3: an EXTEND or RELEASE that returned 1 after its lease could only
     /// have ended.
@@ -52,6 +59,11 @@ pub struct Stats {
     pub unknown: u64,
     pub writes_accepted: u64,
     pub writes_rejected: u64,
+    /// Of the rejected writes, those that reached the resource while their
+    /// lease was certainly still held: refusals of a live holder (the
+    /// semaphore rule allows them; the exclusive and reader rules should not
+    /// make any).
+    pub live_writes_rejected: u64,
     /// EXTEND/RELEASE invoked after the lease could only have ended that
     /// returned 0, as they should.
     pub late_ops_refused: u64,
@@ -62,6 +74,68 @@ pub struct Stats {
     pub lost_leases: u64,
     /// The guarded list (C6).
     pub guard: GuardStats,
+    /// Grants by mode, and how much sharing the resource saw.
+    pub holds: HoldStats,
+}
+
+/// Shared holders in a history: grants by mode, and the most readers or
+/// permits that acted at the resource at one instant (the proof that the
+/// run shared at all).
+#[derive(Default, Debug, Clone, Copy)]
+pub struct HoldStats {
+    pub exclusive: u64,
+    pub shared: u64,
+    pub permit_grants: u64,
+    pub permits: u64,
+    pub max_readers_acting: u64,
+    pub max_permits_acting: u64,
+}
+
+impl HoldStats {
+    fn add(&mut self, o: HoldStats) {
+        self.exclusive += o.exclusive;
+        self.shared += o.shared;
+        self.permit_grants += o.permit_grants;
+        self.permits += o.permits;
+        self.max_readers_acting = self.max_readers_acting.max(o.max_readers_acting);
+        self.max_permits_acting = self.max_permits_acting.max(o.max_permits_acting);
+    }
+
+    pub fn describe(&self) -> String {
+        if self.permit_grants > 0 {
+            format!(
+                "{} permits in {} grants; up to {} permits acting at once",
+                self.permits, self.permit_grants, self.max_permits_acting
+            )
+        } else {
+            format!(
+                "{} shared, {} exclusive; up to {} readers acting at once",
+                self.shared, self.exclusive, self.max_readers_acting
+            )
+        }
+    }
+}
+
+/// The most spans of `hold`'s kind open at one instant, weighted by permits.
+fn most_at_once(spans: &[Span], shared: bool) -> u64 {
+    let mut edges: Vec<(u64, i64)> = Vec::new();
+    for s in spans.iter().filter(|s| s.end > s.start) {
+        let w = match s.hold {
+            Hold::Shared if shared => 1,
+            Hold::Permits { count, .. } if !shared => count as i64,
+            _ => continue,
+        };
+        edges.push((s.start, w));
+        edges.push((s.end, -w));
+    }
+    // Ends before starts at the same instant.
+    edges.sort_by_key(|&(t, w)| (t, w));
+    let (mut now, mut most) = (0i64, 0i64);
+    for (_, w) in edges {
+        now += w;
+        most = most.max(now);
+    }
+    most as u64
 }
 
 impl Stats {
@@ -110,12 +184,14 @@ impl Verdict {
         a.unknown += b.unknown;
         a.writes_accepted += b.writes_accepted;
         a.writes_rejected += b.writes_rejected;
+        a.live_writes_rejected += b.live_writes_rejected;
         a.late_ops_refused += b.late_ops_refused;
         a.extends += b.extends;
         a.releases += b.releases;
         a.faults += b.faults;
         a.lost_leases += b.lost_leases;
         a.guard.add(b.guard);
+        a.holds.add(b.holds);
     }
 
     pub fn summary(&self) -> String {
@@ -166,6 +242,57 @@ struct Grant {
     t_comp: u64,
     certain_end: u64,
     confirmed: bool,
+    hold: Hold,
+}
+
+/// A time interval during which a holder acted, or certainly held its lease.
+pub struct Span {
+    pub start: u64,
+    pub end: u64,
+    pub hold: Hold,
+}
+
+/// For each span (by index) that starts while others are open and breaks
+/// the lock's rule with them, the indices of those others: an exclusive
+/// holder beside anyone, a reader beside a writer, or a semaphore holder
+/// whose permits, with those of the holders open at that instant, exceed
+/// the limit. Permits in use only grow when a span starts, so checking at
+/// each start is enough.
+pub fn conflicts(spans: &[Span]) -> Vec<(usize, Vec<usize>)> {
+    let mut order: Vec<usize> = (0..spans.len())
+        .filter(|&i| spans[i].end > spans[i].start)
+        .collect();
+    order.sort_by_key(|&i| spans[i].start);
+    let mut open: Vec<usize> = Vec::new();
+    let mut out = Vec::new();
+    for i in order {
+        let s = &spans[i];
+        open.retain(|&o| spans[o].end > s.start);
+        let against: Vec<usize> = match s.hold {
+            Hold::Shared => open
+                .iter()
+                .copied()
+                .filter(|&o| spans[o].hold != Hold::Shared)
+                .collect(),
+            Hold::Permits { count, limit } => {
+                let in_use: u64 = open.iter().map(|&o| spans[o].hold.permits()).sum();
+                let other_kind = open
+                    .iter()
+                    .any(|&o| !matches!(spans[o].hold, Hold::Permits { .. }));
+                if in_use + count > limit || other_kind {
+                    open.clone()
+                } else {
+                    Vec::new()
+                }
+            }
+            Hold::Exclusive => open.clone(),
+        };
+        if !against.is_empty() {
+            out.push((i, against));
+        }
+        open.push(i);
+    }
+    out
 }
 
 fn ms(ns: u64) -> f64 {
@@ -178,7 +305,9 @@ pub fn check(events: &[Event], c5_bound_ns: u64) -> Verdict {
     // (key, token) -> its EXTEND/RELEASE events in invocation order.
     let mut ops: HashMap<(String, String), Vec<&Event>> = HashMap::new();
     let mut grants: Vec<Grant> = Vec::new();
-    let mut writes: Vec<(u32, u64, u64, u64)> = Vec::new();
+    let mut writes: Vec<(u32, u64, u64, u64, Hold)> = Vec::new();
+    // (fence, arrival) of each rejected write.
+    let mut rejected: Vec<(u64, u64)> = Vec::new();
     let mut faults: Vec<(String, String, u64)> = Vec::new();
     for event in events {
         match event {
@@ -191,9 +320,21 @@ pub fn check(events: &[Event], c5_bound_ns: u64) -> Verdict {
                 t_comp,
                 outcome,
                 fence,
+                hold,
                 ..
             } => {
                 v.stats.acquires += 1;
+                if *outcome == Outcome::Granted {
+                    let h = &mut v.stats.holds;
+                    match hold {
+                        Hold::Exclusive => h.exclusive += 1,
+                        Hold::Shared => h.shared += 1,
+                        Hold::Permits { count, .. } => {
+                            h.permit_grants += 1;
+                            h.permits += count;
+                        }
+                    }
+                }
                 match outcome {
                     Outcome::Granted => v.stats.grants += 1,
                     Outcome::Unconfirmed => v.stats.unconfirmed += 1,
@@ -210,6 +351,7 @@ pub fn check(events: &[Event], c5_bound_ns: u64) -> Verdict {
                         t_comp: *t_comp,
                         certain_end: t_inv + ttl_ms * MS,
                         confirmed: *outcome == Outcome::Granted,
+                        hold: *hold,
                     });
                 }
             }
@@ -230,14 +372,17 @@ pub fn check(events: &[Event], c5_bound_ns: u64) -> Verdict {
                 fence,
                 t_start,
                 t_end,
+                t_recv,
                 accepted,
+                hold,
                 ..
             } => {
                 if *accepted {
                     v.stats.writes_accepted += 1;
-                    writes.push((*worker, *fence, *t_start, *t_end));
+                    writes.push((*worker, *fence, *t_start, *t_end, *hold));
                 } else {
                     v.stats.writes_rejected += 1;
+                    rejected.push((*fence, *t_recv));
                 }
             }
             Event::Fault {
@@ -316,21 +461,37 @@ pub fn check(events: &[Event], c5_bound_ns: u64) -> Verdict {
         }
     }
 
-    // C1: accepted critical sections never overlap.
-    writes.sort_by_key(|w| w.2);
-    let mut last: Option<(u32, u64, u64)> = None; // worker, fence, t_end
-    for &(worker, fence, t_start, t_end) in &writes {
-        if let Some((w0, f0, end0)) = last {
-            if t_start < end0 {
-                v.c1.push(format!(
-                    "critical section of worker {worker} (fence {fence}) starts {:.1} ms before that of worker {w0} (fence {f0}) ends",
-                    ms(end0 - t_start)
-                ));
+    let certain_end: HashMap<u64, u64> = grants.iter().map(|g| (g.fence, g.certain_end)).collect();
+    v.stats.live_writes_rejected = rejected
+        .iter()
+        .filter(|(f, t)| certain_end.get(f).is_some_and(|e| t + SLACK_NS < *e))
+        .count() as u64;
+
+    // C1: accepted critical sections never overlap (readers may share, and
+    // up to a semaphore's limit of permits).
+    let spans: Vec<Span> = writes
+        .iter()
+        .map(|&(_, _, start, end, hold)| Span { start, end, hold })
+        .collect();
+    v.stats.holds.max_readers_acting = most_at_once(&spans, true);
+    v.stats.holds.max_permits_acting = most_at_once(&spans, false);
+    for (i, against) in conflicts(&spans) {
+        let (worker, fence, t_start, _, hold) = writes[i];
+        let Some(&o) = against.iter().max_by_key(|&&o| writes[o].3) else {
+            continue;
+        };
+        let (w0, f0, _, end0, hold0) = writes[o];
+        v.c1.push(format!(
+            "critical section of worker {worker} (fence {fence}, {}) starts {:.1} ms before that of worker {w0} (fence {f0}, {}) ends{}",
+            hold.label(),
+            ms(end0 - t_start),
+            hold0.label(),
+            if against.len() > 1 {
+                format!(", with {} others open", against.len() - 1)
+            } else {
+                String::new()
             }
-        }
-        if last.is_none_or(|(_, _, end0)| t_end > end0) {
-            last = Some((worker, fence, t_end));
-        }
+        ));
     }
 
     // C2: fences are unique, and increase in real-time order.
@@ -373,40 +534,44 @@ pub fn check(events: &[Event], c5_bound_ns: u64) -> Verdict {
         }
     }
 
-    // C3: no instant at which two leases of a key are certainly held.
+    // C3: no instant at which the leases certainly held break the rule.
     let mut by_key: BTreeMap<&str, Vec<&Grant>> = BTreeMap::new();
     for g in grants.iter().filter(|g| g.confirmed) {
         by_key.entry(&g.key).or_default().push(g);
     }
     let mut lost = std::collections::HashSet::new();
-    for list in by_key.values_mut() {
-        list.sort_by_key(|g| g.t_comp);
-        let mut holder: Option<&Grant> = None;
-        for g in list.iter() {
-            let end = g.certain_end.saturating_sub(SLACK_NS);
-            if end <= g.t_comp {
+    for list in by_key.values() {
+        let spans: Vec<Span> = list
+            .iter()
+            .map(|g| Span {
+                start: g.t_comp,
+                end: g.certain_end.saturating_sub(SLACK_NS),
+                hold: g.hold,
+            })
+            .collect();
+        for (i, against) in conflicts(&spans) {
+            let g = list[i];
+            let Some(&o) = against.iter().max_by_key(|&&o| spans[o].end) else {
                 continue;
-            }
-            if let Some(h) = holder {
-                let h_end = h.certain_end.saturating_sub(SLACK_NS);
-                if g.t_comp < h_end {
-                    lost.insert(h.fence);
-                    v.c3_double.push(format!(
-                        "key {}: worker {} got fence {} while worker {} certainly still held fence {} (for {:.1} ms more)",
-                        g.key,
-                        g.worker,
-                        g.fence,
-                        h.worker,
-                        h.fence,
-                        ms(h_end - g.t_comp)
-                    ));
+            };
+            let h = list[o];
+            lost.extend(against.iter().map(|&o| list[o].fence));
+            v.c3_double.push(format!(
+                "key {}: worker {} got fence {} ({}) while worker {} certainly still held fence {} ({}, for {:.1} ms more){}",
+                g.key,
+                g.worker,
+                g.fence,
+                g.hold.label(),
+                h.worker,
+                h.fence,
+                h.hold.label(),
+                ms(spans[o].end - g.t_comp),
+                if against.len() > 1 {
+                    format!(", with {} other holders", against.len() - 1)
+                } else {
+                    String::new()
                 }
-                if end > h_end {
-                    holder = Some(g);
-                }
-            } else {
-                holder = Some(g);
-            }
+            ));
         }
     }
 
@@ -454,6 +619,7 @@ mod tests {
             outcome: Outcome::Granted,
             fence: Some(fence),
             server: "s".into(),
+            hold: Hold::Exclusive,
         }
     }
 
@@ -478,6 +644,7 @@ mod tests {
             t_recv: t_end * MS,
             accepted: true,
             term: false,
+            hold: Hold::Exclusive,
         }
     }
 
@@ -536,5 +703,91 @@ mod tests {
         });
         assert_eq!(check(&h, 1100 * MS).violations(), 0);
         assert_eq!(check(&h, 5 * MS).c5.len(), 1);
+    }
+
+    fn with_hold(mut e: Event, h: Hold) -> Event {
+        match &mut e {
+            Event::Acquire { hold, .. } | Event::Write { hold, .. } => *hold = h,
+            _ => {}
+        }
+        e
+    }
+
+    #[test]
+    fn readers_together_pass_and_a_writer_beside_a_reader_is_flagged() {
+        let sh = |e| with_hold(e, Hold::Shared);
+        let h = vec![
+            sh(grant(1, 10, 0, 1, 2000)),
+            sh(grant(2, 11, 0, 2, 2000)),
+            sh(write(1, 10, 3, 50)),
+            sh(write(2, 11, 4, 40)),
+            release(1, 10, 60, 1),
+            release(2, 11, 61, 1),
+        ];
+        let v = check(&h, 3000 * MS);
+        assert_eq!(v.violations(), 0, "{}", v.details());
+        assert_eq!(v.stats.holds.max_readers_acting, 2);
+        assert_eq!(v.stats.holds.shared, 2);
+
+        let mut bad = h.clone();
+        bad.push(grant(3, 12, 5, 6, 2000));
+        bad.push(write(3, 12, 7, 20));
+        let v = check(&bad, 3000 * MS);
+        assert_eq!(v.c1.len(), 1, "{}", v.details());
+        assert_eq!(v.c3_double.len(), 1, "{}", v.details());
+        assert_eq!(v.stats.lost_leases, 2);
+    }
+
+    #[test]
+    fn permits_up_to_the_limit_pass_and_one_more_is_flagged() {
+        let p = |e, count| with_hold(e, Hold::Permits { count, limit: 4 });
+        let mut h = vec![
+            p(grant(1, 10, 0, 1, 2000), 2),
+            p(grant(2, 11, 0, 2, 2000), 1),
+            p(grant(3, 12, 0, 3, 2000), 1),
+            p(write(1, 10, 4, 50), 2),
+            p(write(2, 11, 5, 50), 1),
+            p(write(3, 12, 6, 50), 1),
+        ];
+        for (w, f) in [(1, 10), (2, 11), (3, 12)] {
+            h.push(release(w, f, 60, 1));
+        }
+        let v = check(&h, 3000 * MS);
+        assert_eq!(v.violations(), 0, "{}", v.details());
+        assert_eq!(v.stats.holds.max_permits_acting, 4);
+        assert_eq!(v.stats.holds.permits, 4);
+
+        h.push(p(grant(4, 13, 7, 8, 2000), 1));
+        h.push(p(write(4, 13, 9, 20), 1));
+        let v = check(&h, 3000 * MS);
+        assert_eq!(v.c1.len(), 1, "{}", v.details());
+        assert_eq!(v.c3_double.len(), 1, "{}", v.details());
+    }
+
+    #[test]
+    fn the_resource_rules_for_readers_writers_and_permits() {
+        use crate::history::Resource;
+        let mut r = Resource::default();
+        // Readers granted together pass in any order; a writer below any
+        // fence already seen does not.
+        assert!(r.admits(1, 5, Hold::Shared, false));
+        assert!(r.admits(2, 7, Hold::Shared, false));
+        assert!(r.admits(3, 6, Hold::Shared, false));
+        assert!(!r.admits(4, 6, Hold::Exclusive, false));
+        assert!(r.admits(4, 8, Hold::Exclusive, false));
+        // A reader paused past its lease, once a writer has written.
+        assert!(!r.admits(1, 7, Hold::Shared, false));
+        assert!(r.admits(2, 9, Hold::Shared, false));
+
+        let mut r = Resource::default();
+        let p = |count| Hold::Permits { count, limit: 3 };
+        assert!(r.admits(1, 10, p(2), false));
+        assert!(r.admits(2, 11, p(1), false));
+        assert!(r.admits(3, 12, p(2), false));
+        // 11 and 12 were granted after 10 and need 3 permits with it: 10's
+        // lease must have ended.
+        assert!(!r.admits(1, 10, p(2), false));
+        r.released(3);
+        assert!(r.admits(1, 10, p(2), false));
     }
 }

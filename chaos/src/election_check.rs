@@ -208,6 +208,7 @@ pub fn check_election(events: &[Event], final_fence: u64) -> (Vec<String>, Elect
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::history::Hold;
 
     fn grant(cand: u32, fence: u64, t_comp: u64) -> Event {
         Event::Acquire {
@@ -220,6 +221,7 @@ mod tests {
             outcome: Outcome::Granted,
             fence: Some(fence),
             server: "s".into(),
+            hold: Hold::Exclusive,
         }
     }
 
@@ -233,6 +235,7 @@ mod tests {
             t_recv: t_end * MS,
             accepted,
             term: true,
+            hold: Hold::Exclusive,
         }
     }
 

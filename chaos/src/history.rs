@@ -47,6 +47,44 @@ pub enum Outcome {
     Unknown,
 }
 
+/// How a grant holds its key: the default, exclusive (`LOCK.ACQUIRE`), a
+/// read lease (`LOCK.ACQUIRE … SHARED`), or `count` of a semaphore's
+/// `limit` permits (`SEM.ACQUIRE`). Histories written before shared holders
+/// existed have none, and read as exclusive.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Hold {
+    #[default]
+    Exclusive,
+    Shared,
+    Permits {
+        count: u64,
+        limit: u64,
+    },
+}
+
+impl Hold {
+    pub fn is_default(&self) -> bool {
+        *self == Hold::Exclusive
+    }
+
+    /// The permits this holder takes (1 for the lock's two modes).
+    pub fn permits(&self) -> u64 {
+        match self {
+            Hold::Permits { count, .. } => *count,
+            _ => 1,
+        }
+    }
+
+    pub fn label(&self) -> String {
+        match self {
+            Hold::Exclusive => "exclusive".into(),
+            Hold::Shared => "shared".into(),
+            Hold::Permits { count, limit } => format!("{count} of {limit} permits"),
+        }
+    }
+}
+
 /// What one `LOCK.GUARD … RPUSH` to the guarded list got.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq)]
 #[serde(rename_all = "snake_case")]
@@ -75,6 +113,8 @@ pub enum Event {
         fence: Option<u64>,
         /// host:port the worker sent it to.
         server: String,
+        #[serde(default, skip_serializing_if = "Hold::is_default")]
+        hold: Hold,
     },
     /// A write to the fenced resource over the critical section
     /// [t_start, t_end]; `accepted` and `t_recv` are set by the resource.
@@ -92,6 +132,10 @@ pub enum Event {
         /// accepted also passes, since one term writes many times.
         #[serde(default)]
         term: bool,
+        /// The mode of the grant whose section this is: a shared holder's
+        /// section is a read, a semaphore holder's uses `count` permits.
+        #[serde(default, skip_serializing_if = "Hold::is_default")]
+        hold: Hold,
     },
     /// EXTEND or RELEASE: `result` is the integer reply, None on an error.
     Extend {
@@ -167,9 +211,73 @@ pub enum Event {
 #[derive(Default)]
 struct State {
     events: Vec<Event>,
-    highest_accepted: u64,
+    resource: Resource,
     /// worker -> (key, token) it holds according to its own reports.
     holders: HashMap<u32, String>,
+}
+
+/// The fenced resource's memory, and its rule for each kind of holder.
+///
+/// - An exclusive holder's write needs a fence above every fence accepted
+///   so far, reads and permit holders' writes included: any grant after it
+///   has a larger fence, so one that has already acted proves its lease over.
+/// - A shared holder's section is a read: it needs a fence above the last
+///   accepted exclusive write's, and raises only the floor for writers, so
+///   readers granted together pass in any order, and a reader paused past
+///   its lease is refused once a writer has written.
+/// - A semaphore holder's write (`count` of `limit` permits) is refused when
+///   the permits of later grants (larger fences) that have written and not yet
+///   been released, plus its own, exceed `limit`: those holders were granted
+///   after it, so they could not all have been granted while it still held.
+///   The resource knows fences, not leases: a live holder outnumbered by
+///   later holders that expired unreleased is refused too (safe, counted
+///   among the rejected writes).
+#[derive(Default)]
+pub struct Resource {
+    highest_accepted: u64,
+    /// The floor for readers: the fence of the last accepted exclusive write.
+    last_write: u64,
+    /// Semaphore holders that have written and not yet reported a release:
+    /// worker -> (fence, permits).
+    unreleased: HashMap<u32, (u64, u64)>,
+}
+
+impl Resource {
+    /// Decide on a section reported by `worker` with `fence`, and remember it
+    /// if accepted.
+    pub fn admits(&mut self, worker: u32, fence: u64, hold: Hold, term: bool) -> bool {
+        let accepted = match hold {
+            Hold::Exclusive => {
+                fence > self.highest_accepted || (term && fence == self.highest_accepted)
+            }
+            Hold::Shared => fence > self.last_write,
+            Hold::Permits { count, limit } => {
+                let later: u64 = self
+                    .unreleased
+                    .iter()
+                    .filter(|(w, (f, _))| **w != worker && *f > fence)
+                    .map(|(_, (_, n))| n)
+                    .sum();
+                later + count <= limit
+            }
+        };
+        if accepted {
+            self.highest_accepted = self.highest_accepted.max(fence);
+            match hold {
+                Hold::Exclusive => self.last_write = fence,
+                Hold::Shared => {}
+                Hold::Permits { count, .. } => {
+                    self.unreleased.insert(worker, (fence, count));
+                }
+            }
+        }
+        accepted
+    }
+
+    /// The worker gave its grant back (whatever the reply): it acts no more.
+    pub fn released(&mut self, worker: u32) {
+        self.unreleased.remove(&worker);
+    }
 }
 
 /// The fenced resource and history recorder, serving a Unix socket.
@@ -222,30 +330,34 @@ impl Recorder {
         let mut reply = None;
         match &mut event {
             Event::Write {
+                worker,
                 fence,
                 t_recv,
                 accepted,
                 term,
+                hold,
                 ..
             } => {
                 *t_recv = mono_ns();
-                *accepted =
-                    *fence > state.highest_accepted || (*term && *fence == state.highest_accepted);
-                if *accepted {
-                    state.highest_accepted = *fence;
-                }
+                *accepted = state.resource.admits(*worker, *fence, *hold, *term);
                 reply = Some(if *accepted { "OK\n" } else { "NO\n" });
             }
             Event::Acquire {
                 worker,
-                outcome: Outcome::Granted,
+                outcome,
                 token,
                 ..
             } => {
-                state.holders.insert(*worker, token.clone());
+                // A worker asking again has stopped acting on its last grant
+                // (its release may not have reached the server).
+                state.resource.released(*worker);
+                if *outcome == Outcome::Granted {
+                    state.holders.insert(*worker, token.clone());
+                }
             }
             Event::Release { worker, .. } => {
                 state.holders.remove(worker);
+                state.resource.released(*worker);
             }
             _ => {}
         }
@@ -281,7 +393,7 @@ impl Recorder {
     pub fn take(&self) -> Vec<Event> {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         state.holders.clear();
-        state.highest_accepted = 0;
+        state.resource = Resource::default();
         std::mem::take(&mut state.events)
     }
 }

@@ -12,6 +12,7 @@ mod history;
 mod replstream;
 mod scenarios;
 mod server;
+mod shared;
 mod worker;
 
 use std::path::PathBuf;
@@ -26,9 +27,11 @@ lock-chaos [--quick] [--scenarios 1,2,...] [--seed N] [--module PATH] [--server 
     4 crash and restart, 5 persistence round trips, 6 replication stream,
     7 Sentinel failover in network namespaces, root only, 8 leader election
     under a paused leader, a killed leader and a Sentinel failover, root
-    only) and check each history with C1-C6 (C6: the list written through
-    LOCK.GUARD, scenarios 2, 4 and 7; 8 adds its own: one acting leader at a
-    time, observers converge). Exit status 1 if any run has a violation
+    only, 9 read/write lock and 10 semaphore, each under paused holders and
+    kill -9 with the AOF always) and check each history with C1-C6 (C6: the
+    list written through LOCK.GUARD, scenarios 2, 4 and 7; 8 adds its own:
+    one acting leader at a time, observers converge; in 9 and 10 C1 and C3
+    allow readers together and up to the semaphore's limit of permits). Exit status 1 if any run has a violation
     that counts.
 lock-chaos check HISTORY.jsonl [--bound-ms N]
     Run C1, C2, C3, C5 and C6 again on a kept history (N: TTL + 1000, default 3000).
@@ -85,7 +88,7 @@ fn run(args: &[String]) -> Result<(), String> {
     let root = std::env::current_dir().map_err(|e| e.to_string())?;
     let mut quick = false;
     let mut keep_history = false;
-    let mut selected: Vec<u32> = (1..=8).collect();
+    let mut selected: Vec<u32> = (1..=10).collect();
     let mut seed: u64 = 20260529;
     let mut module = server::module_path(&root);
     let mut binary = "redis-server".to_string();
@@ -149,6 +152,8 @@ fn run(args: &[String]) -> Result<(), String> {
             6 => scenarios::replication_stream(&ctx),
             7 => failover::failover(&ctx),
             8 => election::election(&ctx),
+            9 => shared::read_write(&ctx),
+            10 => shared::semaphore(&ctx),
             other => Err(format!("no scenario {other}")),
         };
         // A scenario that could not go on (a server died, say) is a

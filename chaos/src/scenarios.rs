@@ -1,6 +1,7 @@
 //! Scenarios 1-6: redis-server processes on loopback that the harness starts
 //! itself. Scenario 7 (failover) is in `failover.rs`, 8 (leader election)
-//! in `election.rs`.
+//! in `election.rs`, 9 and 10 (read/write locks and semaphores) in
+//! `shared.rs`.
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::PathBuf;
@@ -173,6 +174,10 @@ pub fn worker_base(rec: &Recorder, addr: &str, key: &str, ttl_ms: u64) -> Worker
         op_timeout_ms: 1000,
         stop_before_write: 0.0,
         guard: false,
+        shared: 0.0,
+        limit: 0,
+        max_count: 1,
+        wait_p: 1.0,
     }
 }
 
@@ -222,12 +227,26 @@ pub fn spawn_pool(
     seed: u64,
     wait_ms: u64,
 ) -> Result<Pool, String> {
+    spawn_pool_with(ctx, base, n, seed, |i, a| {
+        a.wait_ms = if i % 2 == 0 { wait_ms } else { 0 };
+    })
+}
+
+/// `n` workers from `base`, ids from `base.id` on, each with its own seed
+/// derived from `seed`, adjusted by `tune(i, args)`.
+pub fn spawn_pool_with(
+    ctx: &Ctx,
+    base: &WorkerArgs,
+    n: u32,
+    seed: u64,
+    tune: impl Fn(u32, &mut WorkerArgs),
+) -> Result<Pool, String> {
     (0..n)
         .map(|i| {
             let mut a = base.clone();
             a.id = base.id + i;
             a.seed = seed.wrapping_mul(1000).wrapping_add(a.id as u64);
-            a.wait_ms = if i % 2 == 0 { wait_ms } else { 0 };
+            tune(i, &mut a);
             spawn_worker(ctx, &a, None)
         })
         .collect::<Result<_, _>>()
@@ -363,62 +382,7 @@ pub fn paused_holder(ctx: &Ctx) -> Result<Report, String> {
         base.stop_before_write = 0.02;
         base.guard = true;
         let mut workers = spawn_pool(ctx, &base, 8, seed, 3000)?;
-        // Pauses come from two sides: the harness SIGSTOPs a random holder
-        // at a random moment, and a worker SIGSTOPs itself at the worst one,
-        // between its last lease check and its write. Either way the harness
-        // sends SIGCONT after 1.5-3x the TTL.
-        let mut stopped: BTreeMap<usize, (u64, u64, &str)> = BTreeMap::new();
-        let mut paused_holding = 0;
-        let mut self_stops = 0;
-        let mut harness_stops = 0;
-        let mut next_stop = mono_ns() + 500 * MS;
-        let end = mono_ns() + (pauses * 2500 + 1000) * MS;
-        while mono_ns() < end || !stopped.is_empty() {
-            sleep(Duration::from_millis(10));
-            let now = mono_ns();
-            for (i, w) in workers.iter().enumerate() {
-                if !stopped.contains_key(&i) && process_stopped(w.id()) {
-                    let pause = rng.gen_range(ttl * 3 / 2..=ttl * 3);
-                    stopped.insert(i, (now, now + pause * MS, "self-sigstop-before-write"));
-                    self_stops += 1;
-                }
-            }
-            if now >= next_stop && now < end && harness_stops < pauses {
-                next_stop = now + rng.gen_range(300..800) * MS;
-                let holders: Vec<u32> = rec
-                    .holders()
-                    .into_iter()
-                    .filter(|w| !stopped.contains_key(&(*w as usize)))
-                    .collect();
-                if let Some(&victim) = holders.choose(&mut rng) {
-                    let i = victim as usize;
-                    {
-                        // SAFETY: a worker process we spawned.
-                        unsafe { libc::kill(workers[i].id() as i32, libc::SIGSTOP) };
-                        if rec.holders().contains(&victim) {
-                            paused_holding += 1;
-                        }
-                        let pause = rng.gen_range(ttl * 3 / 2..=ttl * 3);
-                        stopped.insert(i, (now, now + pause * MS, "sigstop-holder"));
-                        harness_stops += 1;
-                    }
-                }
-            }
-            let due: Vec<usize> = stopped
-                .iter()
-                .filter(|(_, (_, resume, _))| *resume <= now)
-                .map(|(i, _)| *i)
-                .collect();
-            for i in due {
-                if let Some((t_start, _, kind)) = stopped.remove(&i) {
-                    // SAFETY: as above.
-                    unsafe { libc::kill(workers[i].id() as i32, libc::SIGCONT) };
-                    let t_heal = mono_ns();
-                    let detail = format!("worker {i} for {} ms", (t_heal - t_start) / MS);
-                    rec.fault(kind, detail, t_start, t_heal, t_start);
-                }
-            }
-        }
+        let paused = pause_holders(&rec, &workers, &mut rng, pauses, ttl);
         sleep(Duration::from_millis(ttl + 1500));
         for w in workers.iter_mut() {
             let _ = w.kill();
@@ -436,12 +400,102 @@ pub fn paused_holder(ctx: &Ctx) -> Result<Report, String> {
             extra,
         );
         report.notes.push(format!(
-            "run {run}: {harness_stops} holders paused by the harness ({paused_holding} while holding), {self_stops} paused between lease check and write; {} late EXTEND/RELEASE returned 0; {} stale writes rejected by the resource",
-            v.stats.late_ops_refused, v.stats.writes_rejected
+            "run {run}: {}; {} late EXTEND/RELEASE returned 0; {} stale writes rejected by the resource",
+            paused.describe(),
+            v.stats.late_ops_refused,
+            v.stats.writes_rejected
         ));
         report.notes.push(format!("run {run}: {}", guard_note(&v)));
     }
     Ok(report)
+}
+
+/// What [`pause_holders`] did.
+pub struct Pauses {
+    pub harness: u64,
+    /// Of the harness' pauses, those that landed while the worker held.
+    pub holding: u64,
+    pub self_stops: u64,
+}
+
+impl Pauses {
+    pub fn describe(&self) -> String {
+        format!(
+            "{} holders paused by the harness ({} while holding), {} paused between lease check and write",
+            self.harness, self.holding, self.self_stops
+        )
+    }
+}
+
+/// Pauses from two sides, `pauses` times by the harness: it SIGSTOPs a
+/// random holder (worker id = index in `workers`) at a random moment, and a
+/// worker SIGSTOPs itself at the worst one, between its last lease check and
+/// its write. Either way the harness sends SIGCONT after 1.5-3x the TTL and
+/// records the fault. Returns once every paused worker is running again.
+pub fn pause_holders(
+    rec: &Recorder,
+    workers: &[Child],
+    rng: &mut StdRng,
+    pauses: u64,
+    ttl: u64,
+) -> Pauses {
+    let mut stopped: BTreeMap<usize, (u64, u64, &str)> = BTreeMap::new();
+    let mut paused_holding = 0;
+    let mut self_stops = 0;
+    let mut harness_stops = 0;
+    let mut next_stop = mono_ns() + 500 * MS;
+    let end = mono_ns() + (pauses * 2500 + 1000) * MS;
+    while mono_ns() < end || !stopped.is_empty() {
+        sleep(Duration::from_millis(10));
+        let now = mono_ns();
+        for (i, w) in workers.iter().enumerate() {
+            if !stopped.contains_key(&i) && process_stopped(w.id()) {
+                let pause = rng.gen_range(ttl * 3 / 2..=ttl * 3);
+                stopped.insert(i, (now, now + pause * MS, "self-sigstop-before-write"));
+                self_stops += 1;
+            }
+        }
+        if now >= next_stop && now < end && harness_stops < pauses {
+            next_stop = now + rng.gen_range(300..800) * MS;
+            let holders: Vec<u32> = rec
+                .holders()
+                .into_iter()
+                .filter(|w| !stopped.contains_key(&(*w as usize)))
+                .collect();
+            if let Some(&victim) = holders.choose(rng) {
+                let i = victim as usize;
+                {
+                    // SAFETY: a worker process we spawned.
+                    unsafe { libc::kill(workers[i].id() as i32, libc::SIGSTOP) };
+                    if rec.holders().contains(&victim) {
+                        paused_holding += 1;
+                    }
+                    let pause = rng.gen_range(ttl * 3 / 2..=ttl * 3);
+                    stopped.insert(i, (now, now + pause * MS, "sigstop-holder"));
+                    harness_stops += 1;
+                }
+            }
+        }
+        let due: Vec<usize> = stopped
+            .iter()
+            .filter(|(_, (_, resume, _))| *resume <= now)
+            .map(|(i, _)| *i)
+            .collect();
+        for i in due {
+            if let Some((t_start, _, kind)) = stopped.remove(&i) {
+                // SAFETY: as above.
+                unsafe { libc::kill(workers[i].id() as i32, libc::SIGCONT) };
+                let t_heal = mono_ns();
+                let detail = format!("worker {i} for {} ms", (t_heal - t_start) / MS);
+                rec.fault(kind, detail, t_start, t_heal, t_start);
+            }
+        }
+    }
+    Pauses {
+        harness: harness_stops,
+        holding: paused_holding,
+        self_stops,
+    }
 }
 
 // ---------------------------------------------------------------- scenario 3
@@ -561,14 +615,7 @@ pub fn crash_restart(ctx: &Ctx) -> Result<Report, String> {
         base.guard = true;
         let mut workers = spawn_pool(ctx, &base, 8, seed, 1500)?;
         let mut extra = Verdict::default();
-        for _ in 0..kills {
-            sleep(Duration::from_millis(rng.gen_range(800..2000)));
-            let t_start = mono_ns();
-            master.kill();
-            master.try_restart()?;
-            let t_heal = mono_ns();
-            rec.fault("kill-9-restart", mode.to_string(), t_start, t_heal, t_heal);
-        }
+        kill_restart(&mut master, &rec, &mut rng, kills, mode)?;
         sleep(Duration::from_millis(ttl + 2000));
         for w in workers.iter_mut() {
             let _ = w.kill();
@@ -597,6 +644,26 @@ pub fn crash_restart(ctx: &Ctx) -> Result<Report, String> {
         }
     }
     Ok(report)
+}
+
+/// `kills` times, after 0.8-2 s: kill -9 of the master under load and a
+/// restart at once on the same port and directory, recorded as a fault.
+pub fn kill_restart(
+    master: &mut server::Server,
+    rec: &Recorder,
+    rng: &mut StdRng,
+    kills: u64,
+    mode: &str,
+) -> Result<(), String> {
+    for _ in 0..kills {
+        sleep(Duration::from_millis(rng.gen_range(800..2000)));
+        let t_start = mono_ns();
+        master.kill();
+        master.try_restart()?;
+        let t_heal = mono_ns();
+        rec.fault("kill-9-restart", mode.to_string(), t_start, t_heal, t_heal);
+    }
+    Ok(())
 }
 
 // ---------------------------------------------------------------- scenario 5

@@ -1,6 +1,8 @@
 //! A worker process: acquire -> write (fence, worker, t_start, t_end) to the
 //! fenced resource -> release, in a loop, reporting every step to the
-//! recorder. With `--guard=true` the critical section also appends its
+//! recorder. With `--shared=p` each grant is a read lease (`SHARED`) with
+//! probability p; with `--limit=n` the worker takes 1 to `--max-count`
+//! permits of a semaphore of n (`SEM.*`) instead of the lock. With `--guard=true` the critical section also appends its
 //! `begin` and `end` to the guarded list in Redis through `LOCK.GUARD`
 //! (`guarded.rs`). Run as `lock-chaos worker --key value ...` by the scenarios, so
 //! that a worker can be SIGSTOPped or run in another network namespace.
@@ -15,7 +17,7 @@ use rand::{Rng, SeedableRng};
 use redis::{Connection, Value};
 
 use crate::guarded;
-use crate::history::{mono_ns, Event, GuardResult, Outcome, RecorderClient, MS};
+use crate::history::{mono_ns, Event, GuardResult, Hold, Outcome, RecorderClient, MS};
 
 /// How long before the earliest end of its lease a worker stops writing.
 const LEASE_MARGIN_NS: u64 = 5 * MS;
@@ -45,6 +47,15 @@ pub struct WorkerArgs {
     pub stop_before_write: f64,
     /// Append the section's begin and end to the guarded list.
     pub guard: bool,
+    /// Probability of asking for a read lease (`LOCK.ACQUIRE … SHARED`).
+    pub shared: f64,
+    /// A semaphore of this many permits (`SEM.*`) instead of the lock; 0:
+    /// the lock.
+    pub limit: u64,
+    /// With `limit`: permits per grant, 1 to this (half the grants take 1).
+    pub max_count: u64,
+    /// With `wait_ms`: the probability that one ACQUIRE queues with WAIT.
+    pub wait_p: f64,
 }
 
 impl WorkerArgs {
@@ -67,6 +78,10 @@ impl WorkerArgs {
             format!("--op-timeout-ms={}", self.op_timeout_ms),
             format!("--stop-before-write={}", self.stop_before_write),
             format!("--guard={}", self.guard),
+            format!("--shared={}", self.shared),
+            format!("--limit={}", self.limit),
+            format!("--max-count={}", self.max_count),
+            format!("--wait-p={}", self.wait_p),
         ]
     }
 
@@ -94,7 +109,65 @@ impl WorkerArgs {
                 .parse()
                 .map_err(|_| "--stop-before-write")?,
             guard: get("guard")?.parse().map_err(|_| "--guard")?,
+            shared: get("shared")?.parse().map_err(|_| "--shared")?,
+            limit: num("limit")?,
+            max_count: num("max-count")?,
+            wait_p: get("wait-p")?.parse().map_err(|_| "--wait-p")?,
         })
+    }
+
+    /// How the next grant will hold the key. Draws nothing for the plain
+    /// lock, so its scenarios replay as before.
+    fn next_hold(&self, rng: &mut StdRng) -> Hold {
+        if self.limit > 0 {
+            let count = if rng.gen_bool(0.5) {
+                1
+            } else {
+                rng.gen_range(1..=self.max_count.clamp(1, self.limit))
+            };
+            Hold::Permits {
+                count,
+                limit: self.limit,
+            }
+        } else if self.shared > 0.0 && rng.gen_bool(self.shared.min(1.0)) {
+            Hold::Shared
+        } else {
+            Hold::Exclusive
+        }
+    }
+
+    /// The ACQUIRE for `hold`, with WAIT when `wait`.
+    fn acquire_cmd(&self, hold: Hold, token: &str, wait: bool) -> redis::Cmd {
+        let mut cmd = match hold {
+            Hold::Permits { count, limit } => {
+                let mut cmd = redis::cmd("SEM.ACQUIRE");
+                cmd.arg(&self.key)
+                    .arg(limit)
+                    .arg(self.ttl_ms)
+                    .arg("COUNT")
+                    .arg(count);
+                cmd
+            }
+            _ => {
+                let mut cmd = redis::cmd("LOCK.ACQUIRE");
+                cmd.arg(&self.key).arg(self.ttl_ms);
+                cmd
+            }
+        };
+        cmd.arg("TOKEN").arg(token);
+        if wait {
+            cmd.arg("WAIT").arg(self.wait_ms);
+        }
+        if hold == Hold::Shared {
+            cmd.arg("SHARED");
+        }
+        cmd
+    }
+
+    /// `LOCK.EXTEND`/`LOCK.RELEASE`, or `SEM.…` for a semaphore.
+    fn verb(&self, verb: &str) -> String {
+        let family = if self.limit > 0 { "SEM" } else { "LOCK" };
+        format!("{family}.{verb}")
     }
 }
 
@@ -258,11 +331,10 @@ pub fn run(a: WorkerArgs) -> Result<(), String> {
         seq += 1;
         acquires += 1;
         let token = format!("w{}-{}", a.id, seq);
-        let mut cmd = redis::cmd("LOCK.ACQUIRE");
-        cmd.arg(&a.key).arg(a.ttl_ms).arg("TOKEN").arg(&token);
-        if a.wait_ms > 0 {
-            cmd.arg("WAIT").arg(a.wait_ms);
-        }
+        let holding = a.next_hold(&mut rng);
+        // Draws only when some ACQUIREs go without WAIT.
+        let wait = a.wait_ms > 0 && (a.wait_p >= 1.0 || rng.gen_bool(a.wait_p.max(0.0)));
+        let cmd = a.acquire_cmd(holding, &token, wait);
         let t_inv = mono_ns();
         let reply: redis::RedisResult<Value> = cmd.query(c);
         let t_comp = mono_ns();
@@ -278,6 +350,7 @@ pub fn run(a: WorkerArgs) -> Result<(), String> {
             outcome: outcome.clone(),
             fence,
             server,
+            hold: holding,
         };
         rec.record(&ev)?;
         if broken {
@@ -287,11 +360,11 @@ pub fn run(a: WorkerArgs) -> Result<(), String> {
         match outcome {
             Outcome::Granted => {}
             Outcome::Unconfirmed => {
-                release(&mut con, &mut rec, a.id, &a.key, &token)?;
+                release_by(&mut con, &mut rec, a.id, &a.key, &token, &a.verb("RELEASE"))?;
                 continue;
             }
             _ => {
-                if a.wait_ms == 0 {
+                if !wait {
                     sleep(Duration::from_micros(rng.gen_range(500..3000)));
                 }
                 continue;
@@ -310,7 +383,7 @@ pub fn run(a: WorkerArgs) -> Result<(), String> {
         if rng.gen_bool(a.extend.clamp(0.0, 1.0)) {
             if let Some((c, _)) = con.as_mut() {
                 let t_inv = mono_ns();
-                let r: redis::RedisResult<Value> = redis::cmd("LOCK.EXTEND")
+                let r: redis::RedisResult<Value> = redis::cmd(&a.verb("EXTEND"))
                     .arg(&a.key)
                     .arg(&token)
                     .arg(a.ttl_ms)
@@ -351,6 +424,7 @@ pub fn run(a: WorkerArgs) -> Result<(), String> {
                 t_recv: 0,
                 accepted: false,
                 term: false,
+                hold: holding,
             })?;
         }
         // The guarded end goes out whatever the lease check said: GUARD
@@ -358,7 +432,7 @@ pub fn run(a: WorkerArgs) -> Result<(), String> {
         if a.guard {
             guarded_append(&mut con, &mut rec, &a, &token, fence, "end")?;
         }
-        release(&mut con, &mut rec, a.id, &a.key, &token)?;
+        release_by(&mut con, &mut rec, a.id, &a.key, &token, &a.verb("RELEASE"))?;
     }
     Ok(())
 }
@@ -421,11 +495,23 @@ pub fn release(
     key: &str,
     token: &str,
 ) -> Result<(), String> {
+    release_by(con, rec, worker, key, token, "LOCK.RELEASE")
+}
+
+/// `<command> key token` (`LOCK.RELEASE` or `SEM.RELEASE`), reported.
+fn release_by(
+    con: &mut Option<(Connection, String)>,
+    rec: &mut RecorderClient,
+    worker: u32,
+    key: &str,
+    token: &str,
+    command: &str,
+) -> Result<(), String> {
     let Some((c, _)) = con.as_mut() else {
         return Ok(());
     };
     let t_inv = mono_ns();
-    let r: redis::RedisResult<Value> = redis::cmd("LOCK.RELEASE").arg(key).arg(token).query(c);
+    let r: redis::RedisResult<Value> = redis::cmd(command).arg(key).arg(token).query(c);
     let t_comp = mono_ns();
     rec.record(&Event::Release {
         worker,
