@@ -27,6 +27,8 @@ CLUSTER_MATRIX := $(MATRIX)
 SERVER ?=
 MATRIX_LOG := target/matrix
 APT_PACKAGES := redis-server redis-tools libclang-dev python3 python3-venv
+# The Go and Node billing examples: real clients from Debian, no registry.
+EXAMPLES_APT_PACKAGES := golang-go golang-github-gomodule-redigo-dev nodejs node-redis
 PORT ?= 6379
 # Benchmarks: the harness crate (bench/) and matplotlib for the charts.
 BENCH_VENV := target/bench-venv
@@ -46,14 +48,28 @@ PYTHON_RUN := cd clients/python && export MYPY_CACHE_DIR=$(CURDIR)/target/mypy-c
 CHAOS := target/release/lock-chaos
 CHAOS_ARGS ?=
 
-.PHONY: help deps build run test test-redis test-valkey test-client valkey servers unit lint layers fmt clean \
+.PHONY: help deps deps-examples build run test test-redis test-valkey test-client test-examples valkey servers unit lint layers fmt clean \
 	test-matrix test-cluster-matrix \
 	python-venv lint-python test-python \
 	bench bench-quick bench-build bench-venv bench-profile test-cluster cluster-long fuzz \
 	chaos chaos-quick chaos-build
 
 help: ## List the targets
-	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
+
+# $(call install-missing,PACKAGES): the end of a recipe line that has put
+# what is missing in $$missing. Installs PACKAGES with apt as root, or says
+# how to.
+define install-missing
+if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing:$$missing"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(1) >/dev/null; \
+	  else \
+	    echo "missing:$$missing. Install with: sudo apt-get install -y $(1)"; exit 1; \
+	  fi; \
+	fi
+endef
 
 deps: ## Install redis-server, redis-cli, libclang and python3-venv if missing (apt, as root)
 	@missing=""; \
@@ -61,14 +77,15 @@ deps: ## Install redis-server, redis-cli, libclang and python3-venv if missing (
 	command -v redis-cli >/dev/null || missing="$$missing redis-tools"; \
 	ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1 || ls /usr/lib/*/libclang*.so* >/dev/null 2>&1 || missing="$$missing libclang-dev"; \
 	python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || missing="$$missing python3 python3-venv"; \
-	if [ -n "$$missing" ]; then \
-	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	    echo "installing:$$missing"; \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(APT_PACKAGES) >/dev/null; \
-	  else \
-	    echo "missing:$$missing. Install with: sudo apt-get install -y $(APT_PACKAGES)"; exit 1; \
-	  fi; \
-	fi
+	$(call install-missing,$(APT_PACKAGES))
+
+deps-examples: deps ## Install Go with redigo and Node with node-redis if missing (apt, as root), for test-examples
+	@missing=""; \
+	command -v go >/dev/null || missing="$$missing golang-go"; \
+	test -d /usr/share/gocode/src/github.com/gomodule/redigo/redis || missing="$$missing golang-github-gomodule-redigo-dev"; \
+	command -v node >/dev/null || missing="$$missing nodejs"; \
+	test -f /usr/share/nodejs/redis/package.json || missing="$$missing node-redis"; \
+	$(call install-missing,$(EXAMPLES_APT_PACKAGES))
 
 build: deps ## Build the module in release mode (target/release/libredis_lock.so)
 	cargo build --release --locked
@@ -186,11 +203,15 @@ test-client: deps ## The Rust client crate: its tests (real servers, Redlock, a 
 	@$(CLIENT_VENV)/bin/python -c 'import redis' >/dev/null 2>&1 || { \
 	  python3 -m venv $(CLIENT_VENV) && $(CLIENT_VENV)/bin/pip install --quiet '$(CLIENT_REDIS_PY)'; }
 	$(CLIENT_VENV)/bin/pip install --quiet --no-deps ./clients/python
-	LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) EXAMPLES_PYTHON=$(CLIENT_VENV)/bin/python bash examples/run-billing.sh
+	LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) EXAMPLES_PYTHON=$(CLIENT_VENV)/bin/python bash examples/run-billing.sh rust python
+
+test-examples: deps-examples ## The Go (redigo) and Node (node-redis) billing examples, from Debian's packages, offline (~6 s)
+	cargo build --locked --lib -p redis-lock
+	LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) bash examples/run-billing.sh go node
 
 # The parts of `make test`, in order; each one's time goes to target/test-times.txt.
-TEST_PARTS := lint unit test-matrix test-cluster test-client test-python bench-quick chaos-quick test-docker
-test: deps ## Everything CI runs: lint, unit (core), integration on Redis 7.0 and 8.2 and Valkey 8.1 and 9.1, Redis Cluster on the same four, the client crate, the Python package, bench-quick, chaos-quick, the Docker image
+TEST_PARTS := lint unit test-matrix test-cluster test-client test-examples test-python bench-quick chaos-quick test-docker
+test: deps ## Everything CI runs: lint, unit (core), integration on Redis 7.0 and 8.2 and Valkey 8.1 and 9.1, Redis Cluster on the same four, the client crate, the Go and Node examples, the Python package, bench-quick, chaos-quick, the Docker image
 	@mkdir -p target && rm -f target/test-times.txt; started=$$(date +%s); \
 	for part in $(TEST_PARTS); do \
 	  part_started=$$(date +%s); \

@@ -1,14 +1,29 @@
 #!/usr/bin/env bash
-# Runs both billing examples (Rust: client/examples/billing.rs, Python:
-# examples/python/billing.py) against a fresh redis-server with the module on
+# Runs the billing examples (Rust: client/examples/billing.rs, Python:
+# examples/python/billing.py, Go: examples/go/billing.go, Node:
+# examples/node/billing.js) against a fresh redis-server with the module on
 # a free loopback port, and stops the server at the end. After each, it
 # checks on the server that the day's totals are right and that the stale
-# holder's guarded write was refused.
+# holder's guarded write was refused; after Go and Node, that their waiting
+# auditor was handed the lock on release, each night.
+#   examples/run-billing.sh [rust] [python] [go] [node]    (default: all four)
 #   LOCK_MODULE       the module (default: target/debug/libredis_lock.so)
 #   LOCK_TEST_SERVER  the server binary (default: redis-server)
 #   EXAMPLES_PYTHON   a python with redis-py and the package clients/python (default: python3)
+# Go and Node use Debian's packages, offline: golang-go with
+# golang-github-gomodule-redigo-dev (GOPATH mode on /usr/share/gocode), nodejs
+# with node-redis (/usr/share/nodejs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+examples=("$@")
+[ ${#examples[@]} -gt 0 ] || examples=(rust python go node)
+for example in "${examples[@]}"; do
+  case $example in
+    rust | python | go | node) ;;
+    *) echo "unknown example '$example' (rust, python, go, node)"; exit 2 ;;
+  esac
+done
 
 module=${LOCK_MODULE:-$PWD/target/debug/libredis_lock.so}
 server=${LOCK_TEST_SERVER:-redis-server}
@@ -31,7 +46,7 @@ done
 # asserts: each night's total is the sum of its invoices (6000 cents), and
 # the stale holder's guarded write was refused. LOCK.GUARD ran 6 times (3
 # invoices, 2 nights) and answered LOST once, counted by the module's INFO.
-guard_count() { redis-cli -p "$port" info lock | tr -d '\r' | sed -n "s/^lock_$1://p"; }
+counter() { redis-cli -p "$port" info lock | tr -d '\r' | sed -n "s/^lock_$1://p"; }
 check() {
   local example=$1 output_file=$2 guards_before=$3 lost_before=$4 night total
   for night in 2026-11-28 2026-11-29; do
@@ -40,19 +55,36 @@ check() {
   done
   grep -q '^stale guarded write to {billing}:total:2026-11-29: refused, LOST' "$output_file" ||
     { echo "$example: no refused stale guarded write in its output"; exit 1; }
-  [ "$(guard_count guards)" = $((guards_before + 6)) ] ||
-    { echo "$example: $(( $(guard_count guards) - guards_before )) guarded commands ran, not 6"; exit 1; }
-  [ "$(guard_count guards_lost)" = $((lost_before + 1)) ] ||
-    { echo "$example: $(( $(guard_count guards_lost) - lost_before )) guarded commands got LOST, not 1"; exit 1; }
+  [ "$(counter guards)" = $((guards_before + 6)) ] ||
+    { echo "$example: $(( $(counter guards) - guards_before )) guarded commands ran, not 6"; exit 1; }
+  [ "$(counter guards_lost)" = $((lost_before + 1)) ] ||
+    { echo "$example: $(( $(counter guards_lost) - lost_before )) guarded commands got LOST, not 1"; exit 1; }
   echo "$example: totals 6000 and 6000, 6 guarded writes, the stale one refused (LOST)"
+}
+# Go and Node: each night the auditor's WAIT was handed the lock by the job's
+# release (the server counts 2 hand-offs on release) and it says so.
+check_handoffs() {
+  local example=$1 output_file=$2 handoffs_before=$3 said
+  [ "$(counter handoffs_on_release)" = $((handoffs_before + 2)) ] ||
+    { echo "$example: $(( $(counter handoffs_on_release) - handoffs_before )) hand-offs on release, not 2"; exit 1; }
+  said=$(grep -c '^\[2026-11-2[89]\] auditor: handed the lock on release' "$output_file" || true)
+  [ "$said" = 2 ] || { echo "$example: $said auditor hand-offs in its output, not 2"; exit 1; }
+  echo "$example: the waiting auditor was handed the lock on release, both nights"
 }
 
 export REDIS_URL="redis://127.0.0.1:$port/"
-echo "--- cargo run --example billing"
-guards=$(guard_count guards) lost=$(guard_count guards_lost)
-cargo run --locked --quiet -p redis-lock-client --example billing | tee "$dir/rust.out"
-check "rust billing" "$dir/rust.out" "$guards" "$lost"
-echo "--- examples/python/billing.py"
-guards=$(guard_count guards) lost=$(guard_count guards_lost)
-"$python" examples/python/billing.py | tee "$dir/python.out"
-check "python billing" "$dir/python.out" "$guards" "$lost"
+for example in "${examples[@]}"; do
+  case $example in
+    rust) command=(cargo run --locked --quiet -p redis-lock-client --example billing) ;;
+    python) command=("$python" examples/python/billing.py) ;;
+    go) command=(env GO111MODULE=off GOPATH=/usr/share/gocode GOFLAGS= GOPROXY=off go run examples/go/billing.go) ;;
+    node) command=(env NODE_PATH=/usr/share/nodejs node examples/node/billing.js) ;;
+  esac
+  echo "--- ${command[*]}"
+  guards=$(counter guards) lost=$(counter guards_lost) handoffs=$(counter handoffs_on_release)
+  "${command[@]}" | tee "$dir/$example.out"
+  check "$example billing" "$dir/$example.out" "$guards" "$lost"
+  case $example in
+    go | node) check_handoffs "$example billing" "$dir/$example.out" "$handoffs" ;;
+  esac
+done
