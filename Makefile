@@ -196,9 +196,11 @@ test-python: deps valkey lint-python ## The Python package's tests (pytest) on R
 layers: ## Print each crate's graph of top-level modules and any import cycle (scripts/check-layers.py)
 	python3 scripts/check-layers.py --print
 
-test-client: deps ## The Rust client crate: its tests (real servers, Redlock, a cluster), rustdoc, the billing examples (Rust, Python with the package)
+test-client: deps valkey ## The Rust client crate: its tests on Redis and on Valkey 8.1 (real servers, Redlock, a cluster), rustdoc, the billing examples (Rust, Python with the package)
 	cargo build --locked --lib -p redis-lock
 	LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) cargo test --locked -p redis-lock-client -- --test-threads 2
+	LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) LOCK_TEST_SERVER=$(CURDIR)/$$(ls $(VALKEY_SERVER)) \
+	  cargo test --locked -p redis-lock-client --tests -- --test-threads 2
 	RUSTDOCFLAGS="-D warnings" cargo doc --locked --quiet -p redis-lock-client --no-deps
 	@$(CLIENT_VENV)/bin/python -c 'import redis' >/dev/null 2>&1 || { \
 	  python3 -m venv $(CLIENT_VENV) && $(CLIENT_VENV)/bin/pip install --quiet '$(CLIENT_REDIS_PY)'; }

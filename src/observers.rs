@@ -121,7 +121,10 @@ fn watch_deadline(ctx: &Context, db: i32, name: &RedisString) {
     let Some(deadline) = deadline else {
         return;
     };
-    let due = rules::lease_over_at(deadline);
+    // One ms after the lease is over: a waiter's hand-off, due at that
+    // moment, runs first, so observers see the next holder rather than the
+    // instant the key was free between the two.
+    let due = rules::lease_over_at(deadline).saturating_add(1);
     let entry = (db, Box::<[u8]>::from(name.as_slice()));
     let armed = DEADLINES.with(|d| d.borrow().get(&entry).copied());
     if armed.is_some_and(|(_, at)| at <= due) {

@@ -392,6 +392,43 @@ struct RedlockLease {
     ttl: Duration,
 }
 
+/// How a command that answers `1`/`0` fared across the nodes.
+struct Tally {
+    /// Nodes that answered 1.
+    yes: usize,
+    /// Nodes that answered 0: the token does not hold the lock there.
+    no: usize,
+    nodes: usize,
+}
+
+impl RedlockLease {
+    /// Send `cmd` (an EXTEND or a RELEASE, answering 1 or 0) to every node at
+    /// once, each bounded by the node timeout: the one fan-out both use.
+    async fn tally(&self, cmd: &redis::Cmd) -> Tally {
+        let answers = self
+            .redlock
+            .on_all_nodes(self.ttl, |conn| {
+                let cmd = cmd.clone();
+                async move {
+                    match conn.query::<i64>(&cmd).await {
+                        Ok(1) => Answer::Yes(()),
+                        Ok(_) => Answer::No,
+                        Err(_) => Answer::Failed,
+                    }
+                }
+            })
+            .await;
+        Tally {
+            yes: answers
+                .iter()
+                .filter(|a| matches!(a, Answer::Yes(_)))
+                .count(),
+            no: answers.iter().filter(|a| matches!(a, Answer::No)).count(),
+            nodes: answers.len(),
+        }
+    }
+}
+
 impl Renew for RedlockLease {
     fn renew(&self) -> BoxFuture<'_, Renewal> {
         Box::pin(async move {
@@ -399,30 +436,12 @@ impl Renew for RedlockLease {
                 return Renewal::Refused;
             };
             let sent = Instant::now();
-            let answers = self
-                .redlock
-                .on_all_nodes(self.ttl, |conn| {
-                    let cmd = cmd.clone();
-                    async move {
-                        match conn.query::<i64>(&cmd).await {
-                            Ok(1) => Answer::Yes(()),
-                            Ok(_) => Answer::No,
-                            Err(_) => Answer::Failed,
-                        }
-                    }
-                })
-                .await;
-            let n = answers.len();
+            let tally = self.tally(&cmd).await;
             let quorum = self.redlock.quorum();
-            let extended = answers
-                .iter()
-                .filter(|a| matches!(a, Answer::Yes(_)))
-                .count();
-            let refused = answers.iter().filter(|a| matches!(a, Answer::No)).count();
             let valid_until = sent + self.ttl - self.redlock.drift(self.ttl);
-            if extended >= quorum && Instant::now() < valid_until {
+            if tally.yes >= quorum && Instant::now() < valid_until {
                 Renewal::Extended { sent, valid_until }
-            } else if refused > n - quorum {
+            } else if tally.no > tally.nodes - quorum {
                 Renewal::Refused
             } else {
                 Renewal::Failed
@@ -432,36 +451,17 @@ impl Renew for RedlockLease {
 
     fn release(&self) -> BoxFuture<'_, Result<bool>> {
         Box::pin(async move {
-            let cmd = release_cmd(&self.key, &self.token);
-            let answers = self
-                .redlock
-                .on_all_nodes(self.ttl, |conn| {
-                    let cmd = cmd.clone();
-                    async move {
-                        match conn.query::<i64>(&cmd).await {
-                            Ok(1) => Answer::Yes(()),
-                            Ok(_) => Answer::No,
-                            Err(_) => Answer::Failed,
-                        }
-                    }
-                })
-                .await;
-            let n = answers.len();
+            let tally = self.tally(&release_cmd(&self.key, &self.token)).await;
             let quorum = self.redlock.quorum();
-            let released = answers
-                .iter()
-                .filter(|a| matches!(a, Answer::Yes(_)))
-                .count();
-            let refused = answers.iter().filter(|a| matches!(a, Answer::No)).count();
-            if released >= quorum {
+            if tally.yes >= quorum {
                 Ok(true)
-            } else if refused > n - quorum {
+            } else if tally.no > tally.nodes - quorum {
                 Ok(false)
             } else {
                 Err(Error::NoQuorum {
-                    granted: released,
-                    refused,
-                    failed: n - released - refused,
+                    granted: tally.yes,
+                    refused: tally.no,
+                    failed: tally.nodes - tally.yes - tally.no,
                 })
             }
         })
