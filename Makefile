@@ -230,7 +230,7 @@ bench-venv: ## Install matplotlib (for the benchmark charts) into target/bench-v
 	@$(BENCH_PYTHON) -c 'import matplotlib' >/dev/null 2>&1 || { \
 	  python3 -m venv $(BENCH_VENV) && $(BENCH_VENV)/bin/pip install --quiet '$(BENCH_MATPLOTLIB)'; }
 
-bench: bench-build valkey bench-venv ## Full benchmarks on Redis and Valkey (~20 min): docs/benchmarks.md, docs/img/*.png
+bench: bench-build valkey bench-venv ## Full benchmarks on Redis and Valkey (~30 min): docs/benchmarks.md, docs/img/*.png
 	target/release/lock-bench --profile full --valkey-server $$(ls $(VALKEY_SERVER)) \
 	  --report docs/benchmarks.md --json target/bench/results.json --made-by "make bench"
 	$(BENCH_PYTHON) bench/charts.py target/bench/results.json docs/img
@@ -242,7 +242,8 @@ bench-quick: bench-build valkey bench-venv ## A tiny run of every benchmark (< 2
 	  --report $(BENCH_QUICK_DIR)/benchmarks.md --json $(BENCH_QUICK_DIR)/results.json --made-by "make bench-quick"
 	$(BENCH_PYTHON) bench/charts.py $(BENCH_QUICK_DIR)/results.json $(BENCH_QUICK_DIR)/img
 	@for f in benchmarks.md results.json img/throughput_ratios.png img/contention_latency.png \
-	  img/memory_per_lock.png img/scale_latency.png img/handoff_latency.png img/observe_latency.png; do \
+	  img/memory_per_lock.png img/memory_per_holder.png img/scale_latency.png img/handoff_latency.png \
+	  img/observe_latency.png; do \
 	  test -s $(BENCH_QUICK_DIR)/$$f || { echo "bench-quick: $(BENCH_QUICK_DIR)/$$f is missing"; exit 1; }; done
 	@echo "bench-quick: the harness ran every benchmark; report in $(BENCH_QUICK_DIR)/benchmarks.md"
 

@@ -3,7 +3,7 @@
     python bench/charts.py RESULTS.json OUT_DIR
 
 Writes throughput_ratios.png, contention_latency.png, memory_per_lock.png,
-scale_latency.png, handoff_latency.png and observe_latency.png. It only draws: every number comes
+memory_per_holder.png, scale_latency.png, handoff_latency.png and observe_latency.png. It only draws: every number comes
 from the JSON (its summary, and the raw handoff samples).
 """
 
@@ -56,7 +56,7 @@ def throughput_ratios(summary, out):
     ax.set_yticklabels(titles, fontsize=8)
     ax.invert_yaxis()
     ax.set_xlabel("throughput ratio, native / alternative (median of interleaved rounds; dashed: goal at pipeline 16)")
-    ax.set_title("redis-lock throughput relative to the Lua recipe, SET NX PX, SET IFEQ and plain SET")
+    ax.set_title("redis-lock throughput relative to the Lua recipes, SET NX PX, SET IFEQ and plain SET")
     ax.legend(fontsize=8, loc="lower right")
     fig.tight_layout()
     fig.savefig(out / "throughput_ratios.png", dpi=110)
@@ -139,6 +139,40 @@ def memory_per_lock(summary, out):
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(out / "memory_per_lock.png", dpi=110)
+    plt.close(fig)
+
+
+def memory_per_holder(summary, out):
+    rows = summary.get("holder_memory") or []
+    if not rows:
+        return
+    servers = list(dict.fromkeys(r["server"] for r in rows))
+    fig, axes = plt.subplots(1, len(servers), figsize=(6.5 * len(servers), 4.4), squeeze=False)
+    for ax, server in zip(axes[0], servers):
+        labels = list(dict.fromkeys(r["label"] for r in rows if r["server"] == server))
+        for i, label in enumerate(labels):
+            sel = sorted((r for r in rows if r["server"] == server and r["label"] == label),
+                         key=lambda r: r["holders_per_key"])
+            # Bytes per holder at one holder a key (the key's own cost), then
+            # per extra holder.
+            xs = [r["holders_per_key"] for r in sel]
+            ys = [r["bytes_per_extra_holder"] if r["bytes_per_extra_holder"] is not None
+                  else r["bytes_per_holder"] for r in sel]
+            native = "module" in label
+            ax.plot(xs, ys, marker="o", markersize=4, color=COLORS[i % len(COLORS)],
+                    linestyle="-" if native else "--", label=label)
+            for x, y in zip(xs, ys):
+                ax.text(x, y, f"{y:.0f}", fontsize=7, ha="left", va="bottom")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("holders per key (log)")
+        ax.set_ylabel("bytes (log): at 1, the key; then per extra holder")
+        ax.set_title(server, fontsize=10)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.suptitle("Memory per holder of a read lock and of a semaphore (used_memory deltas)")
+    fig.tight_layout()
+    fig.savefig(out / "memory_per_holder.png", dpi=110)
     plt.close(fig)
 
 
@@ -284,7 +318,8 @@ def main():
     out.mkdir(parents=True, exist_ok=True)
     doc = json.loads(results.read_text())
     summary = doc["summary"]
-    for chart in (throughput_ratios, contention_latency, memory_per_lock, scale_latency):
+    for chart in (throughput_ratios, contention_latency, memory_per_lock, memory_per_holder,
+                  scale_latency):
         chart(summary, out)
     handoff_latency(doc, out)
     observe_latency(doc, out)

@@ -2,7 +2,8 @@
 # Where the server's instructions go, per request, for LOCK.ACQUIRE against
 # SET NX PX (LOCK.RELEASE and LOCK.EXTEND against the Lua compare-and-delete
 # and compare-and-pexpire, LOCK.GUARD … SET against the Lua compare-and-set
-# and a plain SET): each
+# and a plain SET, SEM.ACQUIRE/SEM.RELEASE and LOCK.ACQUIRE … SHARED/RELEASE
+# against the Lua semaphore and read lock of bench/src/scripts.rs): each
 # workload runs on its own redis-server under callgrind, then the inclusive
 # instruction counts of the interesting functions are divided by the number
 # of requests. Instruction counts do not depend on the machine's noise, so
@@ -27,6 +28,16 @@ acquire_lua="if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then re
 release_lua="if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end"
 extend_lua="if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) else return 0 end"
 guard_lua="if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('SET', KEYS[2], ARGV[2]) else return redis.error_reply('LOST') end"
+# The semaphore and read-lock recipes, as in bench/src/scripts.rs (checked
+# by its test `profile_sh_sends_the_same_scripts`).
+sem_acquire_lua="local now = redis.call('TIME') now = now[1] * 1000 + math.floor(now[2] / 1000) redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now) if redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[2]) then redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), ARGV[1]) return ARGV[1] end return false"
+sem_release_lua="return redis.call('ZREM', KEYS[1], ARGV[1])"
+read_acquire_lua="local mode = redis.call('HGET', KEYS[1], 'mode') if mode == false then redis.call('HSET', KEYS[1], 'mode', 'read') elseif mode ~= 'read' then return false end local holds = redis.call('HINCRBY', KEYS[1], ARGV[1], 1) redis.call('PEXPIRE', KEYS[1], ARGV[2]) return holds"
+read_release_lua="if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then return 0 end if redis.call('HINCRBY', KEYS[1], ARGV[1], -1) <= 0 then redis.call('HDEL', KEYS[1], ARGV[1]) end if redis.call('HLEN', KEYS[1]) == 1 then redis.call('DEL', KEYS[1]) end return 1"
+# A token of its own per acquire (twelve random digits), as lock-bench's
+# SEM and SHARED acquire rows; and their semaphores' limit.
+fresh_token=0b8e4f53-3c43-4a0e-9f53-__rand_int__
+limit=10
 # What the guarded (and the plain) SET writes, over dk: keys set beforehand.
 value=v
 command -v valgrind >/dev/null || { echo "valgrind is missing: apt-get install -y valgrind"; exit 1; }
@@ -77,11 +88,30 @@ EOF
 hold_locks() { fill "$1" lk: LOCK.ACQUIRE KEY 600000 TOKEN "$token"; }
 hold_strings() { fill "$1" sk: SET KEY "$token" PX 600000; }
 fill_data() { fill "$1" dk: SET KEY "$value"; }
+# Two holders per key, $token and $other, as lock-bench's SEM and SHARED
+# release rows: semaphores, the recipe's permit sets, read locks and the
+# recipe's read hashes (their lease set by the script).
+other=5d1c7e8a-9b2f-4c3d-8e4f-a0b1c2d3e4f5
+hold_permits() {
+  fill "$1" sm: SEM.ACQUIRE KEY "$limit" 600000 TOKEN "$token"
+  fill "$1" sm: SEM.ACQUIRE KEY "$limit" 600000 TOKEN "$other"
+}
+hold_permit_sets() { fill "$1" zs: ZADD KEY 9999999999999 "$token" 9999999999999 "$other"; }
+hold_readers() {
+  fill "$1" rk: LOCK.ACQUIRE KEY 600000 TOKEN "$token" SHARED
+  fill "$1" rk: LOCK.ACQUIRE KEY 600000 TOKEN "$other" SHARED
+}
+hold_read_hashes() {
+  redis-cli -p "$1" script load "$read_acquire_lua" >/dev/null
+  fill "$1" hk: EVALSHA "$(sha1 "$read_acquire_lua")" 1 KEY "$token" 600000
+  fill "$1" hk: EVALSHA "$(sha1 "$read_acquire_lua")" 1 KEY "$other" 600000
+}
 
 sha1() { printf %s "$1" | sha1sum | cut -d' ' -f1; }
 
 all_workloads=(acquire acquire-token set-nx lua-acquire release lua-release extend lua-extend
-  guard lua-guard set)
+  guard lua-guard set sem-acquire lua-sem-acquire sem-release lua-sem-release
+  shared-acquire lua-read-acquire shared-release lua-read-release)
 read -ra workloads <<<"${WORKLOADS:-${all_workloads[*]}}"
 echo "profiling $requests requests per workload under callgrind (a few minutes)"
 profile acquire ':' LOCK.ACQUIRE 'lk:__rand_int__' 30000
@@ -102,6 +132,18 @@ profile guard 'hold_locks $port; fill_data $port' \
 profile lua-guard 'hold_strings $port; fill_data $port; redis-cli -p $port script load "$guard_lua" >/dev/null' \
   EVALSHA "$(sha1 "$guard_lua")" 2 'sk:__rand_int__' 'dk:__rand_int__' "$token" "$value"
 profile set 'fill_data $port' SET 'dk:__rand_int__' "$value"
+profile sem-acquire ':' SEM.ACQUIRE 'sm:__rand_int__' "$limit" 30000 TOKEN "$fresh_token"
+profile lua-sem-acquire 'redis-cli -p $port script load "$sem_acquire_lua" >/dev/null' \
+  EVALSHA "$(sha1 "$sem_acquire_lua")" 1 'zs:__rand_int__' "$fresh_token" "$limit" 30000
+profile sem-release 'hold_permits $port' SEM.RELEASE 'sm:__rand_int__' "$token"
+profile lua-sem-release 'hold_permit_sets $port; redis-cli -p $port script load "$sem_release_lua" >/dev/null' \
+  EVALSHA "$(sha1 "$sem_release_lua")" 1 'zs:__rand_int__' "$token"
+profile shared-acquire ':' LOCK.ACQUIRE 'rk:__rand_int__' 30000 TOKEN "$fresh_token" SHARED
+profile lua-read-acquire 'redis-cli -p $port script load "$read_acquire_lua" >/dev/null' \
+  EVALSHA "$(sha1 "$read_acquire_lua")" 1 'hk:__rand_int__' "$fresh_token" 30000
+profile shared-release 'hold_readers $port' LOCK.RELEASE 'rk:__rand_int__' "$token"
+profile lua-read-release 'hold_read_hashes $port; redis-cli -p $port script load "$read_release_lua" >/dev/null' \
+  EVALSHA "$(sha1 "$read_release_lua")" 1 'hk:__rand_int__' "$token"
 
 # Inclusive instructions per request of FUNCTION in a callgrind file.
 per_request() { # $1 file, $2 function
@@ -117,21 +159,22 @@ functions=(readQueryFromClient call RedisModuleCommandDispatcher setCommand eval
   RM_SetAbsExpire RM_OpenKey RM_ReplyWithArray RM_ReplyWithStringBuffer RM_ReplyWithLongLong
   RM_DeleteKey setKey setExpire dbDelete pexpireCommand
   RM_Call RM_ReplyWithCallReply luaCallFunction setGenericCommand
+  zaddGenericCommand zremCommand hincrbyCommand
   redis_module::redismodule::decode_args)
 {
   printf "Instructions per request (callgrind; %s requests, pipeline 16, 50 clients, keys over %s)\n\n" "$requests" "$keyspace"
   printf "%-40s" function
-  for w in "${workloads[@]}"; do printf "%14s" "$w"; done
+  for w in "${workloads[@]}"; do printf "%18s" "$w"; done
   printf "\n"
   for f in "${functions[@]}"; do
     printf "%-40s" "$f"
     for w in "${workloads[@]}"; do
-      printf "%14s" "$(per_request "$out/$w.cg" "$f")"
+      printf "%18s" "$(per_request "$out/$w.cg" "$f")"
     done
     printf "\n"
   done
   printf "%-40s" "error replies (of all requests)"
-  for w in "${workloads[@]}"; do printf "%14s" "$(cat "$out/$w.errors")"; done
+  for w in "${workloads[@]}"; do printf "%18s" "$(cat "$out/$w.errors")"; done
   printf "\n"
 } | tee "$out/summary.txt"
 echo "callgrind files in $out/ (callgrind_annotate --inclusive=yes --tree=calling FILE)"

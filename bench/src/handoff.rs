@@ -1,6 +1,6 @@
 //! Handoff latency behind `lock-handoff`: how long a lock sits idle between
 //! its holder letting go and a client that was already waiting for it having
-//! it, for three ways of waiting ([`Recipe`]).
+//! it, for each way of waiting ([`Recipe`]), and for a writer behind readers.
 //!
 //! One holder and one waiter per handoff, each on its own connection, in one
 //! process, so both instants come from the same monotonic clock:
@@ -51,16 +51,28 @@ pub enum Recipe {
     /// signal:key <lock expire>` and try again. Released with its UNLOCK
     /// script, which pushes to `signal:key`.
     BlpopSignal,
+    /// A writer waiting for readers: two readers hold the key (`LOCK.ACQUIRE
+    /// … SHARED`), the writer queues with `LOCK.ACQUIRE … WAIT`, the first
+    /// reader leaves (the writer still waits), then the last; the server
+    /// grants the writer inside the last reader's `LOCK.RELEASE`, or from a
+    /// timer at the later of the readers' deadlines.
+    ReadersWait,
 }
 
 impl Recipe {
-    pub const ALL: [Recipe; 3] = [Recipe::NativeWait, Recipe::SetnxPoll, Recipe::BlpopSignal];
+    pub const ALL: [Recipe; 4] = [
+        Recipe::NativeWait,
+        Recipe::SetnxPoll,
+        Recipe::BlpopSignal,
+        Recipe::ReadersWait,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
             Recipe::NativeWait => "native-wait",
             Recipe::SetnxPoll => "setnx-poll",
             Recipe::BlpopSignal => "blpop-signal",
+            Recipe::ReadersWait => "readers-wait",
         }
     }
 
@@ -83,6 +95,11 @@ impl Recipe {
                 "python-redis-lock: `SET k t NX PX ttl`, on refusal `BLPOP \
                  signal:k <lock expire>`, then retry; its UNLOCK script pushes \
                  to `signal:k`"
+            }
+            Recipe::ReadersWait => {
+                "`LOCK.ACQUIRE k ttl TOKEN t WAIT ms` (a writer) while two readers \
+                 hold `k` (`… SHARED`): the first reader leaves, then the last, \
+                 whose release (or later deadline) grants the writer"
             }
         }
     }
@@ -347,6 +364,19 @@ async fn release_round(
         Recipe::NativeWait => wait_until_queued(holder, &keys.lock).await?,
         Recipe::SetnxPoll => refused_rx.await.is_ok(),
         Recipe::BlpopSignal => refused_rx.await.is_ok() && wait_until_blocked(holder).await?,
+        Recipe::ReadersWait => {
+            // The first reader leaves: the writer must go on waiting.
+            let queued = wait_until_queued(holder, &keys.lock).await?;
+            let n: i64 = query(
+                holder,
+                redis::cmd("LOCK.RELEASE").arg(&keys.lock).arg(READERS[0]),
+            )
+            .await?;
+            if n != 1 {
+                return Err("the first reader's release found no lease".into());
+            }
+            queued && wait_until_queued(holder, &keys.lock).await?
+        }
     };
     let hold_us = rng.gen_range(0..=config.hold_max_ms * 1000);
     if hold_us > 0 {
@@ -354,10 +384,15 @@ async fn release_round(
     }
     let released_at = Instant::now();
     let released = match recipe {
-        Recipe::NativeWait => {
+        Recipe::NativeWait | Recipe::ReadersWait => {
+            let token = if recipe == Recipe::ReadersWait {
+                READERS[1]
+            } else {
+                "holder"
+            };
             let n: i64 = query(
                 holder,
-                redis::cmd("LOCK.RELEASE").arg(&keys.lock).arg("holder"),
+                redis::cmd("LOCK.RELEASE").arg(&keys.lock).arg(token),
             )
             .await?;
             n == 1
@@ -392,6 +427,9 @@ async fn release_round(
     let granted = waiting
         .await
         .map_err(|e| format!("waiter panicked: {e}"))??;
+    if granted.at < released_at {
+        return Err("the waiter was granted before the holder let go".into());
+    }
     Ok((seen_waiting && granted.refused_first)
         .then(|| granted.at.duration_since(released_at).as_secs_f64() * 1e6))
 }
@@ -416,7 +454,8 @@ async fn expiry_round(
         return Err(format!("{} was not free", keys.lock));
     }
     let deadline_ms: i64 = match recipe {
-        Recipe::NativeWait => lock_info(holder, &keys.lock)
+        // The readers' later deadline, for a shared key.
+        Recipe::NativeWait | Recipe::ReadersWait => lock_info(holder, &keys.lock)
             .await?
             .and_then(|info| info.get("deadline").copied())
             .ok_or("LOCK.INFO has no deadline")?,
@@ -436,7 +475,7 @@ async fn expiry_round(
     );
     let seen_waiting = match recipe {
         // Queued while the holder's lease still ran.
-        Recipe::NativeWait => wait_until_queued(holder, &keys.lock).await?,
+        Recipe::NativeWait | Recipe::ReadersWait => wait_until_queued(holder, &keys.lock).await?,
         _ => true,
     };
     let granted = waiting
@@ -471,7 +510,7 @@ fn spawn_waiter(
         let mut refused_first = false;
         loop {
             let granted = match recipe {
-                Recipe::NativeWait => {
+                Recipe::NativeWait | Recipe::ReadersWait => {
                     let wait_ms = ROUND_LIMIT.as_millis() as u64;
                     let reply: Option<(Vec<u8>, u64)> = query(
                         &mut conn,
@@ -505,7 +544,9 @@ fn spawn_waiter(
                 let _ = tx.send(());
             }
             match recipe {
-                Recipe::NativeWait => unreachable!("WAIT replies only with a grant"),
+                Recipe::NativeWait | Recipe::ReadersWait => {
+                    unreachable!("WAIT replies only with a grant")
+                }
                 Recipe::SetnxPoll => sleep(retry.next_delay(&mut rng)).await,
                 Recipe::BlpopSignal => {
                     // python-redis-lock blocks for the lock's expire.
@@ -522,7 +563,13 @@ fn spawn_waiter(
     })
 }
 
-/// One attempt without waiting: `LOCK.ACQUIRE … TOKEN` or `SET … NX PX`.
+/// The tokens of the two readers of the `readers-wait` recipe, in the order
+/// they leave.
+const READERS: [&str; 2] = ["reader-1", "reader-2"];
+
+/// One attempt without waiting: `LOCK.ACQUIRE … TOKEN` or `SET … NX PX`; for
+/// the `readers-wait` recipe (whose waiter never comes here), both readers'
+/// `LOCK.ACQUIRE … SHARED` under the tokens [`READERS`] (`token` unused).
 async fn try_acquire(
     recipe: Recipe,
     conn: &mut MultiplexedConnection,
@@ -531,17 +578,13 @@ async fn try_acquire(
     ttl_ms: u64,
 ) -> Result<bool, String> {
     Ok(match recipe {
-        Recipe::NativeWait => {
-            let reply: Option<(Vec<u8>, u64)> = query(
-                conn,
-                redis::cmd("LOCK.ACQUIRE")
-                    .arg(lock)
-                    .arg(ttl_ms)
-                    .arg("TOKEN")
-                    .arg(token),
-            )
-            .await?;
-            reply.is_some()
+        Recipe::NativeWait => native_acquire(conn, lock, token, ttl_ms, false).await?,
+        Recipe::ReadersWait => {
+            let mut both = true;
+            for reader in READERS {
+                both &= native_acquire(conn, lock, reader, ttl_ms, true).await?;
+            }
+            both
         }
         Recipe::SetnxPoll | Recipe::BlpopSignal => {
             let reply: Option<String> = query(
@@ -557,6 +600,23 @@ async fn try_acquire(
             reply.is_some()
         }
     })
+}
+
+/// `LOCK.ACQUIRE lock ttl TOKEN token [SHARED]`: whether it was granted.
+async fn native_acquire(
+    conn: &mut MultiplexedConnection,
+    lock: &str,
+    token: &str,
+    ttl_ms: u64,
+    shared: bool,
+) -> Result<bool, String> {
+    let mut cmd = redis::cmd("LOCK.ACQUIRE");
+    cmd.arg(lock).arg(ttl_ms).arg("TOKEN").arg(token);
+    if shared {
+        cmd.arg("SHARED");
+    }
+    let reply: Option<(Vec<u8>, u64)> = query(conn, &cmd).await?;
+    Ok(reply.is_some())
 }
 
 /// `LOCK.INFO`'s integer fields as a map (null: the key is free); the

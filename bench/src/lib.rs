@@ -5,6 +5,7 @@
 pub mod cli;
 pub mod contention;
 pub mod handoff;
+pub mod holders;
 pub mod load;
 pub mod machine;
 pub mod memory;

@@ -7,6 +7,7 @@ use serde::Serialize;
 
 use crate::contention;
 use crate::handoff::{HandoffSummary, Recipe, Scenario};
+use crate::holders::{self, Shape};
 use crate::load::Strategy;
 use crate::machine::Machine;
 use crate::memory::{MemoryResults, Variant};
@@ -25,15 +26,18 @@ pub struct Profile {
     pub throughput: throughput::Settings,
     pub contention: contention::Settings,
     pub memory_locks: Vec<u64>,
+    pub holders: holders::Settings,
     pub scale: scale::Settings,
     pub waiting: waiting::Settings,
     pub observe: observing::Settings,
 }
 
 impl Profile {
-    /// `make bench`: about 17 minutes on 2 cores, 3¼ of them in the waiting
-    /// section, 1¾ in the GUARD group and 1 in the OBSERVE section (Redis
-    /// and Valkey).
+    /// `make bench`: about 30 minutes on 2 cores, 3¾ of them in the waiting
+    /// section, 1¾ in the GUARD group, 1 in the OBSERVE section (Redis and
+    /// Valkey), 10 in the SEM and SHARED groups (Redis 5½, Valkey 4½; most of
+    /// it refilling a million keys with two holders before each release run)
+    /// and ⅓ in the memory per holder.
     pub fn full() -> Profile {
         Profile {
             name: "full",
@@ -54,6 +58,12 @@ impl Profile {
                 retry_max_ms: 250,
             },
             memory_locks: vec![100_000, 1_000_000],
+            // 100,000 holders per measurement: 100,000 keys of one holder
+            // down to 100 keys of 1,000 (the default lock.max-holders).
+            holders: holders::Settings {
+                holders_per_key: vec![1, 10, 100, 1000],
+                holders: 100_000,
+            },
             scale: scale::Settings {
                 rounds: 3,
                 held: [1_000, 1_000_000],
@@ -63,7 +73,8 @@ impl Profile {
                 set_requests: 200_000,
             },
             // About 195 s: release ~0.47 s and expiry ~0.63 s per round
-            // of three recipes, then three 20 s fairness runs.
+            // of three recipes (a quarter more with readers-wait), then
+            // three 20 s fairness runs.
             waiting: waiting::Settings {
                 release_rounds: 150,
                 hold_max_ms: 250,
@@ -115,6 +126,10 @@ impl Profile {
                 retry_max_ms: 250,
             },
             memory_locks: vec![1_000],
+            holders: holders::Settings {
+                holders_per_key: vec![1, 10, 100],
+                holders: 1_000,
+            },
             scale: scale::Settings {
                 rounds: 1,
                 held: [100, 10_000],
@@ -158,6 +173,8 @@ pub struct ServerResults {
     pub throughput_cases: Vec<Case>,
     pub throughput: Vec<Sample>,
     pub memory: Option<MemoryResults>,
+    /// Memory per holder of a shared key (empty when not run).
+    pub holders: Vec<holders::Run>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -231,6 +248,20 @@ pub struct MemoryRow {
 }
 
 #[derive(Clone, Debug, Serialize)]
+pub struct HolderMemoryRow {
+    pub server: String,
+    pub shape: Shape,
+    pub label: &'static str,
+    pub holders_per_key: u64,
+    pub keys: u64,
+    pub bytes_per_key: f64,
+    pub bytes_per_holder: f64,
+    /// From one holder per key to this many, per holder added.
+    pub bytes_per_extra_holder: Option<f64>,
+    pub key_bytes: i64,
+}
+
+#[derive(Clone, Debug, Serialize)]
 pub struct ScaleRow {
     pub server: String,
     pub held: u64,
@@ -296,6 +327,7 @@ pub struct Summary {
     pub ratios: Vec<RatioRow>,
     pub contention: Vec<ContentionRow>,
     pub memory: Vec<MemoryRow>,
+    pub holder_memory: Vec<HolderMemoryRow>,
     pub scale: Vec<ScaleRow>,
     pub handoff: Vec<HandoffRow>,
     pub fairness: Vec<FairnessRow>,
@@ -329,6 +361,7 @@ pub fn summarise(results: &Results) -> Summary {
         ratios: Vec::new(),
         contention: Vec::new(),
         memory: Vec::new(),
+        holder_memory: Vec::new(),
         scale: Vec::new(),
         handoff: Vec::new(),
         fairness: Vec::new(),
@@ -354,7 +387,12 @@ pub fn summarise(results: &Results) -> Summary {
         }
         for comparison in &COMPARISONS {
             let present = |id: &str| server.throughput_cases.iter().any(|c| c.id == id);
-            if !present(comparison.native) || !present(comparison.baseline) {
+            if !comparison
+                .native
+                .iter()
+                .chain(comparison.baseline)
+                .all(|id| present(id))
+            {
                 continue;
             }
             for &pipeline in &results.profile.throughput.pipelines {
@@ -386,6 +424,24 @@ pub fn summarise(results: &Results) -> Summary {
                     bytes_per_lock: bulk.bytes_per_lock,
                 });
             }
+        }
+        for run in &server.holders {
+            let one = server
+                .holders
+                .iter()
+                .find(|r| r.shape == run.shape && r.holders_per_key == 1);
+            summary.holder_memory.push(HolderMemoryRow {
+                server: run.server.clone(),
+                shape: run.shape,
+                label: run.shape.label(),
+                holders_per_key: run.holders_per_key,
+                keys: run.keys,
+                bytes_per_key: run.bytes_per_key(),
+                bytes_per_holder: run.bytes_per_key() / run.holders_per_key as f64,
+                bytes_per_extra_holder: one
+                    .and_then(|one| holders::bytes_per_extra_holder(one, run)),
+                key_bytes: run.key_bytes,
+            });
         }
     }
     let settings = &results.profile.contention;
@@ -572,6 +628,21 @@ fn ratio_against(value: f64, goal: Option<f64>) -> String {
     }
 }
 
+/// A ratio row's cells: comparison, pipeline, throughput and CPU ratios,
+/// and the goal with its verdict.
+fn ratio_cells(row: &RatioRow) -> String {
+    let goal = row.goal.map_or(String::new(), |g| {
+        format!("≥ {g}×: {}", verdict(row.throughput_ratio >= g))
+    });
+    format!(
+        "{} | {} | {} | {} | {goal}",
+        row.title,
+        row.pipeline,
+        ratio_against(row.throughput_ratio, row.goal),
+        ratio(row.cpu_ratio)
+    )
+}
+
 fn verdict(met: bool) -> &'static str {
     if met {
         "met"
@@ -607,6 +678,14 @@ fn case_description(case: &Case) -> &'static str {
         "lock.guard" => "LOCK.GUARD … SET by the holder",
         "lua.guard" => "Lua compare-and-set by the holder",
         "set" => "plain SET, no guard (the ceiling)",
+        "sem.acquire" => "SEM.ACQUIRE with a fresh 36-byte TOKEN",
+        "lua.sem.acquire" => "Lua semaphore acquire (sorted set), fresh permit id",
+        "sem.release" => "SEM.RELEASE by the holder",
+        "lua.sem.release" => "Lua semaphore release (ZREM) by the holder",
+        "shared.acquire" => "LOCK.ACQUIRE … SHARED with a fresh 36-byte TOKEN",
+        "lua.read.acquire" => "Lua read lock (hash), fresh token",
+        "shared.release" => "LOCK.RELEASE by a reader",
+        "lua.read.release" => "Lua read unlock by the reader",
         _ => "",
     }
 }
@@ -673,6 +752,7 @@ pub fn markdown(results: &Results, img: &str) -> String {
     scale_section(&mut md, results, &summary, img);
     waiting_section(&mut md, results, &summary, img);
     observe_section(&mut md, results, &summary, img);
+    shared_section(&mut md, results, &summary, img);
     raw_section(&mut md, results);
     md
 }
@@ -824,6 +904,19 @@ fn throughput_section(md: &mut String, results: &Results, summary: &Summary, img
         throughput::PREPARED_TTL_MS / 60_000,
         value = throughput::GUARDED_VALUE
     );
+    if results.servers.iter().any(|s| {
+        s.throughput_cases
+            .iter()
+            .any(|c| c.id.starts_with("sem.") || c.id.starts_with("shared."))
+    }) {
+        let _ = writeln!(
+            md,
+            "- **SEM and SHARED rows** (`SEM.ACQUIRE`, `SEM.RELEASE`, `LOCK.ACQUIRE … \
+             SHARED` and a reader's `LOCK.RELEASE`, against the Lua semaphore and \
+             read lock): section 7 says what they measure, with the scripts and \
+             the ratios.\n"
+        );
+    }
     if results.servers.iter().any(|s| s.label.ends_with("+ AOF")) {
         let _ = writeln!(
             md,
@@ -882,17 +975,7 @@ fn throughput_section(md: &mut String, results: &Results, summary: &Summary, img
         );
         let _ = writeln!(md, "| --- | --- | --- | --- | --- |");
         for row in summary.ratios.iter().filter(|r| r.server == server.label) {
-            let goal = row.goal.map_or(String::new(), |g| {
-                format!("≥ {g}×: {}", verdict(row.throughput_ratio >= g))
-            });
-            let _ = writeln!(
-                md,
-                "| {} | {} | {} | {} | {goal} |",
-                row.title,
-                row.pipeline,
-                ratio_against(row.throughput_ratio, row.goal),
-                ratio(row.cpu_ratio)
-            );
+            let _ = writeln!(md, "| {} |", ratio_cells(row));
         }
         let _ = writeln!(md);
         let _ = writeln!(md, "### {}: medians\n", server.label);
@@ -1188,7 +1271,7 @@ fn waiting_section(md: &mut String, results: &Results, summary: &Summary, img: &
          waiting for it has it, and who gets it under contention: \
          `LOCK.ACQUIRE … WAIT` against the recipes clients use without it. On a \
          fresh {} server; this section took {:.0} s (handoff on release {:.0} s, \
-         on expiry {:.0} s, fairness {:.0} s). The three ways of waiting:\n",
+         on expiry {:.0} s, fairness {:.0} s). The ways of waiting:\n",
         waiting.server,
         waiting.release_s + waiting.expiry_s + waiting.fairness_s,
         waiting.release_s,
@@ -1252,7 +1335,7 @@ fn waiting_section(md: &mut String, results: &Results, summary: &Summary, img: &
          random point of a poller's schedule, and releases. A handoff runs from \
          the instant just before the holder sends its release to the instant the \
          waiter's grant arrives, both read from one monotonic clock. {} rounds, \
-         each running the three recipes once in turn (reversed on odd rounds), \
+         each running every recipe once in turn (reversed on odd rounds), \
          each on a key of its own. Percentiles are nearest-rank over the \
          handoffs (the p99 of {} handoffs is the {}).\n",
         waiting.release.ttl_ms as f64 / 1000.0,
@@ -1260,6 +1343,14 @@ fn waiting_section(md: &mut String, results: &Results, summary: &Summary, img: &
         waiting.release.rounds,
         waiting.release.rounds,
         rank_name(waiting.release.rounds, 0.99)
+    );
+    let _ = writeln!(
+        md,
+        "In `readers-wait` the holder is two readers (`LOCK.ACQUIRE … SHARED`, \
+         tokens of their own) and the waiter a writer: once the writer is seen \
+         queued, the first reader releases, the writer is seen still queued, and \
+         the random hold and the timed release are the last reader's: the \
+         hand-off from the last reader to a waiting writer.\n"
     );
     command(md, &waiting.release);
     handoff_table(md, Scenario::Release);
@@ -1292,8 +1383,26 @@ fn waiting_section(md: &mut String, results: &Results, summary: &Summary, img: &
          seconds. The polling recipe finds the key gone at its next poll.\n",
         settings.expiry_ttl_ms
     );
+    let _ = writeln!(
+        md,
+        "In `readers-wait` both readers take the lease and the deadline is the \
+         later of theirs (`LOCK.INFO` `deadline` of a shared key): the writer is \
+         granted when the last reader's lease runs out.\n"
+    );
     command(md, &waiting.expiry);
     handoff_table(md, Scenario::Expiry);
+
+    if waiting.fairness.is_empty() {
+        let _ = writeln!(
+            md,
+            "(The fairness runs were left out: `lock-bench --only handoff`.)\n"
+        );
+        let _ = writeln!(
+            md,
+            "![Handoff latency by recipe]({img}/handoff_latency.png)\n"
+        );
+        return;
+    }
 
     let _ = writeln!(
         md,
@@ -1520,6 +1629,232 @@ fn observe_section(md: &mut String, results: &Results, summary: &Summary, img: &
         md,
         "![LOCK.OBSERVE wake-up latency by change]({img}/observe_latency.png)\n"
     );
+}
+
+/// The comparisons of the shared-holders issue: SEM and SHARED rows.
+fn is_shared_comparison(comparison: &throughput::Comparison) -> bool {
+    comparison
+        .native
+        .iter()
+        .any(|id| id.starts_with("sem.") || id.starts_with("shared."))
+}
+
+fn shared_section(md: &mut String, results: &Results, summary: &Summary, img: &str) {
+    let ratios: Vec<&RatioRow> = summary
+        .ratios
+        .iter()
+        .filter(|r| {
+            COMPARISONS
+                .iter()
+                .any(|c| c.title == r.title && is_shared_comparison(c))
+        })
+        .collect();
+    let readers = |scenario: Scenario| {
+        summary
+            .handoff
+            .iter()
+            .find(|r| r.scenario == scenario && r.recipe == Recipe::ReadersWait.name())
+    };
+    let has_handoff = readers(Scenario::Release).is_some();
+    if ratios.is_empty() && summary.holder_memory.is_empty() && !has_handoff {
+        return;
+    }
+    let _ = writeln!(md, "## 7. Shared holders: read locks and semaphores\n");
+    let _ = writeln!(
+        md,
+        "`LOCK.ACQUIRE … SHARED` (a read lease beside other readers) and \
+         `SEM.ACQUIRE` (a permit of a counting semaphore), each holder with its \
+         own token, lease and fence, against the Lua recipes of the kind \
+         Redisson's RReadWriteLock and RPermitExpirableSemaphore run.\n"
+    );
+    if !ratios.is_empty() {
+        let settings = &results.profile.throughput;
+        let _ = writeln!(md, "### 7.1 Throughput\n");
+        let _ = writeln!(
+            md,
+            "Four more groups of section 1, run the same way ({} clients, keys \
+             from {}, {} rounds, interleaved, the server's CPU per request \
+             beside each rate):\n\n\
+             - **SEM and SHARED acquire rows** start from an empty database; each \
+             request names a key at random and a 36-byte token of its own \
+             (`…-__rand_int__`), so each adds a holder (a key drawn twice gets a \
+             second holder; the semaphores' limit, {}, is never reached). `work` \
+             is the share of requests that added a holder: `INFO lock` \
+             `lock_grants` for the module, the calls of `ZADD` or `HINCRBY` \
+             (`INFO commandstats`) for the scripts.\n\
+             - **SEM and SHARED release rows** run on keys that each have two \
+             holders, the caller and another, taken again before each run \
+             (`SEM.ACQUIRE … TOKEN`, `LOCK.ACQUIRE … TOKEN … SHARED`; `ZADD` of \
+             both permits, `HSET` of the mode and both readers with `PEXPIRE`, as \
+             the scripts leave them): the caller leaves a semaphore or read lock \
+             that others still hold, the common case, and a key drawn twice \
+             replies 0 the second time. (A last holder's release deletes the key, \
+             after which `SEM.RELEASE` replies `WRONGTYPE` rather than 0, which \
+             would stop `redis-benchmark`.) `work` is the share of requests that \
+             removed a holder: `lock_releases` for the module, the calls of \
+             `HINCRBY` for the read unlock (it runs only for a holder), and for \
+             the Lua semaphore's bare `ZREM` the share of every {}th key that \
+             lost the caller's permit, times the keys, over the requests.\n\
+             - A **cycle** row is acquire then release: its rate is one over the \
+             sum of the two steps' times per request, within each round, for \
+             throughput and for CPU alike. The goals (≥ 2×, pipeline 16) are \
+             judged on the cycles.\n",
+            settings.clients,
+            number(settings.keyspace as f64),
+            settings.rounds,
+            throughput::SEM_LIMIT,
+            throughput::SAMPLE_EVERY
+        );
+        let _ = writeln!(
+            md,
+            "The module does more per grant than the scripts: a fence per holder \
+             and a lease per holder that expires on its own and hands over to \
+             the queue. The Lua read lock has one lease for the whole key, which \
+             each new reader sets (the cheaper form: Redisson takes the longer of \
+             the two and keeps a timeout key per hold), and no fence; the Lua \
+             semaphore's set never expires (Redisson's neither) and has no \
+             fence. The scripts, exactly as sent (`SCRIPT LOAD`, then \
+             `EVALSHA`):\n"
+        );
+        let _ = writeln!(
+            md,
+            "```lua\n-- semaphore acquire: KEYS = {{permits}}, ARGV = {{permit id, limit, ttl-ms}}\n{}\n\
+             -- semaphore release: KEYS = {{permits}}, ARGV = {{permit id}}\n{}\n\
+             -- read lock: KEYS = {{lock}}, ARGV = {{token, ttl-ms}}\n{}\n\
+             -- read unlock: KEYS = {{lock}}, ARGV = {{token}}\n{}\n```\n",
+            scripts::SEM_ACQUIRE,
+            scripts::SEM_RELEASE,
+            scripts::READ_ACQUIRE,
+            scripts::READ_RELEASE
+        );
+        let _ = writeln!(
+            md,
+            "| Server | Comparison | Pipeline | Throughput ratio | CPU ratio | Goal |"
+        );
+        let _ = writeln!(md, "| --- | --- | --- | --- | --- | --- |");
+        for row in &ratios {
+            let _ = writeln!(md, "| {} | {} |", row.server, ratio_cells(row));
+        }
+        let _ = writeln!(
+            md,
+            "\nThe rates and CPU per request of each command are in section 1's \
+             medians; the ratios are in its chart.\n"
+        );
+    }
+    if !summary.holder_memory.is_empty() {
+        let settings = &results.profile.holders;
+        let _ = writeln!(md, "### 7.2 Memory per holder\n");
+        let _ = writeln!(
+            md,
+            "{} holders per measurement, on keys of {} holders each (so {} keys \
+             of one holder down to {} of {}), each holder with a 36-byte token \
+             and a 1-hour lease, added a holder per key in turn through one \
+             connection in pipelined batches, after `FLUSHALL`; the \
+             semaphores' limit is the most holders per key. **Per holder** is \
+             the `used_memory` delta over all holders; **per extra holder** is \
+             what a key grows from one holder to N, over N − 1: the cost of one \
+             more reader or permit. **MEMORY USAGE** is one key's, `SAMPLES 0` \
+             (a module key reports what its `mem_usage` callback counts). The \
+             first holder's cost is the key's, as in section 3. Each key's \
+             holders are checked (`LOCK.INFO`/`SEM.INFO` `holders`, `HLEN`, \
+             `ZCARD`). Commands:\n",
+            number(settings.holders as f64),
+            settings
+                .holders_per_key
+                .iter()
+                .map(|n| number(*n as f64))
+                .collect::<Vec<_>>()
+                .join(", "),
+            number(settings.holders as f64),
+            number(
+                (settings.holders / settings.holders_per_key.iter().max().copied().unwrap_or(1))
+                    .max(1) as f64
+            ),
+            number(settings.holders_per_key.iter().max().copied().unwrap_or(1) as f64),
+        );
+        let _ = writeln!(md, "```");
+        for shape in Shape::ALL {
+            let _ = writeln!(md, "{:<32} {}", shape.label(), shape.command_text());
+        }
+        let _ = writeln!(md, "```\n");
+        let _ = writeln!(
+            md,
+            "| Server | Shape | Holders per key | Keys | Bytes per key | per holder | per extra holder | MEMORY USAGE of a key |"
+        );
+        let _ = writeln!(md, "| --- | --- | --- | --- | --- | --- | --- | --- |");
+        for row in &summary.holder_memory {
+            let _ = writeln!(
+                md,
+                "| {} | {} | {} | {} | {} | {:.1} | {} | {} B |",
+                row.server,
+                row.label,
+                number(row.holders_per_key as f64),
+                number(row.keys as f64),
+                number(row.bytes_per_key),
+                row.bytes_per_holder,
+                row.bytes_per_extra_holder
+                    .map_or("–".into(), |b| format!("{b:.1}")),
+                number(row.key_bytes as f64)
+            );
+        }
+        let _ = writeln!(
+            md,
+            "\nRedis keeps a small hash or sorted set as one listpack (up to 128 \
+             entries by default) and converts it to a hash table (plus a skiplist \
+             for the sorted set) beyond that, so the recipes' cost per holder \
+             jumps past 128 holders.\n"
+        );
+        let _ = writeln!(md, "![Memory per holder]({img}/memory_per_holder.png)\n");
+    }
+    if has_handoff {
+        let opt = |v: Option<f64>| v.map_or("–".into(), micros);
+        let _ = writeln!(
+            md,
+            "### 7.3 Hand-off from the last reader to a waiting writer\n"
+        );
+        let _ = writeln!(
+            md,
+            "From section 5 (`readers-wait`, interleaved with the other recipes on \
+             one server): two readers hold the key, a writer waits with \
+             `LOCK.ACQUIRE … WAIT`; on release, from the instant just before the \
+             last reader's `LOCK.RELEASE` is sent to the writer's grant; after \
+             expiry, from the later reader's deadline to the grant. Beside it, the \
+             exclusive lock's `WAIT` hand-off of the same run.\n"
+        );
+        let _ = writeln!(
+            md,
+            "| Hand-off | Waiter | Handoffs | p50 | p90 | p99 | max |"
+        );
+        let _ = writeln!(md, "| --- | --- | --- | --- | --- | --- | --- |");
+        for scenario in [Scenario::Release, Scenario::Expiry] {
+            for recipe in [Recipe::ReadersWait, Recipe::NativeWait] {
+                let Some(row) = summary
+                    .handoff
+                    .iter()
+                    .find(|r| r.scenario == scenario && r.recipe == recipe.name())
+                else {
+                    continue;
+                };
+                let from = match (scenario, recipe) {
+                    (Scenario::Release, Recipe::ReadersWait) => "last reader's release",
+                    (Scenario::Release, _) => "holder's release",
+                    (_, Recipe::ReadersWait) => "last reader's lease expires",
+                    _ => "holder's lease expires",
+                };
+                let _ = writeln!(
+                    md,
+                    "| {from} | `{}` | {} | {} | {} | {} | {} |",
+                    row.recipe,
+                    row.handoffs,
+                    opt(row.p50_us),
+                    opt(row.p90_us),
+                    opt(row.p99_us),
+                    opt(row.max_us)
+                );
+            }
+        }
+        let _ = writeln!(md);
+    }
 }
 
 /// "largest", "2nd largest", … : which sample the nearest-rank percentile

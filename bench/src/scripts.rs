@@ -35,3 +35,65 @@ pub const GLOBAL_FENCE_KEY: &str = "lock:fence";
 pub const SIGNAL_UNLOCK: &str = "if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 1 else \
 redis.call('DEL', KEYS[2]) redis.call('LPUSH', KEYS[2], 1) \
 redis.call('PEXPIRE', KEYS[2], ARGV[2]) redis.call('DEL', KEYS[1]) return 0 end";
+
+/// A semaphore with leased permits, the way Redisson's
+/// RPermitExpirableSemaphore keeps one: a sorted set of permit ids scored by
+/// their lease's deadline. `KEYS[1]` the set, `ARGV[1]` the permit id (drawn
+/// by the client), `ARGV[2]` the limit, `ARGV[3]` the lease in ms. Drops the
+/// expired permits, counts the rest and, below the limit, adds this one;
+/// replies the permit id, or null at the limit. The time is the server's
+/// (`TIME`; Redisson sends the client's). No fence, and the set itself never
+/// expires.
+pub const SEM_ACQUIRE: &str = "local now = redis.call('TIME') \
+now = now[1] * 1000 + math.floor(now[2] / 1000) \
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now) \
+if redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[2]) then \
+redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), ARGV[1]) return ARGV[1] end return false";
+
+/// The semaphore's release: 1 when permit `ARGV[1]` was out, else 0 (the set
+/// goes with its last member).
+pub const SEM_RELEASE: &str = "return redis.call('ZREM', KEYS[1], ARGV[1])";
+
+/// A read lock the way Redisson's RReadWriteLock keeps one: a hash with the
+/// `mode` and a hold count per reader. `KEYS[1]` the lock, `ARGV[1]` the
+/// reader's token, `ARGV[2]` the lease in ms. Replies the reader's hold
+/// count, or null while a writer holds the key. One lease for the whole key,
+/// which each new reader sets (Redisson takes the longer of the two, and
+/// keeps a timeout key per hold besides): the cheaper form. No fence.
+pub const READ_ACQUIRE: &str = "local mode = redis.call('HGET', KEYS[1], 'mode') \
+if mode == false then redis.call('HSET', KEYS[1], 'mode', 'read') \
+elseif mode ~= 'read' then return false end \
+local holds = redis.call('HINCRBY', KEYS[1], ARGV[1], 1) \
+redis.call('PEXPIRE', KEYS[1], ARGV[2]) return holds";
+
+/// The read lock's release: 1 when `ARGV[1]` held `KEYS[1]` (one hold less,
+/// the key deleted with its last reader), else 0.
+pub const READ_RELEASE: &str = "if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then return 0 end \
+if redis.call('HINCRBY', KEYS[1], ARGV[1], -1) <= 0 then redis.call('HDEL', KEYS[1], ARGV[1]) end \
+if redis.call('HLEN', KEYS[1]) == 1 then redis.call('DEL', KEYS[1]) end return 1";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `make bench-profile` sends the same scripts as `lock-bench`.
+    #[test]
+    fn profile_sh_sends_the_same_scripts() {
+        let profile = include_str!("../profile.sh");
+        for (name, script) in [
+            ("acquire_lua", ACQUIRE),
+            ("release_lua", RELEASE),
+            ("extend_lua", EXTEND),
+            ("guard_lua", GUARD),
+            ("sem_acquire_lua", SEM_ACQUIRE),
+            ("sem_release_lua", SEM_RELEASE),
+            ("read_acquire_lua", READ_ACQUIRE),
+            ("read_release_lua", READ_RELEASE),
+        ] {
+            assert!(
+                profile.contains(&format!("\n{name}=\"{script}\"\n")),
+                "bench/profile.sh's {name} is not scripts.rs's"
+            );
+        }
+    }
+}

@@ -6,7 +6,7 @@ use std::process::Command;
 use serde::Serialize;
 
 use crate::scripts;
-use crate::server::{bench_key, dbsize, flushall, info_int, pipelined, query, Server};
+use crate::server::{bench_key, dbsize, flushall, info_field, info_int, pipelined, query, Server};
 use crate::stats::median;
 
 /// The 36-byte token of the rows that pass one (the length of a drawn UUID).
@@ -20,6 +20,24 @@ const STRING_PREFIX: &str = "sk:";
 const DATA_PREFIX: &str = "dk:";
 /// What the GUARD rows write (and what the data keys hold before they run).
 pub const GUARDED_VALUE: &str = "v";
+/// The semaphores (`SEM.*`) and the Lua recipe's sorted sets of permits.
+const SEM_PREFIX: &str = "sm:";
+const PERMITS_PREFIX: &str = "zs:";
+/// The read locks (`LOCK.ACQUIRE … SHARED`) and the Lua recipe's hashes.
+const SHARED_PREFIX: &str = "rk:";
+const READ_HASH_PREFIX: &str = "hk:";
+/// The limit of every benchmarked semaphore: far above the few holders a key
+/// drawn at random gets in a run, so that every acquire is a grant.
+pub const SEM_LIMIT: u32 = 10;
+/// The second holder of every key the SEM and SHARED release rows run on:
+/// the key outlives the caller's release, as a semaphore or read lock with
+/// other holders does (`SEM.RELEASE` of a key that is gone replies
+/// `WRONGTYPE`, which would stop `redis-benchmark`).
+const OTHER_TOKEN: &str = "5d1c7e8a-9b2f-4c3d-8e4f-a0b1c2d3e4f5";
+/// A 36-byte token of its own for each request of the SEM and SHARED
+/// acquire rows (`redis-benchmark` puts twelve random digits in place of
+/// `__rand_int__`): each adds a holder, as a new client would.
+const FRESH_TOKEN: &str = "0b8e4f53-3c43-4a0e-9f53-__rand_int__";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub enum Group {
@@ -27,10 +45,27 @@ pub enum Group {
     Extend,
     Release,
     Guard,
+    /// `SEM.ACQUIRE` against the Lua semaphore, from an empty database.
+    SemAcquire,
+    /// `SEM.RELEASE` against the Lua semaphore's, one holder per key.
+    SemRelease,
+    /// `LOCK.ACQUIRE … SHARED` against the Lua read lock, from empty.
+    SharedAcquire,
+    /// `LOCK.RELEASE` of a reader against the Lua read unlock.
+    SharedRelease,
 }
 
 impl Group {
-    pub const ALL: [Group; 4] = [Group::Acquire, Group::Extend, Group::Release, Group::Guard];
+    pub const ALL: [Group; 8] = [
+        Group::Acquire,
+        Group::Extend,
+        Group::Release,
+        Group::Guard,
+        Group::SemAcquire,
+        Group::SemRelease,
+        Group::SharedAcquire,
+        Group::SharedRelease,
+    ];
 
     /// The group's name for `lock-bench --only`.
     pub fn name(self) -> &'static str {
@@ -39,6 +74,20 @@ impl Group {
             Group::Extend => "extend",
             Group::Release => "release",
             Group::Guard => "guard",
+            Group::SemAcquire => "sem-acquire",
+            Group::SemRelease => "sem-release",
+            Group::SharedAcquire => "shared-acquire",
+            Group::SharedRelease => "shared-release",
+        }
+    }
+
+    /// A name for `--only` that picks a pair of groups: `sem` and `shared`
+    /// (acquire and release, which the cycle ratios need together).
+    pub fn family(self) -> Option<&'static str> {
+        match self {
+            Group::SemAcquire | Group::SemRelease => Some("sem"),
+            Group::SharedAcquire | Group::SharedRelease => Some("shared"),
+            _ => None,
         }
     }
 
@@ -63,6 +112,17 @@ pub enum Prep {
     /// guarded or plain write overwrites a key, as a job updating its
     /// resource does.
     Data,
+    /// Every `sm:` key of the range a semaphore with two permits out, to
+    /// [`TOKEN`] and [`OTHER_TOKEN`] (`SEM.ACQUIRE`).
+    Semaphores,
+    /// Every `zs:` key of the range a sorted set with those two permits, as
+    /// the Lua semaphore leaves it.
+    PermitSets,
+    /// Every `rk:` key of the range held shared by those two tokens.
+    ReadLocks,
+    /// Every `hk:` key of the range a hash read-held once by each of them,
+    /// with its lease, as the Lua read lock leaves it.
+    ReadHashes,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -77,69 +137,107 @@ pub struct Case {
 }
 
 /// A ratio row: `native` against `baseline`, higher is better for native.
+/// A side of several cases is a cycle (acquire, then release): its time per
+/// cycle is the sum of its cases' times per request.
 #[derive(Clone, Debug, Serialize)]
 pub struct Comparison {
     pub title: &'static str,
-    pub native: &'static str,
-    pub baseline: &'static str,
+    pub native: &'static [&'static str],
+    pub baseline: &'static [&'static str],
     /// The goal for the ratio at pipeline 16, if any.
     pub goal_p16: Option<f64>,
 }
 
-pub const COMPARISONS: [Comparison; 9] = [
+pub const COMPARISONS: [Comparison; 15] = [
     Comparison {
         title: "LOCK.ACQUIRE vs Lua acquire-with-fence",
-        native: "lock.acquire",
-        baseline: "lua.acquire",
+        native: &["lock.acquire"],
+        baseline: &["lua.acquire"],
         goal_p16: Some(1.8),
     },
     Comparison {
         title: "LOCK.ACQUIRE TOKEN vs Lua acquire-with-fence",
-        native: "lock.acquire.token",
-        baseline: "lua.acquire",
+        native: &["lock.acquire.token"],
+        baseline: &["lua.acquire"],
         goal_p16: None,
     },
     Comparison {
         title: "LOCK.ACQUIRE vs SET NX PX (no fence)",
-        native: "lock.acquire",
-        baseline: "set.nx",
+        native: &["lock.acquire"],
+        baseline: &["set.nx"],
         goal_p16: Some(0.85),
     },
     Comparison {
         title: "LOCK.ACQUIRE TOKEN vs SET NX PX (no fence)",
-        native: "lock.acquire.token",
-        baseline: "set.nx",
+        native: &["lock.acquire.token"],
+        baseline: &["set.nx"],
         goal_p16: None,
     },
     Comparison {
         title: "LOCK.RELEASE vs Lua compare-and-delete",
-        native: "lock.release",
-        baseline: "lua.release",
+        native: &["lock.release"],
+        baseline: &["lua.release"],
         goal_p16: Some(1.3),
     },
     Comparison {
         title: "LOCK.EXTEND vs Lua compare-and-pexpire",
-        native: "lock.extend",
-        baseline: "lua.extend",
+        native: &["lock.extend"],
+        baseline: &["lua.extend"],
         goal_p16: None,
     },
     Comparison {
         title: "LOCK.EXTEND vs SET IFEQ PX (Valkey)",
-        native: "lock.extend",
-        baseline: "set.ifeq",
+        native: &["lock.extend"],
+        baseline: &["set.ifeq"],
         goal_p16: None,
     },
     Comparison {
         title: "LOCK.GUARD … SET vs Lua compare-and-set",
-        native: "lock.guard",
-        baseline: "lua.guard",
+        native: &["lock.guard"],
+        baseline: &["lua.guard"],
         goal_p16: Some(1.5),
     },
     Comparison {
         title: "LOCK.GUARD … SET vs plain SET (no guard)",
-        native: "lock.guard",
-        baseline: "set",
+        native: &["lock.guard"],
+        baseline: &["set"],
         goal_p16: Some(0.75),
+    },
+    Comparison {
+        title: "SEM.ACQUIRE vs Lua semaphore acquire (sorted set)",
+        native: &["sem.acquire"],
+        baseline: &["lua.sem.acquire"],
+        goal_p16: None,
+    },
+    Comparison {
+        title: "SEM.RELEASE vs Lua semaphore release (ZREM)",
+        native: &["sem.release"],
+        baseline: &["lua.sem.release"],
+        goal_p16: None,
+    },
+    Comparison {
+        title: "SEM.ACQUIRE + SEM.RELEASE vs the Lua semaphore (cycle)",
+        native: &["sem.acquire", "sem.release"],
+        baseline: &["lua.sem.acquire", "lua.sem.release"],
+        goal_p16: Some(2.0),
+    },
+    Comparison {
+        title: "LOCK.ACQUIRE … SHARED vs Lua read lock (hash)",
+        native: &["shared.acquire"],
+        baseline: &["lua.read.acquire"],
+        goal_p16: None,
+    },
+    Comparison {
+        title: "LOCK.RELEASE of a reader vs Lua read unlock",
+        native: &["shared.release"],
+        baseline: &["lua.read.release"],
+        goal_p16: None,
+    },
+    Comparison {
+        title: "LOCK.ACQUIRE … SHARED + LOCK.RELEASE vs the Lua read lock (cycle)",
+        native: &["shared.acquire", "shared.release"],
+        baseline: &["lua.read.acquire", "lua.read.release"],
+        goal_p16: Some(2.0),
     },
 ];
 
@@ -149,6 +247,10 @@ pub struct LoadedScripts {
     pub release: String,
     pub extend: String,
     pub guard: String,
+    pub sem_acquire: String,
+    pub sem_release: String,
+    pub read_acquire: String,
+    pub read_release: String,
 }
 
 impl LoadedScripts {
@@ -161,6 +263,10 @@ impl LoadedScripts {
             release: load(scripts::RELEASE)?,
             extend: load(scripts::EXTEND)?,
             guard: load(scripts::GUARD)?,
+            sem_acquire: load(scripts::SEM_ACQUIRE)?,
+            sem_release: load(scripts::SEM_RELEASE)?,
+            read_acquire: load(scripts::READ_ACQUIRE)?,
+            read_release: load(scripts::READ_RELEASE)?,
         })
     }
 }
@@ -174,10 +280,20 @@ impl LoadedScripts {
 /// request on its own, so the lock and the data key of one request are not
 /// the same number; the work is the same (a held lock looked up, then a data
 /// key written, each in a large keyspace).
+///
+/// The SEM and SHARED acquire rows give each request a token of its own
+/// ([`FRESH_TOKEN`]), so that each adds a holder (a key drawn twice gets a
+/// second one); their release rows run on keys held by [`TOKEN`] and
+/// [`OTHER_TOKEN`], and release [`TOKEN`]'s hold.
 pub fn cases(sha: &LoadedScripts) -> Vec<Case> {
     let lock = format!("{LOCK_PREFIX}__rand_int__");
     let string = format!("{STRING_PREFIX}__rand_int__");
     let data = format!("{DATA_PREFIX}__rand_int__");
+    let sem = format!("{SEM_PREFIX}__rand_int__");
+    let permits = format!("{PERMITS_PREFIX}__rand_int__");
+    let shared = format!("{SHARED_PREFIX}__rand_int__");
+    let read_hash = format!("{READ_HASH_PREFIX}__rand_int__");
+    let limit = SEM_LIMIT.to_string();
     let ttl = "30000".to_string();
     let held_ttl = PREPARED_TTL_MS.to_string();
     let args = |parts: &[&str]| parts.iter().map(|s| s.to_string()).collect::<Vec<_>>();
@@ -282,7 +398,150 @@ pub fn cases(sha: &LoadedScripts) -> Vec<Case> {
             prep: Prep::Data,
             needs_ifeq: false,
         },
+        Case {
+            id: "sem.acquire",
+            group: Group::SemAcquire,
+            args: args(&["SEM.ACQUIRE", &sem, &limit, &ttl, "TOKEN", FRESH_TOKEN]),
+            prep: Prep::Empty,
+            needs_ifeq: false,
+        },
+        Case {
+            id: "lua.sem.acquire",
+            group: Group::SemAcquire,
+            args: args(&[
+                "EVALSHA",
+                &sha.sem_acquire,
+                "1",
+                &permits,
+                FRESH_TOKEN,
+                &limit,
+                &ttl,
+            ]),
+            prep: Prep::Empty,
+            needs_ifeq: false,
+        },
+        Case {
+            id: "sem.release",
+            group: Group::SemRelease,
+            args: args(&["SEM.RELEASE", &sem, TOKEN]),
+            prep: Prep::Semaphores,
+            needs_ifeq: false,
+        },
+        Case {
+            id: "lua.sem.release",
+            group: Group::SemRelease,
+            args: args(&["EVALSHA", &sha.sem_release, "1", &permits, TOKEN]),
+            prep: Prep::PermitSets,
+            needs_ifeq: false,
+        },
+        Case {
+            id: "shared.acquire",
+            group: Group::SharedAcquire,
+            args: args(&[
+                "LOCK.ACQUIRE",
+                &shared,
+                &ttl,
+                "TOKEN",
+                FRESH_TOKEN,
+                "SHARED",
+            ]),
+            prep: Prep::Empty,
+            needs_ifeq: false,
+        },
+        Case {
+            id: "lua.read.acquire",
+            group: Group::SharedAcquire,
+            args: args(&[
+                "EVALSHA",
+                &sha.read_acquire,
+                "1",
+                &read_hash,
+                FRESH_TOKEN,
+                &ttl,
+            ]),
+            prep: Prep::Empty,
+            needs_ifeq: false,
+        },
+        Case {
+            id: "shared.release",
+            group: Group::SharedRelease,
+            args: args(&["LOCK.RELEASE", &shared, TOKEN]),
+            prep: Prep::ReadLocks,
+            needs_ifeq: false,
+        },
+        Case {
+            id: "lua.read.release",
+            group: Group::SharedRelease,
+            args: args(&["EVALSHA", &sha.read_release, "1", &read_hash, TOKEN]),
+            prep: Prep::ReadHashes,
+            needs_ifeq: false,
+        },
     ]
+}
+
+/// How the SEM and SHARED rows count the holders they added or removed.
+enum HolderCount {
+    /// A counter that grows by one per holder added or removed: an `INFO`
+    /// field, or the calls of a command (`INFO commandstats` counts the
+    /// commands scripts run), read before and after the run.
+    Counter(&'static str, &'static str),
+    /// The Lua semaphore's release runs `ZREM` alone, whose reply
+    /// `redis-benchmark` does not show: after the run, every
+    /// [`SAMPLE_EVERY`]th key of the range is checked for [`TOKEN`].
+    SampledPermits,
+}
+
+/// One key in this many is checked by [`HolderCount::SampledPermits`].
+pub const SAMPLE_EVERY: u64 = 100;
+
+fn holder_count(case: &Case) -> HolderCount {
+    match case.id {
+        "lua.sem.acquire" => HolderCount::Counter("commandstats", "cmdstat_zadd"),
+        // Each acquire, and each release whose token holds, runs HINCRBY once.
+        "lua.read.acquire" | "lua.read.release" => {
+            HolderCount::Counter("commandstats", "cmdstat_hincrby")
+        }
+        "lua.sem.release" => HolderCount::SampledPermits,
+        "sem.release" | "shared.release" => HolderCount::Counter("lock", "lock_releases"),
+        _ => HolderCount::Counter("lock", "lock_grants"),
+    }
+}
+
+/// The counter of `count` now (0 for a sampled count).
+fn read_counter(conn: &mut redis::Connection, count: &HolderCount) -> Result<u64, String> {
+    let HolderCount::Counter(section, field) = count else {
+        return Ok(0);
+    };
+    let value = info_field(conn, section, field)?.unwrap_or_default();
+    // `cmdstat_zadd:calls=12,usec=…`, or a plain integer.
+    let calls = value
+        .strip_prefix("calls=")
+        .map_or(value.as_str(), |rest| rest.split(',').next().unwrap_or(""));
+    Ok(calls.parse().unwrap_or(0))
+}
+
+/// Holders the run added or removed: the counter's growth, or for the Lua
+/// semaphore's release the sampled share of keys [`TOKEN`] left, times the
+/// range.
+fn holders_changed(
+    conn: &mut redis::Connection,
+    count: &HolderCount,
+    before: u64,
+    keyspace: u64,
+) -> Result<f64, String> {
+    if let HolderCount::Counter(..) = count {
+        return Ok(read_counter(conn, count)?.saturating_sub(before) as f64);
+    }
+    let sampled: Vec<u64> = (0..keyspace).step_by(SAMPLE_EVERY as usize).collect();
+    let mut pipe = redis::pipe();
+    for &i in &sampled {
+        pipe.cmd("ZSCORE")
+            .arg(bench_key(PERMITS_PREFIX, i))
+            .arg(TOKEN);
+    }
+    let scores: Vec<Option<f64>> = pipe.query(conn).map_err(|e| format!("ZSCORE: {e}"))?;
+    let gone = scores.iter().filter(|s| s.is_none()).count();
+    Ok(gone as f64 / sampled.len().max(1) as f64 * keyspace as f64)
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -317,7 +576,8 @@ pub struct Sample {
     /// Server main-thread CPU time per request, in µs.
     pub cpu_us_per_op: f64,
     /// The share of requests that did the full job: new grants for ACQUIRE,
-    /// deletions for RELEASE; EXTEND rows find every key held (1.0); GUARD
+    /// new holders for the SEM and SHARED acquires, deletions for RELEASE,
+    /// holders removed for the SEM and SHARED releases; EXTEND rows find every key held (1.0); GUARD
     /// rows, the requests that did not get an error reply (`LOST`).
     pub work_share: f64,
 }
@@ -398,6 +658,19 @@ pub fn run(
                     }
                     let keys_before = dbsize(&mut conn)?;
                     let errors_before = error_replies(&mut conn)?;
+                    let holders = holder_count(case);
+                    let counts_holders = matches!(
+                        group,
+                        Group::SemAcquire
+                            | Group::SemRelease
+                            | Group::SharedAcquire
+                            | Group::SharedRelease
+                    );
+                    let holders_before = if counts_holders {
+                        read_counter(&mut conn, &holders)?
+                    } else {
+                        0
+                    };
                     let requests = settings.requests_for(pipeline);
                     let cpu_before = server.cpu_ns();
                     let rps = run_benchmark(server.port(), settings, pipeline, case)?;
@@ -409,6 +682,13 @@ pub fn run(
                             // The Lua recipe's fence key is not a lock.
                             let fence_keys = u64::from(case.id == "lua.acquire");
                             keys_after.saturating_sub(fence_keys) as f64 / requests as f64
+                        }
+                        Group::SemAcquire
+                        | Group::SemRelease
+                        | Group::SharedAcquire
+                        | Group::SharedRelease => {
+                            holders_changed(&mut conn, &holders, holders_before, settings.keyspace)?
+                                / requests as f64
                         }
                         Group::Release => {
                             keys_before.saturating_sub(keys_after) as f64 / requests as f64
@@ -494,7 +774,73 @@ pub fn prepare(conn: &mut redis::Connection, prep: Prep, keyspace: u64) -> Resul
                 cmd
             }),
         ),
+        Prep::Semaphores => pipelined(
+            conn,
+            (0..keyspace).flat_map(|i| {
+                [TOKEN, OTHER_TOKEN].map(|token| {
+                    let mut cmd = redis::cmd("SEM.ACQUIRE");
+                    cmd.arg(bench_key(SEM_PREFIX, i))
+                        .arg(SEM_LIMIT)
+                        .arg(PREPARED_TTL_MS)
+                        .arg("TOKEN")
+                        .arg(token);
+                    cmd
+                })
+            }),
+        ),
+        Prep::PermitSets => {
+            let deadline_ms = unix_ms() + PREPARED_TTL_MS;
+            pipelined(
+                conn,
+                (0..keyspace).map(|i| {
+                    let mut cmd = redis::cmd("ZADD");
+                    cmd.arg(bench_key(PERMITS_PREFIX, i))
+                        .arg(deadline_ms)
+                        .arg(TOKEN)
+                        .arg(deadline_ms)
+                        .arg(OTHER_TOKEN);
+                    cmd
+                }),
+            )
+        }
+        Prep::ReadLocks => pipelined(
+            conn,
+            (0..keyspace).flat_map(|i| {
+                [TOKEN, OTHER_TOKEN].map(|token| {
+                    let mut cmd = redis::cmd("LOCK.ACQUIRE");
+                    cmd.arg(bench_key(SHARED_PREFIX, i))
+                        .arg(PREPARED_TTL_MS)
+                        .arg("TOKEN")
+                        .arg(token)
+                        .arg("SHARED");
+                    cmd
+                })
+            }),
+        ),
+        Prep::ReadHashes => pipelined(
+            conn,
+            (0..keyspace).flat_map(|i| {
+                let key = bench_key(READ_HASH_PREFIX, i);
+                let mut hset = redis::cmd("HSET");
+                hset.arg(&key)
+                    .arg("mode")
+                    .arg("read")
+                    .arg(TOKEN)
+                    .arg(1)
+                    .arg(OTHER_TOKEN)
+                    .arg(1);
+                let mut pexpire = redis::cmd("PEXPIRE");
+                pexpire.arg(&key).arg(PREPARED_TTL_MS);
+                [hset, pexpire]
+            }),
+        ),
     }
+}
+
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// Run `redis-benchmark` once; its requests per second.
@@ -553,7 +899,9 @@ pub fn case_median(
 }
 
 /// Median over rounds of `native / baseline` computed within each round
-/// (the pair ran back to back, so the machine's drift cancels).
+/// (the pair ran back to back, so the machine's drift cancels). `value` is a
+/// rate (requests per second, or per CPU second); a side of several cases
+/// is a cycle, whose rate is one over the sum of its cases' times.
 pub fn paired_ratio(
     samples: &[Sample],
     server: &str,
@@ -561,17 +909,20 @@ pub fn paired_ratio(
     pipeline: usize,
     value: impl Fn(&Sample) -> f64,
 ) -> Option<f64> {
-    let find = |case: &str, round: usize| {
-        samples.iter().find(|s| {
-            s.server == server && s.case == case && s.pipeline == pipeline && s.round == round
-        })
+    let rate = |cases: &[&str], round: usize| -> Option<f64> {
+        let mut time = 0.0;
+        for case in cases {
+            let sample = samples.iter().find(|s| {
+                s.server == server && s.case == *case && s.pipeline == pipeline && s.round == round
+            })?;
+            time += 1.0 / value(sample);
+        }
+        Some(1.0 / time)
     };
     let rounds = samples.iter().map(|s| s.round).max().map_or(0, |r| r + 1);
     let ratios: Vec<f64> = (0..rounds)
         .filter_map(|round| {
-            let native = find(comparison.native, round)?;
-            let baseline = find(comparison.baseline, round)?;
-            Some(value(native) / value(baseline))
+            Some(rate(comparison.native, round)? / rate(comparison.baseline, round)?)
         })
         .collect();
     median(&ratios)
@@ -587,6 +938,10 @@ mod tests {
             release: "sha-release".into(),
             extend: "sha-extend".into(),
             guard: "sha-guard".into(),
+            sem_acquire: "sha-sem-acquire".into(),
+            sem_release: "sha-sem-release".into(),
+            read_acquire: "sha-read-acquire".into(),
+            read_release: "sha-read-release".into(),
         })
     }
 
@@ -595,10 +950,44 @@ mod tests {
         let cases = cases_with_dummy_scripts();
         let group = |id: &str| cases.iter().find(|c| c.id == id).map(|c| c.group);
         for comparison in &COMPARISONS {
-            let native = group(comparison.native);
-            assert!(native.is_some(), "{}", comparison.title);
-            assert_eq!(native, group(comparison.baseline), "{}", comparison.title);
+            assert_eq!(comparison.native.len(), comparison.baseline.len());
+            for (native, baseline) in comparison.native.iter().zip(comparison.baseline) {
+                assert!(group(native).is_some(), "{}", comparison.title);
+                assert_eq!(group(native), group(baseline), "{}", comparison.title);
+            }
         }
+    }
+
+    fn sample(case: &'static str, round: usize, rps: f64) -> Sample {
+        Sample {
+            server: "s".into(),
+            case,
+            pipeline: 16,
+            round,
+            requests: 1,
+            rps,
+            cpu_us_per_op: 1e6 / rps,
+            work_share: 1.0,
+        }
+    }
+
+    #[test]
+    fn a_cycle_ratio_adds_the_times_of_its_steps() {
+        let cycle = &COMPARISONS[11];
+        assert_eq!(cycle.native, ["sem.acquire", "sem.release"]);
+        // Native: 100k + 100k rps is 50k cycles/s; Lua: 50k + 25k is 16.7k.
+        let samples = [
+            sample("sem.acquire", 0, 100_000.0),
+            sample("sem.release", 0, 100_000.0),
+            sample("lua.sem.acquire", 0, 50_000.0),
+            sample("lua.sem.release", 0, 25_000.0),
+        ];
+        let ratio = paired_ratio(&samples, "s", cycle, 16, |s| s.rps).unwrap();
+        assert!((ratio - 3.0).abs() < 1e-9, "{ratio}");
+        let cpu = paired_ratio(&samples, "s", cycle, 16, |s| 1.0 / s.cpu_us_per_op).unwrap();
+        assert!((cpu - 3.0).abs() < 1e-9, "{cpu}");
+        // A step missing from a round leaves the round out.
+        assert_eq!(paired_ratio(&samples[1..], "s", cycle, 16, |s| s.rps), None);
     }
 
     #[test]

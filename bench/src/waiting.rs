@@ -1,7 +1,7 @@
 //! Waiting for a lock, on a fresh server: the handoff latency on release and
-//! on expiry for `WAIT`, `SET NX PX` polling and python-redis-lock's BLPOP
-//! signal (`lock-handoff`), then fairness over one long contended run per
-//! strategy (`lock-load`).
+//! on expiry for `WAIT`, `SET NX PX` polling, python-redis-lock's BLPOP
+//! signal and a `WAIT` writer behind readers (`lock-handoff`), then fairness
+//! over one long contended run per strategy (`lock-load`), unless left out.
 
 use std::path::Path;
 use std::time::Instant;
@@ -106,11 +106,13 @@ pub fn fairness_command(settings: &Settings, strategy: Strategy) -> Vec<String> 
     contention::load_command(&load, strategy, settings.fairness_contenders, 1)
 }
 
+/// The handoffs, then (`with_fairness`) the fairness runs.
 pub fn run(
     server: &Server,
     lock_handoff: &Path,
     lock_load: &Path,
     settings: &Settings,
+    with_fairness: bool,
     progress: &mut dyn FnMut(&str),
 ) -> Result<WaitingResults, String> {
     let mut conn = server.conn()?;
@@ -134,7 +136,12 @@ pub fn run(
     let (expiry, expiry_s) = handoff(Scenario::Expiry, settings.expiry_rounds)?;
     let started = Instant::now();
     let mut fairness = Vec::new();
-    for strategy in FAIRNESS_STRATEGIES {
+    let strategies = if with_fairness {
+        &FAIRNESS_STRATEGIES[..]
+    } else {
+        &[]
+    };
+    for &strategy in strategies {
         progress(&format!(
             "{}: fairness, {} contenders on one key for {:.0} s, {}",
             server.label,
@@ -190,7 +197,7 @@ mod tests {
     fn commands_carry_the_settings() {
         let release = handoff_command(&settings(), Scenario::Release).join(" ");
         assert!(release.starts_with("lock-handoff --port $PORT --scenario release"));
-        assert!(release.contains("--recipes native-wait,setnx-poll,blpop-signal"));
+        assert!(release.contains("--recipes native-wait,setnx-poll,blpop-signal,readers-wait"));
         assert!(release.contains("--rounds 7 --hold-max-ms 250"));
         assert!(release.ends_with("--retry-min-ms 50 --retry-max-ms 250 --json"));
         let expiry = handoff_command(&settings(), Scenario::Expiry).join(" ");

@@ -1,6 +1,6 @@
 //! `lock-bench`: run every benchmark and write the report.
 //!
-//! `make bench` runs the full profile (about 17 minutes) and writes
+//! `make bench` runs the full profile (about 30 minutes) and writes
 //! `docs/benchmarks.md` and `docs/img/*.png`; `make bench-quick` runs a tiny
 //! version of everything into `target/bench-quick/`, only to show the harness
 //! works. Nothing here judges a speed.
@@ -12,7 +12,9 @@ use clap::{Parser, ValueEnum};
 use redis_lock_bench::report::{self, Profile, Results, ServerResults};
 use redis_lock_bench::server::Server;
 use redis_lock_bench::throughput::Group;
-use redis_lock_bench::{contention, machine, memory, observing, scale, throughput, waiting};
+use redis_lock_bench::{
+    contention, holders, machine, memory, observing, scale, throughput, waiting,
+};
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
 enum ProfileName {
@@ -48,19 +50,23 @@ struct Args {
     /// The command to print as the one that made the report
     #[arg(long, default_value = "make bench")]
     made_by: String,
-    /// Only these sections (throughput, contention, memory, scale, waiting,
-    /// observe) or throughput groups (acquire, extend, release, guard): `--only guard`
-    /// runs the GUARD comparisons alone
+    /// Only these sections (throughput, contention, memory, holders, scale,
+    /// waiting, handoff: waiting without its fairness runs, observe) or
+    /// throughput groups (acquire, extend, release, guard, sem-acquire,
+    /// sem-release, shared-acquire, shared-release; sem and shared: both of
+    /// the pair): `--only guard` runs the GUARD comparisons alone
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
 }
 
-const SECTIONS: [&str; 6] = [
+const SECTIONS: [&str; 8] = [
     "throughput",
     "contention",
     "memory",
+    "holders",
     "scale",
     "waiting",
+    "handoff",
     "observe",
 ];
 
@@ -79,7 +85,12 @@ fn run(args: &Args) -> Result<(), String> {
         ProfileName::Quick => Profile::quick(),
     };
     let wanted = |section: &str| args.only.is_empty() || args.only.iter().any(|s| s == section);
-    let group_names: Vec<&str> = Group::ALL.iter().map(|g| g.name()).collect();
+    let mut group_names: Vec<&str> = Group::ALL.iter().map(|g| g.name()).collect();
+    for family in Group::ALL.iter().filter_map(|g| g.family()) {
+        if !group_names.contains(&family) {
+            group_names.push(family);
+        }
+    }
     if let Some(unknown) = args
         .only
         .iter()
@@ -137,7 +148,8 @@ fn run(args: &Args) -> Result<(), String> {
 
     // Redis runs everything; Redis with AOF on repeats the ACQUIRE group, to
     // show the cost when the replication stream has a consumer; Valkey runs
-    // throughput and memory. Redis and Valkey run the OBSERVE section.
+    // throughput and memory (per lock and per holder). Redis and Valkey run
+    // the OBSERVE section.
     let mut specs = vec![
         ServerSpec {
             binary: args.redis_server.clone(),
@@ -174,12 +186,15 @@ fn run(args: &Args) -> Result<(), String> {
             .groups
             .iter()
             .copied()
-            .filter(|g| wanted("throughput") || wanted(g.name()))
+            .filter(|g| wanted("throughput") || wanted(g.name()) || g.family().is_some_and(wanted))
             .collect();
         let wants_any = !groups.is_empty()
-            || (spec.memory && wanted("memory"))
+            || (spec.memory && (wanted("memory") || wanted("holders")))
             || (spec.contention_and_scale
-                && (wanted("contention") || wanted("scale") || wanted("waiting")))
+                && (wanted("contention")
+                    || wanted("scale")
+                    || wanted("waiting")
+                    || wanted("handoff")))
             || (spec.observe && wanted("observe"));
         if !wants_any {
             continue;
@@ -197,6 +212,7 @@ fn run(args: &Args) -> Result<(), String> {
             throughput_cases: Vec::new(),
             throughput: Vec::new(),
             memory: None,
+            holders: Vec::new(),
         };
         if !groups.is_empty() {
             let (cases, samples) =
@@ -206,6 +222,9 @@ fn run(args: &Args) -> Result<(), String> {
         }
         if spec.memory && wanted("memory") {
             entry.memory = Some(memory::run(&server, &profile.memory_locks, &mut progress)?);
+        }
+        if spec.memory && wanted("holders") {
+            entry.holders = holders::run(&server, &profile.holders, &mut progress)?;
         }
         if spec.contention_and_scale && wanted("contention") {
             results.contention =
@@ -217,13 +236,14 @@ fn run(args: &Args) -> Result<(), String> {
             let large = Server::start(&spec.binary, &module, &args.work_dir)?;
             results.scale = scale::run(&small, &large, &lock_load, &profile.scale, &mut progress)?;
         }
-        if spec.contention_and_scale && wanted("waiting") {
+        if spec.contention_and_scale && (wanted("waiting") || wanted("handoff")) {
             let fresh = Server::start(&spec.binary, &module, &args.work_dir)?;
             results.waiting = Some(waiting::run(
                 &fresh,
                 &lock_handoff,
                 &lock_load,
                 &profile.waiting,
+                wanted("waiting"),
                 &mut progress,
             )?);
         }

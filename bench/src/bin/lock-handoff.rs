@@ -1,7 +1,8 @@
 //! `lock-handoff`: how long a lock sits idle between its holder letting go
 //! (release, or expiry of its lease) and an already waiting client having
-//! it, for `LOCK.ACQUIRE … WAIT`, `SET NX PX` polling and the BLPOP-signal
-//! recipe of python-redis-lock, interleaved round by round. Prints a
+//! it, for `LOCK.ACQUIRE … WAIT`, `SET NX PX` polling, the BLPOP-signal
+//! recipe of python-redis-lock and a `WAIT` writer behind two readers
+//! (`readers-wait`), interleaved round by round. Prints a
 //! summary, or one JSON object with `--json`.
 //!
 //! ```sh
@@ -24,9 +25,9 @@ struct Args {
     /// release (the holder releases) or expiry (the holder's lease runs out)
     #[arg(long, default_value = "release", value_parser = parse_scenario)]
     scenario: Scenario,
-    /// Comma-separated: native-wait, setnx-poll, blpop-signal
+    /// Comma-separated: native-wait, setnx-poll, blpop-signal, readers-wait
     #[arg(long, value_delimiter = ',', value_parser = parse_recipe,
-          default_value = "native-wait,setnx-poll,blpop-signal")]
+          default_value = "native-wait,setnx-poll,blpop-signal,readers-wait")]
     recipes: Vec<Recipe>,
     /// Handoffs per recipe (each round runs every recipe once)
     #[arg(long, default_value_t = 50)]
