@@ -239,11 +239,21 @@ fn cluster_acquire(
         .query(con)
 }
 
+/// `LOCK.INFO key`: its integer fields (`mode` and `owner` are text).
 fn cluster_info(con: &mut ClusterConnection, key: &str) -> Option<HashMap<String, i64>> {
-    redis::cmd("LOCK.INFO")
+    let fields: Option<HashMap<String, redis::Value>> = redis::cmd("LOCK.INFO")
         .arg(key)
         .query(con)
-        .expect("LOCK.INFO")
+        .expect("LOCK.INFO");
+    fields.map(|fields| {
+        fields
+            .into_iter()
+            .filter_map(|(name, value)| match value {
+                redis::Value::Int(n) => Some((name, n)),
+                _ => None,
+            })
+            .collect()
+    })
 }
 
 /// Move `slot` from its owner to `target` with SETSLOT IMPORTING/MIGRATING,
