@@ -90,8 +90,10 @@ pub fn on_key_event(ctx: &Context, _class: NotifyEvent, event: &str, key: &[u8])
             expiry::forget_note();
         }
         let db = server::selected_db(ctx);
-        waiting::look_again(ctx, db, key);
-        if observers::total() > 0 {
+        if waiting::waiters(db, key) > 0 {
+            // Observers hear of it after the hand-off (see `waiting.rs`).
+            waiting::look_again(ctx, db, key);
+        } else if observers::total() > 0 {
             observers::changed(ctx, db, &ctx.create_string(key));
         }
     });
@@ -107,10 +109,17 @@ pub fn on_expired(ctx: &Context, _class: NotifyEvent, _event: &str, key: &[u8]) 
             return;
         };
         metrics::count(Counter::Expiries);
-        waiting::lease_expired(db, key);
         let name = ctx.create_string(key);
         replicate::notify(ctx, c"lock.expired", &name);
-        observers::changed(ctx, db, &name);
+        if waiting::waiters(db, key) > 0 {
+            // Hand the key over from a timer due now, and only then tell its
+            // observers: they see the next holder, never the instant between
+            // (Redis' own expiry cycle may run before the hand-off timer).
+            waiting::lease_expired(db, key);
+            waiting::look_again(ctx, db, key);
+        } else {
+            observers::changed(ctx, db, &name);
+        }
         let now_ms = server::now_ms();
         if let Some(until) = decide::lock_delay(deadline_ms, config::expiry_delay_ms(), now_ms) {
             expiry::delay(db, key, until, now_ms);

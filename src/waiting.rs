@@ -45,7 +45,7 @@ use crate::redis::key::{Held, LockKey};
 use crate::redis::timer::{self, TimerId};
 use crate::redis::{client, replicate, reply, server};
 use crate::sessions::{self, Bound};
-use crate::{config, expiry};
+use crate::{config, expiry, observers};
 
 /// A queued client. Its [`WaiterId`] is its blocked-client id.
 struct Waiter {
@@ -509,7 +509,11 @@ fn on_wake(ctx: &Context, wake: Wake) {
         Wake::HandOff { db, key } => {
             with_queues(|q| q.set_timer(db, &key, None));
             server::select_db(ctx, db);
-            hand_off(ctx, db, &ctx.create_string(&*key), Cause::Timer);
+            let name = ctx.create_string(&*key);
+            hand_off(ctx, db, &name, Cause::Timer);
+            // The key's observers were not told of an expiry or a delete
+            // while clients waited: tell them now, with the key handed over.
+            observers::changed_here(ctx, &name);
             // Its waiters may all have left before the lease ran out.
             if waiters(db, &key) == 0 {
                 forget_idle(db, key);
