@@ -44,8 +44,21 @@ fn wants_unlinked(lock: &Lock) -> bool {
     decide::is_expiry(lock.deadline_ms, server::now_ms())
 }
 
+/// A lock whose lease ran out is leaving the keyspace: note it for the
+/// `expired` event, and start its lock-delay now. The delay cannot wait for
+/// that event: inside a command (an ACQUIRE that opens the key and so
+/// expires it), Redis 8.2 may deliver the event only after the command has
+/// replied, which would let the ACQUIRE grant the key during the delay. A
+/// replica's keys leave by its master's `DEL`; it starts no delay.
 fn unlinked(db: i32, key: &[u8], lock: &Lock) {
-    expiry::note_unlinked(db, key, lock.deadline_ms, server::now_ms());
+    let now_ms = server::now_ms();
+    expiry::note_unlinked(db, key, lock.deadline_ms, now_ms);
+    if server::is_replica() || !decide::is_expiry(lock.deadline_ms, now_ms) {
+        return;
+    }
+    if let Some(until) = decide::lock_delay(lock.deadline_ms, config::expiry_delay_ms(), now_ms) {
+        expiry::delay(db, key, until, now_ms);
+    }
 }
 
 /// Every generic event (`del`, `restore`, `rename_from`, `move_from`,
@@ -101,13 +114,13 @@ pub fn on_key_event(ctx: &Context, _class: NotifyEvent, event: &str, key: &[u8])
 
 /// Redis' `expired` keyspace event, for any key: if it is the lock just
 /// noted by the unlink hook, its lease ran out while held: count it,
-/// announce it, and start its lock-delay.
+/// announce it (its lock-delay started as it was unlinked).
 pub fn on_expired(ctx: &Context, _class: NotifyEvent, _event: &str, key: &[u8]) {
     guarded(|| {
         let db = server::selected_db(ctx);
-        let Some(deadline_ms) = expiry::take_note(db, key) else {
+        if expiry::take_note(db, key).is_none() {
             return;
-        };
+        }
         metrics::count(Counter::Expiries);
         let name = ctx.create_string(key);
         replicate::notify(ctx, c"lock.expired", &name);
@@ -119,10 +132,6 @@ pub fn on_expired(ctx: &Context, _class: NotifyEvent, _event: &str, key: &[u8]) 
             waiting::look_again(ctx, db, key);
         } else {
             observers::changed(ctx, db, &name);
-        }
-        let now_ms = server::now_ms();
-        if let Some(until) = decide::lock_delay(deadline_ms, config::expiry_delay_ms(), now_ms) {
-            expiry::delay(db, key, until, now_ms);
         }
     });
 }
