@@ -1,22 +1,26 @@
 #!/usr/bin/env bash
-# Builds the Debian bookworm base image that `make docker-test` builds the
-# runtime stage of docker/Dockerfile on, for machines that cannot pull
-# `debian:bookworm-slim` from a registry: mmdebstrap installs Debian's
-# redis-server and redis-tools into a root file system, and `docker import`
-# turns it into an image. No container runs and no Docker network is used.
+# Builds a Debian base image that `make docker-test` builds the stages of
+# docker/Dockerfile on, for machines that cannot pull `debian:<suite>-slim` from
+# a registry: mmdebstrap installs the suite's redis-server and redis-tools into
+# a root file system, and `docker import` turns it into an image. No container
+# runs and no Docker network is used.
 #
-#   docker/build-base.sh IMAGE
+#   docker/build-base.sh SUITE IMAGE
 #
-# An image that already exists under IMAGE is reused as it is. Make names IMAGE
-# after a hash of this file, so changing the recipe builds a new one; a fresh
-# machine (CI) always builds it from scratch. `docker rmi IMAGE` forces a
-# rebuild, for instance to pick up Debian's security updates.
+# SUITE is a Debian suite: trixie (Debian 13, Redis 8.0) or bookworm (Debian
+# 12, Redis 7.0); make docker-test builds both. An image that already exists
+# under IMAGE is reused as it is. Make names IMAGE after the suite and a hash of
+# this file (redis-lock-base:trixie-<hash>), so changing the recipe builds new
+# ones; a fresh machine (CI) always builds them from scratch. `docker rmi IMAGE`
+# forces a rebuild, for instance to pick up Debian's security updates.
 # DEBIAN_MIRROR (optional) is passed to mmdebstrap as its mirror; without it,
-# mmdebstrap uses Debian's default mirror with bookworm-updates and
-# bookworm-security.
+# mmdebstrap uses Debian's default mirror with SUITE-updates and
+# SUITE-security.
 set -euo pipefail
 
-image=${1:?usage: docker/build-base.sh IMAGE}
+usage="usage: docker/build-base.sh SUITE IMAGE"
+suite=${1:?$usage}
+image=${2:?$usage}
 
 if docker image inspect "$image" >/dev/null 2>&1; then
   echo "base image $image: exists, reused"
@@ -33,8 +37,8 @@ trap 'rm -rf "$workdir"' EXIT
 started=$SECONDS
 mirrors=()
 if [ -n "${DEBIAN_MIRROR:-}" ]; then mirrors=("$DEBIAN_MIRROR"); fi
-# minbase is what debian:bookworm-slim is made of. Documentation, manual pages
-# and translations are left out, as in the slim image; copyright files stay.
+# minbase is what debian:<suite>-slim is made of. Documentation, manual pages
+# and translations are left out, as in the slim images; copyright files stay.
 mmdebstrap --quiet --variant=minbase --include=redis-server,redis-tools \
   --dpkgopt='path-exclude=/usr/share/man/*' \
   --dpkgopt='path-exclude=/usr/share/info/*' \
@@ -42,16 +46,20 @@ mmdebstrap --quiet --variant=minbase --include=redis-server,redis-tools \
   --dpkgopt='path-exclude=/usr/share/doc/*' \
   --dpkgopt='path-include=/usr/share/doc/*/copyright' \
   --aptopt='Acquire::Languages "none"' \
-  bookworm "$workdir/rootfs.tar" "${mirrors[@]}"
+  "$suite" "$workdir/rootfs.tar" "${mirrors[@]}"
 
 docker import --change 'CMD ["bash"]' \
-  --message "redis-lock test base: Debian bookworm minbase with redis-server, by docker/build-base.sh" \
+  --message "redis-lock test base: Debian $suite minbase with redis-server, by docker/build-base.sh" \
   "$workdir/rootfs.tar" "$image" >/dev/null
 
-# Base images of earlier recipes are dead weight; drop those no container uses.
+# Base images of this suite from earlier recipes are dead weight; drop those no
+# container uses (the other suites' bases stay).
 repository=${image%:*}
 docker image ls --format '{{.Repository}}:{{.Tag}}' "$repository" | while read -r old; do
-  [ "$old" = "$image" ] || docker rmi "$old" >/dev/null 2>&1 || true
+  case $old in
+    "$image") ;;
+    "$repository:$suite-"*) docker rmi "$old" >/dev/null 2>&1 || true ;;
+  esac
 done
 
 echo "base image $image: built in $((SECONDS - started)) s ($(docker image inspect -f '{{.Size}}' "$image" | awk '{printf "%.0f MB", $1 / 1e6}'))"

@@ -5,8 +5,12 @@
 # Environment:
 #   DOCKER_IMAGE       tag of the image under test (default redis-lock:test)
 #   DOCKER_BASE_IMAGE  BASE_IMAGE build argument (default: the Dockerfile's,
-#                      debian:bookworm-slim); `make docker-test` passes the
-#                      image docker/build-base.sh made from Debian packages
+#                      debian:trixie-slim); `make docker-test` passes the
+#                      images docker/build-base.sh made from Debian packages
+#   DOCKER_SUITE       the Debian suite the image must be on (default trixie)
+#   DOCKER_REDIS_VERSION
+#                      the redis_version its server must report (default
+#                      8.0.2, trixie's; bookworm's is 7.0.15)
 
 # doc's templates are single-quoted on purpose (doc expands them), and the
 # names below are used by the tests and by those templates.
@@ -25,6 +29,15 @@ BUILD_OPTS="--network none"
 if [ -n "${DOCKER_BASE_IMAGE:-}" ]; then
   BUILD_OPTS="--build-arg BASE_IMAGE=$DOCKER_BASE_IMAGE $BUILD_OPTS"
 fi
+# What the image must run: a wrong base fails the tests instead of passing them.
+SUITE=${DOCKER_SUITE:-trixie}
+REDIS_VERSION=${DOCKER_REDIS_VERSION:-8.0.2}
+# The modules the server loads by itself, beside ours: Redis 8 has vector sets
+# built in as a module, Redis 7 has none.
+case $REDIS_VERSION in
+  7.*) BUILTIN_MODULES=() ;;
+  *) BUILTIN_MODULES=(vectorset) ;;
+esac
 NET=redis-lock-test-$RUN_ID-net
 VOLUME=redis-lock-test-$RUN_ID-data
 NAME=redis-lock-test-$RUN_ID
@@ -194,6 +207,35 @@ info() {
 # field NAME: the value after NAME in a raw name/value reply on stdin (LOCK.INFO).
 field() {
   awk -v name="$1" 'found { print; exit } $0 == name { found = 1 }'
+}
+
+# module_args MODULE: the arguments of MODULE in a raw MODULE LIST reply on
+# stdin, one a line.
+module_args() {
+  awk -v module="$1" '
+    next_is_name { current = $0; next_is_name = 0; in_args = 0; next }
+    $0 == "name" { next_is_name = 1; next }
+    in_args && current == module && $0 != "" { print }
+    $0 == "args" { in_args = 1 }'
+}
+
+# module_list_reply [MODULE…]: a redis-cli --no-raw reply to MODULE LIST on
+# stdin (fewer than ten modules), its entries sorted by module name and
+# numbered again; given MODULEs, only theirs. Redis lists modules in the order
+# of a hash table, which changes from one start to the next, and Redis 8 lists
+# its built-in vectorset beside ours.
+module_list_reply() {
+  awk -v keep="$*" '
+    BEGIN { kept = split(keep, names, " "); for (i = 1; i <= kept; i++) wanted["\"" names[i] "\""] = 1 }
+    function flush(   name) {
+      if (entry == "") return
+      name = entry; sub(/^[^\037]*\037 *2\) /, "", name); sub(/\037.*/, "", name)
+      if (kept == 0 || name in wanted) print entry
+    }
+    /^[0-9]+\) / { flush(); sub(/^[0-9]+\) /, ""); entry = $0; next }
+    { entry = entry "\037" $0 }
+    END { flush() }' |
+    LC_ALL=C sort | awk '{ gsub(/\037/, "\n"); print NR ") " $0 }'
 }
 
 # --- transcripts -------------------------------------------------------------

@@ -54,6 +54,7 @@ done
 until_ok 60 "each Sentinel knowing the two others and the replica" sentinels_see_everyone
 client=${container[sentinel-1]}
 replica_ip=$(ip_of "${container[replica]}")
+expect_eq "the servers' redis_version" "$(info "${container[master]}" redis_version)" "$REDIS_VERSION"
 
 step "find the master through Sentinel and take locks"
 ask_sentinel
