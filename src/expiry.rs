@@ -100,6 +100,17 @@ pub fn forget(db: Option<i32>) {
     });
 }
 
+/// End the lock-delays of the keys for which `gone` is true (their slot
+/// moved to another node), in every database.
+pub fn forget_where(gone: impl Fn(&[u8]) -> bool) {
+    DELAYS.with(|d| {
+        let mut delays = d.borrow_mut();
+        if !delays.is_empty() {
+            delays.retain(|(_, key), _| !gone(key));
+        }
+    });
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

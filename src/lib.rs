@@ -3,8 +3,8 @@
 //! This file is the table of contents: the module's commands and data type,
 //! each a one-line wrapper over its own file in [`commands`]. The floors,
 //! from the top (imports only go down; `make lint` checks it):
-//! - entry points: [`commands`] (clients), [`events`] (the server) and
-//!   [`startup`];
+//! - entry points: [`commands`] (clients), [`events`] (the server),
+//!   [`migration`] (Valkey 9's slot migrations) and [`startup`];
 //! - flows: [`waiting`] (queues, hand-off, the one release path), then
 //!   [`lease`] (grant, renew, release of one key);
 //! - module-wide state: [`sessions`], [`observers`], [`expiry`], [`fence`],
@@ -23,6 +23,7 @@ pub mod expiry;
 pub mod fence;
 pub mod lease;
 pub mod metrics;
+pub mod migration;
 pub mod observers;
 pub mod redis;
 pub mod sessions;

@@ -18,6 +18,7 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap;
+use std::ffi::CString;
 
 use redis_lock_core::waitqueue::{WaitQueues, WaiterId};
 use redis_lock_core::{decide, rules};
@@ -25,6 +26,7 @@ use redis_module::{Context, RedisString};
 
 use crate::redis::blocked::{self, BlockedId, Waits};
 use crate::redis::key::{Held, LockKey};
+use crate::redis::migration;
 use crate::redis::reply::{self, Field};
 use crate::redis::server;
 use crate::redis::timer::{self, TimerId};
@@ -180,6 +182,14 @@ pub fn changed(ctx: &Context, db: i32, name: &RedisString) {
         return;
     }
     let now = holder_fence(ctx, name);
+    // A key that left because its slot moved to another node (Valkey's
+    // atomic slot migration; on a replica of the source, which hears of it
+    // only as its master's `DEL`) is not free: redirect its observers.
+    let moved = if now == 0 {
+        migration::moved_from_here(ctx, name.as_slice())
+    } else {
+        None
+    };
     let stale: Vec<(WaiterId, Option<TimerId>)> = with_observers(|o| {
         o.waiters_with_ids(db, name)
             .filter(|(_, w)| decide::holder_changed(w.seen, now))
@@ -192,7 +202,8 @@ pub fn changed(ctx: &Context, db: i32, name: &RedisString) {
             timer::stop::<Timeout>(ctx, timer);
         }
         let key = name.as_slice().into();
-        blocked::unblock::<Observers>(id, Look { key });
+        let moved = moved.clone();
+        blocked::unblock::<Observers>(id, Look { key, moved });
     }
 }
 
@@ -205,19 +216,57 @@ pub fn changed_in(ctx: &Context, db: Option<i32>) {
     }
 }
 
+/// The keys for which `redirect` gives an error are another node's now
+/// (their slot moved: Valkey's atomic slot migration): answer each of their
+/// observers, in every database, with that error, and stop their timers.
+/// Returns how many observers were answered.
+pub fn moved_away(ctx: &Context, redirect: &mut dyn FnMut(&[u8]) -> Option<CString>) -> usize {
+    let mut answered = 0;
+    for (db, key) in with_observers(|o| o.keys_with_waiters(None)) {
+        let Some(error) = redirect(&key) else {
+            continue;
+        };
+        let entry = (db, key.clone());
+        if let Some((timer, _)) = DEADLINES.with(|d| d.borrow_mut().remove(&entry)) {
+            timer::stop::<DbKey>(ctx, timer);
+        }
+        let ids: Vec<WaiterId> =
+            with_observers(|o| o.waiters_with_ids(db, &key).map(|(id, _)| id).collect());
+        for id in ids {
+            if let Some(observer) = with_observers(|o| o.remove(id)) {
+                if let Some(timer) = observer.timeout {
+                    timer::stop::<Timeout>(ctx, timer);
+                }
+                let moved = Some(error.clone());
+                blocked::unblock::<Observers>(
+                    id,
+                    Look {
+                        key: key.clone(),
+                        moved,
+                    },
+                );
+                answered += 1;
+            }
+        }
+    }
+    answered
+}
+
 /// A timeout timer's payload: the observer and its key.
 type Timeout = (BlockedId, Box<[u8]>);
 
 /// `timeout-ms` passed with no change: reply with the holder as it is.
 fn on_timeout(_ctx: &Context, (id, key): Timeout) {
     if with_observers(|o| o.remove(id)).is_some() {
-        blocked::unblock::<Observers>(id, Look { key });
+        blocked::unblock::<Observers>(id, Look { key, moved: None });
     }
 }
 
-/// What an observer is unblocked with: look at this key now.
+/// What an observer is unblocked with: look at this key now, or, when its
+/// slot moved to another node, reply this error (`MOVED …`).
 pub struct Look {
     key: Box<[u8]>,
+    moved: Option<CString>,
 }
 
 struct Observers;
@@ -226,7 +275,10 @@ impl Waits for Observers {
     type Outcome = Look;
 
     fn reply(ctx: &Context, look: &Look) {
-        reply_holder(ctx, &ctx.create_string(&*look.key));
+        match &look.moved {
+            Some(error) => reply::error_text(ctx, error),
+            None => reply_holder(ctx, &ctx.create_string(&*look.key)),
+        }
     }
 
     fn disconnected(ctx: &Context, client: BlockedId, _outcome: Option<&Look>) {

@@ -4,7 +4,7 @@ use redis_module::{Context, ModuleOptions, RedisString, Status};
 
 use crate::redis::acl::{self, AclSupport};
 use crate::redis::{datatype, events, guard, info, server};
-use crate::{config, events as handlers};
+use crate::{config, events as handlers, migration};
 
 /// The oldest server the module runs on: it needs the 7.0 module API
 /// (absolute expiry, RESP3 map replies, module configs).
@@ -66,9 +66,11 @@ pub fn init(ctx: &Context, args: &[RedisString]) -> Status {
 
     // A corrupt RESTORE payload must become an error reply, not a crash; and
     // only real changes should wake WATCH (see `redis/replicate.rs`).
-    ctx.set_module_options(
-        ModuleOptions::HANDLE_IO_ERRORS | ModuleOptions::NO_IMPLICIT_SIGNAL_MODIFIED,
-    );
+    let options = ModuleOptions::HANDLE_IO_ERRORS | ModuleOptions::NO_IMPLICIT_SIGNAL_MODIFIED;
+    let bits = options.bits();
+    ctx.set_module_options(options);
+    // On Valkey 9, also that it handles atomic slot migration.
+    migration::declare(ctx, bits);
 
     server::set_replica(server::read_role(ctx));
 

@@ -31,6 +31,7 @@
 
 use std::cell::RefCell;
 use std::collections::HashSet;
+use std::ffi::CString;
 
 use redis_lock_core::decide::{self, KeyState, Serve, Want};
 use redis_lock_core::errors::LockError;
@@ -43,7 +44,7 @@ use crate::metrics::{self, Counter};
 use crate::redis::blocked::{self, BlockedId, Waits};
 use crate::redis::key::{Held, LockKey};
 use crate::redis::timer::{self, TimerId};
-use crate::redis::{client, replicate, reply, server};
+use crate::redis::{client, migration, replicate, reply, server};
 use crate::sessions::{self, Bound};
 use crate::{config, expiry, observers};
 
@@ -82,6 +83,9 @@ enum Outcome {
     Failed(LockError),
     /// `WAIT timeout-ms` ran out: reply null.
     TimedOut,
+    /// The key's slot moved to another node (`CLUSTER MIGRATESLOTS`): reply
+    /// this error (`MOVED …`).
+    Redirected(CString),
 }
 
 /// What a timer is for.
@@ -471,6 +475,37 @@ pub fn session_closed(ctx: &Context, bound: Vec<Bound>) {
     timer::start(ctx, 0, Wake::SessionClosed(bound), on_wake);
 }
 
+/// The keys for which `redirect` gives an error are another node's now
+/// (their slot moved: Valkey's atomic slot migration): answer each of their
+/// waiters, in every database, with that error, and stop their hand-off
+/// timers. Returns how many waiters were answered.
+pub fn moved_away(ctx: &Context, redirect: &mut dyn FnMut(&[u8]) -> Option<CString>) -> usize {
+    let mut answered = 0;
+    for (db, key) in with_queues(|q| q.keys_with_waiters(None)) {
+        if let Some(error) = redirect(&key) {
+            answered += redirect_waiters_of(ctx, db, key, &error);
+        }
+    }
+    answered
+}
+
+/// Answer every waiter of `key` in `db` with `error` (a redirect), stop its
+/// hand-off timer, forget the queue. Returns how many were answered.
+fn redirect_waiters_of(ctx: &Context, db: i32, key: Box<[u8]>, error: &CString) -> usize {
+    let mut answered = 0;
+    if let Some((timer, _)) = with_queues(|q| q.timer(db, &key)) {
+        timer::stop::<Wake>(ctx, timer);
+        with_queues(|q| q.set_timer(db, &key, None));
+    }
+    while let Some((id, waiter)) = with_queues(|q| q.pop_front(db, &key)) {
+        dismiss(ctx, &waiter);
+        blocked::unblock::<Queue>(id, Outcome::Redirected(error.clone()));
+        answered += 1;
+    }
+    forget_idle(db, key);
+    answered
+}
+
 fn fail_waiters_of(ctx: &Context, db: i32, key: &[u8], error: LockError) {
     while let Some((id, waiter)) = with_queues(|q| q.pop_front(db, key)) {
         dismiss(ctx, &waiter);
@@ -509,6 +544,17 @@ fn on_wake(ctx: &Context, wake: Wake) {
         Wake::HandOff { db, key } => {
             with_queues(|q| q.set_timer(db, &key, None));
             server::select_db(ctx, db);
+            // Not here if this node no longer serves the key's slot (a slot
+            // migration whose end this node was not told of: see
+            // `migration.rs`): its waiters go to the node that does. A
+            // release or an ACQUIRE ran on this node, so the server checked
+            // the slot then; a timer is not checked by anyone else.
+            if let Some(error) = migration::moved_from_here(ctx, &key) {
+                let name = ctx.create_string(&*key);
+                redirect_waiters_of(ctx, db, key, &error);
+                observers::changed_here(ctx, &name);
+                return;
+            }
             let name = ctx.create_string(&*key);
             hand_off(ctx, db, &name, Cause::Timer);
             // The key's observers were not told of an expiry or a delete
@@ -604,6 +650,7 @@ impl Waits for Queue {
             Outcome::Granted { token, fence, .. } => reply::grant(ctx, token, *fence),
             Outcome::Failed(error) => reply::error(ctx, *error),
             Outcome::TimedOut => reply::null(ctx),
+            Outcome::Redirected(error) => reply::error_text(ctx, error),
         }
     }
 

@@ -12,6 +12,11 @@
 //!   acquire and release: fences never repeat for a key, and the double grants
 //!   are counted (none is allowed with the coordinated failover; after kill -9
 //!   async replication may lose a grant, and the count is printed).
+//! - Valkey 9's atomic slot migration (`CLUSTER MIGRATESLOTS`) of a slot with
+//!   held and waited-for locks: aborted (nothing changes), then completed
+//!   while the locks change; the target holds them as they were, the clients
+//!   left waiting on the source are answered `MOVED` (skipped, with the
+//!   reason printed, on servers without it).
 //!
 //! The load tests run `LOCK_CLUSTER_SECONDS` seconds of load per phase (2 by
 //! default) and `LOCK_CLUSTER_ROUNDS` fault rounds (1 by default); `make
@@ -478,6 +483,398 @@ fn cluster_locks_on_every_slot_follow_moved_and_survive_a_reshard() {
         .sum();
     assert!(still >= i64::from(SLOTS));
     assert!(fences.iter().all(|&f| f < future_fence));
+}
+
+/// Why this server cannot run `CLUSTER MIGRATESLOTS` (Valkey 9.0 and newer
+/// only), or `None` if it can.
+fn no_atomic_slot_migration() -> Option<String> {
+    let server = Server::start_with(&[]);
+    let (name, (major, minor)) = server_version(&mut server.conn());
+    (name != "valkey" || major < 9).then(|| {
+        format!("{name} {major}.{minor} has no atomic slot migration (CLUSTER MIGRATESLOTS, Valkey 9.0+)")
+    })
+}
+
+/// The state of the newest migration that `CLUSTER GETSLOTMIGRATIONS` lists.
+fn migration_state(con: &mut Connection) -> String {
+    let jobs: Vec<HashMap<String, Value>> = redis::cmd("CLUSTER")
+        .arg("GETSLOTMIGRATIONS")
+        .query(con)
+        .expect("CLUSTER GETSLOTMIGRATIONS");
+    match jobs.first().and_then(|job| job.get("state")) {
+        Some(Value::BulkString(s)) => String::from_utf8_lossy(s).into_owned(),
+        Some(Value::SimpleString(s)) => s.clone(),
+        other => panic!("no migration state: {other:?}"),
+    }
+}
+
+/// `CLUSTER MIGRATESLOTS SLOTSRANGE slot slot NODE target`, sent to the source.
+fn migrate_slots(con: &mut Connection, slot: u16, target: &str) {
+    let reply: String = redis::cmd("CLUSTER")
+        .arg("MIGRATESLOTS")
+        .arg("SLOTSRANGE")
+        .arg(slot)
+        .arg(slot)
+        .arg("NODE")
+        .arg(target)
+        .query(con)
+        .expect("CLUSTER MIGRATESLOTS");
+    assert_eq!(reply, "OK");
+}
+
+/// `DEBUG SLOTMIGRATION PREVENT-PAUSE`: while on, the source's migrations
+/// stream and never pause to hand over, so the test can change the slot's
+/// locks while they move.
+fn prevent_pause(con: &mut Connection, on: bool) {
+    let _: () = redis::cmd("DEBUG")
+        .arg("SLOTMIGRATION")
+        .arg("PREVENT-PAUSE")
+        .arg(i32::from(on))
+        .query(con)
+        .expect("DEBUG SLOTMIGRATION PREVENT-PAUSE");
+}
+
+/// What `LOCK.INFO` (or `SEM.INFO`) shows of a key that must be the same
+/// wherever it is held: its integer fields but `ttl` (it runs) and `waiters`
+/// (queues stay with the node).
+fn kept_state(con: &mut Connection, command: &str, key: &str) -> BTreeMap<String, Value> {
+    let fields: HashMap<String, Value> = redis::cmd(command)
+        .arg(key)
+        .query(con)
+        .unwrap_or_else(|e| panic!("{command} {key}: {e}"));
+    fields
+        .into_iter()
+        .filter(|(name, _)| name != "ttl" && name != "waiters")
+        .collect()
+}
+
+fn fence_of(state: &BTreeMap<String, Value>) -> u64 {
+    match state.get("fence") {
+        Some(Value::Int(fence)) => *fence as u64,
+        other => panic!("no fence: {other:?}"),
+    }
+}
+
+/// Valkey 9's atomic slot migration (`CLUSTER MIGRATESLOTS`) of a slot whose
+/// locks are held and waited for:
+/// - an aborted migration changes nothing: the waiters still wait on the
+///   source, the target keeps nothing;
+/// - while the slot streams, a release hands the lock to a waiter on the
+///   source, a holder extends, a new lock is taken: all of it reaches the
+///   target;
+/// - on the target every lock (exclusive with `OWNER`, shared, semaphore)
+///   has the same fence, deadline, grant time, extension count and label,
+///   its tokens extend and release it there, and later fences are above
+///   every migrated one;
+/// - the clients still waiting on the source are answered
+///   `MOVED <slot> <target>` (a plain connection sees it; the cluster
+///   client follows it, queues on the target and is granted there), and so
+///   are its observers, on the source and on the source's replica; the
+///   source keeps no key and no waiter of the slot.
+#[test]
+fn cluster_atomic_slot_migration_moves_held_locks_and_redirects_waiters() {
+    if let Some(reason) = no_atomic_slot_migration() {
+        println!("skipped: {reason}");
+        return;
+    }
+    // (The test servers run with `enable-debug-command`, which
+    // `DEBUG SLOTMIGRATION` needs.)
+    let mut cluster = Cluster::start();
+    let slot = get_slot(b"{asm}");
+    let source = cluster.owner(slot);
+    let target = cluster
+        .masters()
+        .into_iter()
+        .find(|m| m.id != source.id)
+        .unwrap();
+    let source_replica = replica_of(&mut cluster, &source);
+    let target_replica = replica_of(&mut cluster, &target);
+    let mut src = cluster.node(source.port).conn();
+    let mut dst = cluster.node(target.port).conn();
+    let ttl = 60_000;
+    let grant = |con: &mut Connection, args: &[&str]| -> u64 {
+        let (_, fence): (String, u64) = redis::cmd(args[0])
+            .arg(&args[1..])
+            .query(con)
+            .unwrap_or_else(|e| panic!("{args:?}: {e}"));
+        fence
+    };
+    let ttl_text = ttl.to_string();
+    let ttl_s = ttl_text.as_str();
+
+    // Locks of every kind in one slot, on the source.
+    let held_fence = grant(
+        &mut src,
+        &[
+            "LOCK.ACQUIRE",
+            "{asm}held",
+            ttl_s,
+            "TOKEN",
+            "holder",
+            "OWNER",
+            "worker-1",
+        ],
+    );
+    grant(
+        &mut src,
+        &["LOCK.ACQUIRE", "{asm}handed", ttl_s, "TOKEN", "first"],
+    );
+    grant(
+        &mut src,
+        &["LOCK.ACQUIRE", "{asm}queued", ttl_s, "TOKEN", "blocker"],
+    );
+    for reader in ["r1", "r2"] {
+        grant(
+            &mut src,
+            &[
+                "LOCK.ACQUIRE",
+                "{asm}shared",
+                ttl_s,
+                "TOKEN",
+                reader,
+                "SHARED",
+            ],
+        );
+    }
+    grant(
+        &mut src,
+        &[
+            "SEM.ACQUIRE",
+            "{asm}sem",
+            "3",
+            ttl_s,
+            "COUNT",
+            "2",
+            "TOKEN",
+            "s1",
+        ],
+    );
+    let acked: i64 = redis::cmd("WAIT").arg(1).arg(5000).query(&mut src).unwrap();
+    assert_eq!(acked, 1, "the source's replica has the locks");
+
+    // Clients that wait on the source: for the lock that will be handed over
+    // during the migration, for one still held when the slot leaves (no
+    // timeout), and observers of the holder of `{asm}held`, on the source and
+    // on its replica.
+    let blocked = |server: &Server, readonly: bool, args: Vec<String>| {
+        let mut con = server.conn();
+        thread::spawn(move || {
+            if readonly {
+                let _: () = redis::cmd("READONLY").query(&mut con).unwrap();
+            }
+            redis::cmd(&args[0])
+                .arg(&args[1..])
+                .query::<Value>(&mut con)
+        })
+    };
+    let words = |text: &str| text.split(' ').map(String::from).collect::<Vec<_>>();
+    let second = blocked(
+        cluster.node(source.port),
+        false,
+        words("LOCK.ACQUIRE {asm}handed 60000 TOKEN second WAIT 20000"),
+    );
+    let direct = blocked(
+        cluster.node(source.port),
+        false,
+        words("LOCK.ACQUIRE {asm}queued 60000 TOKEN direct WAIT 0"),
+    );
+    let observe = format!("LOCK.OBSERVE {{asm}}held {held_fence} 0");
+    let observer = blocked(cluster.node(source.port), false, words(&observe));
+    let replica_observer = blocked(cluster.node(source_replica.port), true, words(&observe));
+    let lock_gauge = |con: &mut Connection, name: &str| info_field(con, "lock", name);
+    wait_until(Duration::from_secs(5), || {
+        lock_gauge(&mut src, "lock_waiters") == "2" && lock_gauge(&mut src, "lock_observers") == "1"
+    });
+    let mut src_replica = cluster.node(source_replica.port).conn();
+    wait_until(Duration::from_secs(5), || {
+        lock_gauge(&mut src_replica, "lock_observers") == "1"
+    });
+
+    // An aborted migration: the target received the slot's locks, then drops
+    // them; the source and its waiters go on as before.
+    let before_abort = kept_state(&mut src, "LOCK.INFO", "{asm}held");
+    prevent_pause(&mut src, true);
+    migrate_slots(&mut src, slot, &target.id);
+    wait_until(Duration::from_secs(10), || {
+        migration_state(&mut src) == "waiting-to-pause"
+    });
+    let _: () = redis::cmd("CLUSTER")
+        .arg("CANCELSLOTMIGRATIONS")
+        .query(&mut src)
+        .expect("CLUSTER CANCELSLOTMIGRATIONS");
+    wait_until(Duration::from_secs(10), || {
+        migration_state(&mut src) == "cancelled"
+    });
+    wait_until(Duration::from_secs(10), || {
+        redis::cmd("CLUSTER")
+            .arg("COUNTKEYSINSLOT")
+            .arg(slot)
+            .query::<i64>(&mut dst)
+            .unwrap()
+            == 0
+    });
+    assert_eq!(cluster.owner(slot).id, source.id);
+    assert_eq!(kept_state(&mut src, "LOCK.INFO", "{asm}held"), before_abort);
+    assert_eq!(lock_gauge(&mut src, "lock_waiters"), "2");
+    assert_eq!(lock_gauge(&mut src, "lock_observers"), "1");
+
+    // A waiter through the cluster client, which follows redirects.
+    let urls: Vec<String> = cluster
+        .live_ports()
+        .iter()
+        .map(|p| format!("redis://127.0.0.1:{p}/"))
+        .collect();
+    let follower = thread::spawn(move || {
+        let mut con = cluster_client(urls);
+        redis::cmd("LOCK.ACQUIRE")
+            .arg("{asm}queued")
+            .arg(60_000)
+            .arg("TOKEN")
+            .arg("follower")
+            .arg("WAIT")
+            .arg(4_000)
+            .query::<Option<(String, u64)>>(&mut con)
+    });
+    wait_until(Duration::from_secs(5), || {
+        lock_gauge(&mut src, "lock_waiters") == "3"
+    });
+
+    // The migration, held in its streaming phase while the locks change.
+    migrate_slots(&mut src, slot, &target.id);
+    wait_until(Duration::from_secs(10), || {
+        migration_state(&mut src) == "waiting-to-pause"
+    });
+    assert_eq!(release(&mut src, "{asm}handed", "first"), 1);
+    let handed = second.join().unwrap().expect("the waiter is granted");
+    let (handed_token, handed_fence): (String, u64) = redis::from_redis_value(&handed).unwrap();
+    assert_eq!(handed_token, "second");
+    assert_eq!(extend(&mut src, "{asm}held", "holder", ttl), 1);
+    let new_fence = grant(
+        &mut src,
+        &["LOCK.ACQUIRE", "{asm}new", ttl_s, "TOKEN", "newcomer"],
+    );
+    let locks = [
+        "{asm}held",
+        "{asm}handed",
+        "{asm}queued",
+        "{asm}shared",
+        "{asm}new",
+    ];
+    let mut before: BTreeMap<&str, BTreeMap<String, Value>> = locks
+        .iter()
+        .map(|key| (*key, kept_state(&mut src, "LOCK.INFO", key)))
+        .collect();
+    before.insert("{asm}sem", kept_state(&mut src, "SEM.INFO", "{asm}sem"));
+    assert_eq!(fence_of(&before["{asm}handed"]), handed_fence);
+    assert_eq!(fence_of(&before["{asm}new"]), new_fence);
+    let started = Instant::now();
+    prevent_pause(&mut src, false);
+    wait_until(Duration::from_secs(15), || {
+        migration_state(&mut src) == "success"
+    });
+    let took = started.elapsed();
+    assert_eq!(cluster.owner(slot).id, target.id);
+
+    // The waiters and observers left on the source are redirected.
+    let moved = format!("MOVED {slot} 127.0.0.1:{}", target.port);
+    let redirected = |result: redis::RedisResult<Value>| match result {
+        Err(e) => format!("{} {}", e.code().unwrap_or(""), e.detail().unwrap_or("")),
+        Ok(value) => format!("{value:?}"),
+    };
+    assert_eq!(redirected(direct.join().unwrap()), moved, "waiter");
+    assert_eq!(redirected(observer.join().unwrap()), moved, "observer");
+    // The source's replica hears of the move as its master's DEL of the
+    // keys; it redirects when it already knows the slot's new owner, else
+    // it answers "free" (see docs/operations.md).
+    let on_replica = redirected(replica_observer.join().unwrap());
+    assert!(
+        on_replica == moved || on_replica == "nil",
+        "replica observer: {on_replica}"
+    );
+    wait_until(Duration::from_secs(5), || {
+        redis::cmd("CLUSTER")
+            .arg("COUNTKEYSINSLOT")
+            .arg(slot)
+            .query::<i64>(&mut src)
+            .unwrap()
+            == 0
+    });
+    assert_eq!(lock_gauge(&mut src, "lock_waiters"), "0");
+    assert_eq!(lock_gauge(&mut src, "lock_observers"), "0");
+    let err = error_of(&mut src, redis::cmd("LOCK.INFO").arg("{asm}held"));
+    assert_eq!(err, moved);
+
+    // The target holds every lock as the source did, and so does its
+    // replica.
+    for (key, state) in &before {
+        let command = if *key == "{asm}sem" {
+            "SEM.INFO"
+        } else {
+            "LOCK.INFO"
+        };
+        assert_eq!(&kept_state(&mut dst, command, key), state, "{key}");
+    }
+    assert_eq!(
+        owner(&mut dst, "{asm}held").as_deref(),
+        Some(&b"worker-1"[..])
+    );
+    let mut dst_replica = cluster.node(target_replica.port).conn();
+    let _: () = redis::cmd("READONLY").query(&mut dst_replica).unwrap();
+    wait_until(Duration::from_secs(5), || {
+        info(&mut dst_replica, "{asm}held").map(|i| i["fence"] as u64) == Some(held_fence)
+    });
+    let max_fence = before.values().map(fence_of).max().unwrap();
+
+    // Tokens work there, and later fences are above every migrated one.
+    assert_eq!(extend(&mut dst, "{asm}held", "holder", ttl), 1);
+    assert_eq!(extend(&mut dst, "{asm}handed", "second", ttl), 1);
+    assert_eq!(extend(&mut dst, "{asm}shared", "r1", ttl), 1);
+    assert_eq!(extend(&mut dst, "{asm}held", "intruder", ttl), 0);
+    assert_eq!(
+        acquire(&mut dst, "{asm}held", 1_000, Some("intruder")),
+        None
+    );
+    let sem_extended: i64 = redis::cmd("SEM.EXTEND")
+        .arg("{asm}sem")
+        .arg("s1")
+        .arg(ttl)
+        .query(&mut dst)
+        .unwrap();
+    assert_eq!(sem_extended, 1);
+    assert_eq!(release(&mut dst, "{asm}held", "holder"), 1);
+    let (_, next) =
+        acquire(&mut dst, "{asm}held", 1_000, Some("next")).expect("free on the target");
+    assert!(
+        next > max_fence,
+        "fence {next} after migrated fences up to {max_fence}"
+    );
+    // The cluster client's waiter followed MOVED and waits on the target: the
+    // release there grants it.
+    assert_eq!(release(&mut dst, "{asm}queued", "blocker"), 1);
+    let (token, followed) = follower
+        .join()
+        .unwrap()
+        .expect("the cluster client follows MOVED")
+        .expect("granted on the target");
+    assert_eq!(token, "follower");
+    assert!(
+        followed > max_fence,
+        "fence {followed} after migrated fences up to {max_fence}"
+    );
+    let mut src_replica = cluster.node(source_replica.port).conn();
+    wait_until(Duration::from_secs(5), || {
+        redis::cmd("CLUSTER")
+            .arg("COUNTKEYSINSLOT")
+            .arg(slot)
+            .query::<i64>(&mut src_replica)
+            .unwrap()
+            == 0
+    });
+    println!(
+        "atomic slot migration of slot {slot} ({} locks, 3 waiters, 2 observers): \
+         hand-over in {took:?}; replica observer: {on_replica}",
+        before.len()
+    );
 }
 
 /// LOCK.GUARD in a cluster: the cluster client routes it by the lock key

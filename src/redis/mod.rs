@@ -19,6 +19,7 @@ pub mod guard;
 pub mod holders_type;
 pub mod info;
 pub mod key;
+pub mod migration;
 pub mod replicate;
 pub mod reply;
 pub mod server;

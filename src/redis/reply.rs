@@ -53,6 +53,15 @@ pub fn error(ctx: &Context, error: LockError) {
     }
 }
 
+/// An error reply with this text (its first word is the error code).
+pub fn error_text(ctx: &Context, text: &CStr) {
+    unsafe {
+        if let Some(reply) = raw::RedisModule_ReplyWithError {
+            reply(ctx.get_raw(), text.as_ptr());
+        }
+    }
+}
+
 /// A value in a [`map`].
 pub enum Field<'a> {
     Int(i64),
