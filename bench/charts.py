@@ -46,11 +46,15 @@ def throughput_ratios(summary, out):
             if not math.isnan(value):
                 ax.text(bar.get_width() + 0.02, bar.get_y() + bar.get_height() / 2,
                         f"{value:.2f}×", va="center", fontsize=7)
-    goals = {r["title"]: r["goal"] for r in rows if r.get("goal")}
-    for t, title in enumerate(titles):
-        if title in goals:
-            ax.plot([goals[title]] * 2, [t - height / 2, t + 0.8 - height / 2], color="black",
-                    linestyle="--", linewidth=1)
+    # Each bar's own goal (a goal may differ by server: + AOF, + replica).
+    for i, (server, pipeline) in enumerate(series):
+        for t, title in enumerate(titles):
+            goal = [r.get("goal") for r in rows
+                    if r["server"] == server and r["pipeline"] == pipeline and r["title"] == title]
+            if goal and goal[0]:
+                y = t + i * height
+                ax.plot([goal[0]] * 2, [y - height / 2, y + height / 2], color="black",
+                        linestyle="--", linewidth=1)
     ax.axvline(1.0, color="grey", linewidth=0.8)
     ax.set_yticks([t + 0.4 - height / 2 for t in range(len(titles))])
     ax.set_yticklabels(titles, fontsize=8)

@@ -205,6 +205,10 @@ pub fn info_fields() -> Vec<(&'static CStr, i64)> {
         (c"observers", observers::total() as i64),
         (c"fence_high_water", fence::high_water() as i64),
         (c"eviction_risk", i64::from(metrics::eviction_risk())),
+        // Whether anything (AOF, replica, backlog) reads the effects, and how
+        // many were not built because nothing did (`redis/replicate.rs`).
+        (c"propagation_read", i64::from(replicate::is_read())),
+        (c"effects_unbuilt", replicate::unbuilt() as i64),
     ];
     gauges.into_iter().chain(metrics::counters()).collect()
 }

@@ -410,7 +410,7 @@ pub fn summarise(results: &Results) -> Summary {
                     pipeline,
                     throughput_ratio: rps.unwrap_or(f64::NAN),
                     cpu_ratio: cpu.unwrap_or(f64::NAN),
-                    goal: comparison.goal_p16.filter(|_| pipeline == 16),
+                    goal: comparison.goal_on(&server.label).filter(|_| pipeline == 16),
                 });
             }
         }
@@ -779,9 +779,11 @@ fn goals_section(md: &mut String, results: &Results, summary: &Summary) {
     );
     let _ = writeln!(md, "| Goal | Server | Throughput ratio | CPU ratio | |");
     let _ = writeln!(md, "| --- | --- | --- | --- | --- |");
-    for comparison in COMPARISONS.iter().filter(|c| c.goal_p16.is_some()) {
-        let goal = comparison.goal_p16.unwrap_or_default();
+    for comparison in &COMPARISONS {
         for server in &results.servers {
+            let Some(goal) = comparison.goal_on(&server.label) else {
+                continue;
+            };
             if let Some(row) = ratio_of(summary, &server.label, comparison.title, 16) {
                 let _ = writeln!(
                     md,
@@ -917,14 +919,20 @@ fn throughput_section(md: &mut String, results: &Results, summary: &Summary, img
              the ratios.\n"
         );
     }
-    if results.servers.iter().any(|s| s.label.ends_with("+ AOF")) {
+    if results
+        .servers
+        .iter()
+        .any(|s| s.label.ends_with("+ AOF") || s.label.ends_with("+ replica"))
+    {
         let _ = writeln!(
             md,
             "**`+ AOF`** is the same Redis binary with `appendonly yes`, `appendfsync \
-             everysec` (automatic rewrites off), running the ACQUIRE group only. \
-             Without AOF or replicas Redis skips propagating `SET`, but a module's \
-             `RedisModule_Replicate` builds and looks up its command before Redis \
-             finds that nobody consumes it; with AOF on, both sides pay for \
+             everysec` (automatic rewrites off), and **`+ replica`** the same binary \
+             with a second one attached as its replica (on the same 2 cores), each \
+             running the ACQUIRE group only. Without AOF, replica or replication \
+             backlog, Redis does not propagate `SET`, and the module does not build \
+             its effects either (it only counts the change for the `save` points, \
+             see docs/architecture.md); with a reader, both sides pay for \
              propagation, as on a production lock server with persistence or \
              replicas.\n"
         );

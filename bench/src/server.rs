@@ -46,6 +46,26 @@ impl Server {
         Ok(server)
     }
 
+    /// Make this server a replica of `master` and wait (bounded) until its
+    /// link is up and its first sync is done.
+    pub fn replicate_from(&self, master: &Server) -> Result<(), String> {
+        let mut conn = self.conn()?;
+        redis::cmd("REPLICAOF")
+            .arg("127.0.0.1")
+            .arg(master.port())
+            .query::<()>(&mut conn)
+            .map_err(|e| format!("REPLICAOF: {e}"))?;
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while std::time::Instant::now() < deadline {
+            if info_field(&mut conn, "replication", "master_link_status")?.as_deref() == Some("up")
+            {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Err(format!("the replica on port {} did not sync", self.port()))
+    }
+
     pub fn port(&self) -> u16 {
         self.process.port
     }

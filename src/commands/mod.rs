@@ -18,7 +18,7 @@ use redis_lock_core::errors::LockError;
 use redis_module::{Context, RedisResult, RedisString, RedisValue};
 
 use crate::redis::guard::guarded;
-use crate::redis::{reply, server};
+use crate::redis::{replicate, reply, server};
 
 /// Which family of commands a shared body serves: `LOCK.*` (exclusive and
 /// shared locks) or `SEM.*` (semaphores); each refuses the other's keys with
@@ -36,7 +36,8 @@ pub type Command = fn(&Context, &[RedisString]) -> Result<(), LockError>;
 /// reply, and a panic (a bug) becomes `ERR internal error` instead of
 /// aborting the server (the panic hook has already logged it).
 pub fn run(ctx: &Context, args: Vec<RedisString>, command: Command) -> RedisResult {
-    match guarded(|| command(ctx, &args)) {
+    // Its effects may be left unbuilt while nothing reads them (`replicate.rs`).
+    match replicate::in_command(ctx, || guarded(|| command(ctx, &args))) {
         Some(Ok(())) => {}
         Some(Err(error)) => reply::error(ctx, error),
         None => reply::error(ctx, LockError::Internal),

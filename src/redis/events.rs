@@ -7,6 +7,7 @@ use std::sync::OnceLock;
 use redis_module::{raw, Context};
 
 use super::guard::guarded;
+use super::replicate;
 
 /// A server event the module acts on.
 #[derive(Debug)]
@@ -36,6 +37,9 @@ pub fn subscribe(ctx: &Context, handler: Handler) {
         raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED,
         raw::REDISMODULE_EVENT_CLIENT_CHANGE,
         raw::REDISMODULE_EVENT_CONFIG,
+        // For `replicate.rs` only: whether anything reads propagation.
+        raw::REDISMODULE_EVENT_FORK_CHILD,
+        raw::REDISMODULE_EVENT_CRON_LOOP,
     ] {
         unsafe {
             if let Some(subscribe) = raw::RedisModule_SubscribeToServerEvent {
@@ -60,6 +64,16 @@ unsafe extern "C" fn on_event(
     };
     let ctx = Context::new(ctx);
     guarded(|| {
+        // A fork (a replica's sync, an AOF rewrite), a new role or a new
+        // setting (`appendonly`) may bring a reader of propagation, before
+        // the next command runs; the cron tells when none is left.
+        match event.id {
+            raw::REDISMODULE_EVENT_FORK_CHILD
+            | raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED
+            | raw::REDISMODULE_EVENT_CONFIG => replicate::may_be_read(),
+            raw::REDISMODULE_EVENT_CRON_LOOP => replicate::recheck(&ctx),
+            _ => {}
+        }
         if let Some(event) = decode(event.id, subevent, data) {
             handler(&ctx, event);
         }

@@ -4,8 +4,85 @@
 
 use std::ffi::CStr;
 use std::os::raw::c_char;
+use std::ptr::null_mut;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicPtr, AtomicU64, Ordering};
 
 use redis_module::{raw, Context, RedisString};
+
+use super::server;
+
+/// Whether anything reads what this node propagates (see
+/// [`server::propagation_is_read`]): `true` until the first check, and set
+/// again at once by whatever can add a reader, before that reader can see
+/// one write: a fork (a replica's full sync, an AOF rewrite, also a plain
+/// `BGSAVE`), a role change, `CONFIG SET appendonly`. Only [`recheck`], once
+/// a second, sets it back to `false`. A replica's partial resync needs the
+/// backlog, which only a full sync (a fork) or being a replica creates.
+static READ: AtomicBool = AtomicBool::new(true);
+/// When [`recheck`] last read the server's state (unix ms).
+static CHECKED_MS: AtomicI64 = AtomicI64::new(0);
+/// The context of the client command that runs now, if any: only its own
+/// effects may be left unbuilt (see [`unread`]).
+static COMMAND: AtomicPtr<raw::RedisModuleCtx> = AtomicPtr::new(null_mut());
+/// Effects not built because nothing would have read them (`INFO lock`).
+static UNBUILT: AtomicU64 = AtomicU64::new(0);
+
+/// Run the client command `body` with `ctx` as the command context: its
+/// effects are left unbuilt while nothing reads propagation.
+pub fn in_command<R>(ctx: &Context, body: impl FnOnce() -> R) -> R {
+    let outer = COMMAND.swap(ctx.get_raw(), Ordering::Relaxed);
+    let result = body();
+    COMMAND.store(outer, Ordering::Relaxed);
+    result
+}
+
+/// Something may read propagation from now on (see [`READ`]).
+pub fn may_be_read() {
+    READ.store(true, Ordering::Relaxed);
+}
+
+/// Read the server's state again if the last check is a second old: called
+/// from the server's cron.
+pub fn recheck(ctx: &Context) {
+    let now_ms = server::now_ms();
+    if now_ms - CHECKED_MS.load(Ordering::Relaxed) < 1_000 {
+        return;
+    }
+    CHECKED_MS.store(now_ms, Ordering::Relaxed);
+    READ.store(server::propagation_is_read(ctx), Ordering::Relaxed);
+}
+
+/// Whether anything read propagation at the last check (or may since).
+pub fn is_read() -> bool {
+    READ.load(Ordering::Relaxed)
+}
+
+/// How many effects were left unbuilt.
+pub fn unbuilt() -> u64 {
+    UNBUILT.load(Ordering::Relaxed)
+}
+
+/// Whether the effect `ctx` would send now has no reader, so that building
+/// it (a command lookup and an argument vector, about a third of an
+/// ACQUIRE's instructions) can be skipped. Only in the client command's own
+/// context: a timer or an event handler has no command to stand in for the
+/// effect in [`count_only`].
+fn unread(ctx: &Context) -> bool {
+    !READ.load(Ordering::Relaxed) && COMMAND.load(Ordering::Relaxed) == ctx.get_raw()
+}
+
+/// An effect nothing reads still counts as a change for the `save` points
+/// (`rdb_changes_since_last_save`): `RedisModule_ReplicateVerbatim` counts
+/// it, and, with no AOF and no replica, propagates nothing (the server
+/// checks for readers before it copies anything).
+fn count_only(ctx: &Context) {
+    UNBUILT.fetch_add(1, Ordering::Relaxed);
+    unsafe {
+        if let Some(count) = raw::RedisModule_ReplicateVerbatim {
+            count(ctx.get_raw());
+        }
+    }
+}
 
 /// A lock's whole state, as it is replicated.
 pub struct LockState<'a> {
@@ -24,6 +101,9 @@ pub struct LockState<'a> {
 /// Numbers go out as text formatted here (`b` buffers): Redis' own `l`
 /// conversion costs more per call, and this runs on every grant.
 pub fn lock_state(ctx: &Context, key: &RedisString, lock: &LockState) {
+    if unread(ctx) {
+        return count_only(ctx);
+    }
     let token = lock.token;
     let mut fence = itoa::Buffer::new();
     let fence = fence.format(lock.fence);
@@ -67,6 +147,9 @@ pub fn lock_state(ctx: &Context, key: &RedisString, lock: &LockState) {
 
 /// `DEL key`.
 pub fn del(ctx: &Context, key: &RedisString) {
+    if unread(ctx) {
+        return count_only(ctx);
+    }
     unsafe {
         if let Some(replicate) = raw::RedisModule_Replicate {
             replicate(ctx.get_raw(), c"DEL".as_ptr(), c"s".as_ptr(), key.inner);
@@ -126,6 +209,9 @@ pub struct HolderState<'a> {
 }
 
 pub fn holder(ctx: &Context, key: &RedisString, h: &HolderState) {
+    if unread(ctx) {
+        return count_only(ctx);
+    }
     let mut limit = itoa::Buffer::new();
     let limit = limit.format(h.limit);
     let mut count = itoa::Buffer::new();
@@ -183,6 +269,9 @@ pub fn holder(ctx: &Context, key: &RedisString, h: &HolderState) {
 /// `LOCK.DELHOLDER key token`: one holder is gone (released or expired);
 /// the key's other holders stay.
 pub fn del_holder(ctx: &Context, key: &RedisString, token: &[u8]) {
+    if unread(ctx) {
+        return count_only(ctx);
+    }
     unsafe {
         if let Some(replicate) = raw::RedisModule_Replicate {
             replicate(

@@ -123,3 +123,40 @@ fn log_at(level: &std::ffi::CStr, message: &str) {
         }
     }
 }
+
+/// Whether anything reads what this node propagates, now: the AOF, a
+/// replica (connected, or waiting for its sync), or the replication backlog,
+/// which Redis keeps for a while after the last replica left so that it can
+/// resync from it. A replica, and a node of a cluster (where a slot
+/// migration may stream writes to another node), always count as read, and
+/// so does a server whose state cannot be read.
+pub fn propagation_is_read(ctx: &Context) -> bool {
+    let flags = ctx.get_flags();
+    if flags.intersects(ContextFlags::AOF | ContextFlags::CLUSTER)
+        || !flags.contains(ContextFlags::MASTER)
+    {
+        return true;
+    }
+    unsafe {
+        let (Some(get), Some(field), Some(free)) = (
+            raw::RedisModule_GetServerInfo,
+            raw::RedisModule_ServerInfoGetFieldSigned,
+            raw::RedisModule_FreeServerInfo,
+        ) else {
+            return true;
+        };
+        let info = get(ctx.get_raw(), c"replication".as_ptr());
+        if info.is_null() {
+            return true;
+        }
+        let read = [c"connected_slaves", c"repl_backlog_active"]
+            .iter()
+            .any(|name| {
+                let mut error: std::os::raw::c_int = 0;
+                let value = field(info, name.as_ptr(), &mut error);
+                error != 0 || value != 0
+            });
+        free(ctx.get_raw(), info);
+        read
+    }
+}

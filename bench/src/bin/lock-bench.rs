@@ -146,8 +146,10 @@ fn run(args: &Args) -> Result<(), String> {
         results.busy_at_start.join(", ")
     ));
 
-    // Redis runs everything; Redis with AOF on repeats the ACQUIRE group, to
-    // show the cost when the replication stream has a consumer; Valkey runs
+    // Redis runs everything; Redis with AOF on, and Redis with a replica
+    // attached, repeat the ACQUIRE group, to show the cost when the
+    // replication stream has a reader (without one, the module does not
+    // build its effects, as Redis does not propagate `SET`); Valkey runs
     // throughput and memory (per lock and per holder). Redis and Valkey run
     // the OBSERVE section.
     let mut specs = vec![
@@ -159,6 +161,7 @@ fn run(args: &Args) -> Result<(), String> {
             memory: true,
             contention_and_scale: true,
             observe: true,
+            replica: false,
         },
         ServerSpec {
             binary: args.redis_server.clone(),
@@ -168,6 +171,17 @@ fn run(args: &Args) -> Result<(), String> {
             memory: false,
             contention_and_scale: false,
             observe: false,
+            replica: false,
+        },
+        ServerSpec {
+            binary: args.redis_server.clone(),
+            extra: &[],
+            suffix: " + replica",
+            groups: &[Group::Acquire],
+            memory: false,
+            contention_and_scale: false,
+            observe: false,
+            replica: true,
         },
     ];
     if let Some(valkey) = &args.valkey_server {
@@ -179,6 +193,7 @@ fn run(args: &Args) -> Result<(), String> {
             memory: true,
             contention_and_scale: false,
             observe: true,
+            replica: false,
         });
     }
     for spec in &specs {
@@ -207,6 +222,15 @@ fn run(args: &Args) -> Result<(), String> {
             spec.suffix,
         )?;
         progress(&format!("{} on port {}", server.label, server.port()));
+        // A replica on the same machine, synced before the runs: it takes
+        // the master's stream (and a core's share) for both sides alike.
+        let _replica = if spec.replica {
+            let replica = Server::start(&spec.binary, &module, &args.work_dir)?;
+            replica.replicate_from(&server)?;
+            Some(replica)
+        } else {
+            None
+        };
         let mut entry = ServerResults {
             label: server.label.clone(),
             throughput_cases: Vec::new(),
@@ -298,6 +322,8 @@ struct ServerSpec {
     groups: &'static [Group],
     memory: bool,
     contention_and_scale: bool,
+    /// Run with a replica attached.
+    replica: bool,
     observe: bool,
 }
 
