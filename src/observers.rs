@@ -74,7 +74,8 @@ pub fn reply_holder(ctx: &Context, name: &RedisString) {
     let key = LockKey::open_read(ctx, name);
     let now_ms = server::now_ms();
     let ttl = key.deadline().map_or(-1, |d| (d - now_ms).max(0));
-    let (fence, owner) = match key.held() {
+    let held = key.held();
+    let (fence, owner) = match &held {
         Ok(Held::Exclusive(lock)) => (lock.fence, lock.owner.get()),
         Ok(Held::Shared(h) | Held::Semaphore(h)) => match h.live(now_ms).max_by_key(|x| x.fence) {
             Some(newest) => (newest.fence, newest.owner.get()),

@@ -43,6 +43,7 @@ pub fn run(ctx: &Context, args: &[RedisString]) -> Result<(), LockError> {
     // Read after opening the key: opening expires a lease that ran out,
     // which is what starts a lock-delay.
     let now_ms = server::now_ms();
+    let holder = holder.as_deref();
     let decision = decide::acquire(&AcquireCase {
         holder,
         holder_deadline_ms: match holder {

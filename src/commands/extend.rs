@@ -47,7 +47,7 @@ fn extend(ctx: &Context, args: &[RedisString], family: Family) -> Result<(), Loc
         Held::Free => (false, Ok(Extend::NotHolder)),
         Held::Exclusive(lock) => (
             false,
-            decide::extend(Some(lock), parsed.token, parsed.ttl_ms, now_ms, policy),
+            decide::extend(Some(&lock), parsed.token, parsed.ttl_ms, now_ms, policy),
         ),
         Held::Shared(_) | Held::Semaphore(_) => {
             if server::is_master(ctx) {

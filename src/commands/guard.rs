@@ -39,7 +39,7 @@ pub fn run(ctx: &Context, args: &[RedisString]) -> Result<(), LockError> {
         ),
         Held::Semaphore(_) => return Err(LockError::WrongType),
         Held::Free => decide::guard(None, parsed.token).map(|()| false),
-        Held::Exclusive(lock) => decide::guard(Some(lock), parsed.token).map(|()| false),
+        Held::Exclusive(lock) => decide::guard(Some(&lock), parsed.token).map(|()| false),
     };
     let read_only = match allowed {
         Ok(read_only) => read_only,

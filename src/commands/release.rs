@@ -58,7 +58,7 @@ fn release(ctx: &Context, args: &[RedisString], family: Family) -> Result<(), Lo
             false
         }
         Held::Free => false,
-        Held::Exclusive(lock) => decide::release(Some(lock), parsed.token),
+        Held::Exclusive(lock) => decide::release(Some(&lock), parsed.token),
     };
     if !held {
         metrics::count(Counter::StaleReleases);

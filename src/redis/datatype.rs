@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::OnceLock;
 
 use redis_lock_core::holders::Holders;
-use redis_lock_core::lock::Lock;
+use redis_lock_core::lock::{Lock, StoredLock};
 use redis_lock_core::rules;
 use redis_lock_core::token::UUID_LEN;
 use redis_module::native_types::RedisType;
@@ -66,16 +66,16 @@ pub(super) fn value_freed() {
 }
 
 /// A lock value on the heap, for Redis to own.
-pub fn new_value(lock: Lock) -> *mut Lock {
+pub fn new_value(lock: Lock) -> *mut StoredLock {
     value_created();
-    Box::into_raw(Box::new(lock))
+    Box::into_raw(Box::new(StoredLock::new(lock)))
 }
 
 /// Free a value Redis did not take (or is done with).
 ///
 /// # Safety
 /// `value` came from [`new_value`] and nothing else owns it any more.
-pub unsafe fn free_value(value: *mut Lock) {
+pub unsafe fn free_value(value: *mut StoredLock) {
     if !value.is_null() {
         value_freed();
         drop(Box::from_raw(value));
@@ -165,7 +165,7 @@ fn load_lock(rdb: *mut raw::RedisModuleIO, encver: c_int) -> Option<Lock> {
 }
 
 unsafe extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
-    let lock = &*value.cast::<Lock>();
+    let lock = (*value.cast::<StoredLock>()).get();
     let mut buffer = [0u8; UUID_LEN];
     raw::save_slice(rdb, lock.token(&mut buffer));
     raw::save_unsigned(rdb, lock.fence);
@@ -183,7 +183,7 @@ unsafe extern "C" fn aof_rewrite(
     key: *mut raw::RedisModuleString,
     value: *mut c_void,
 ) {
-    let lock = &*value.cast::<Lock>();
+    let lock = (*value.cast::<StoredLock>()).get();
     let mut buffer = [0u8; UUID_LEN];
     let token = lock.token(&mut buffer);
     let Some(emit) = raw::RedisModule_EmitAOF else {
@@ -221,12 +221,12 @@ unsafe extern "C" fn aof_rewrite(
 }
 
 unsafe extern "C" fn mem_usage(value: *const c_void) -> usize {
-    let lock = &*value.cast::<Lock>();
-    std::mem::size_of::<Lock>() + lock.holder_token.heap_len() + lock.owner.heap_len()
+    let stored = &*value.cast::<StoredLock>();
+    std::mem::size_of::<StoredLock>() + stored.heap_len()
 }
 
 unsafe extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
-    let lock = &*value.cast::<Lock>();
+    let lock = (*value.cast::<StoredLock>()).get();
     let mut buffer = [0u8; UUID_LEN];
     let token = lock.token(&mut buffer);
     if let (Some(add_buffer), Some(add_ll), Some(end)) = (
@@ -246,13 +246,14 @@ unsafe extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void)
 }
 
 unsafe extern "C" fn free(value: *mut c_void) {
-    free_value(value.cast::<Lock>());
+    free_value(value.cast::<StoredLock>());
 }
 
 unsafe extern "C" fn unlink(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void) {
-    let Some(lock) = value.cast::<Lock>().as_ref() else {
+    let Some(stored) = value.cast::<StoredLock>().as_ref() else {
         return;
     };
+    let lock = &*stored.get();
     let Some(hooks) = HOOKS.get() else {
         return;
     };

@@ -10,7 +10,9 @@ use std::os::raw::c_int;
 
 use redis_lock_core::errors::LockError;
 use redis_lock_core::holders::Holders;
-use redis_lock_core::lock::{Lock, OwnerLabel};
+use std::borrow::Cow;
+
+use redis_lock_core::lock::{Lock, OwnerLabel, StoredLock};
 use redis_module::{raw, Context, RedisString};
 
 use super::{datatype, holders_type};
@@ -18,7 +20,7 @@ use super::{datatype, holders_type};
 /// What a key holds, for the lock commands.
 pub enum Held<'a> {
     Free,
-    Exclusive(&'a Lock),
+    Exclusive(Cow<'a, Lock>),
     /// A lock held in shared mode (`redisshrd`).
     Shared(&'a Holders),
     /// A semaphore (`redissema`).
@@ -56,8 +58,8 @@ impl LockKey {
 
     /// The exclusive lock on the key: `Ok(None)` when the key is free,
     /// `WRONGTYPE` when it holds anything else (a shared lock included).
-    pub fn lock(&self) -> Result<Option<&Lock>, LockError> {
-        Ok(self.value()?.map(|value| unsafe { &*value }))
+    pub fn lock(&self) -> Result<Option<Cow<'_, Lock>>, LockError> {
+        Ok(self.value()?.map(|value| unsafe { (*value).get() }))
     }
 
     /// What the key holds: free, an exclusive lock, a shared lock or a
@@ -70,7 +72,7 @@ impl LockKey {
         // says it has.
         unsafe {
             Ok(match kind {
-                Kind::Exclusive => Held::Exclusive(&*value.cast::<Lock>()),
+                Kind::Exclusive => Held::Exclusive((*value.cast::<StoredLock>()).get()),
                 Kind::Shared => Held::Shared(&*value.cast::<Holders>()),
                 Kind::Semaphore => Held::Semaphore(&*value.cast::<Holders>()),
             })
@@ -126,10 +128,10 @@ impl LockKey {
         Ok(())
     }
 
-    fn value(&self) -> Result<Option<*mut Lock>, LockError> {
+    fn value(&self) -> Result<Option<*mut StoredLock>, LockError> {
         match self.raw_value()? {
             None => Ok(None),
-            Some((Kind::Exclusive, value)) => Ok(Some(value.cast::<Lock>())),
+            Some((Kind::Exclusive, value)) => Ok(Some(value.cast::<StoredLock>())),
             Some(_) => Err(LockError::WrongType),
         }
     }
@@ -195,20 +197,22 @@ impl LockKey {
         deadline_ms: i64,
         extends: u32,
         owner: Option<&[u8]>,
-    ) -> Result<&Lock, LockError> {
+    ) -> Result<Cow<'_, Lock>, LockError> {
         let value = match self.value()? {
             Some(value) if self.writable => value,
             _ => return Err(LockError::Internal),
         };
         // SAFETY: the value belongs to this open key, which `&mut self` holds.
-        let lock = unsafe { &mut *value };
-        lock.deadline_ms = deadline_ms;
-        lock.extends = extends;
-        if owner.is_some() {
-            lock.owner = OwnerLabel::new(owner);
-        }
+        let stored = unsafe { &mut *value };
+        stored.update(|lock| {
+            lock.deadline_ms = deadline_ms;
+            lock.extends = extends;
+            if owner.is_some() {
+                lock.owner = OwnerLabel::new(owner);
+            }
+        });
         self.set_ttl(Some(deadline_ms));
-        Ok(lock)
+        Ok(stored.get())
     }
 
     /// Make the lock's copy of its deadline equal the key's TTL again, after
@@ -217,8 +221,9 @@ impl LockKey {
     /// several holders keeps a deadline per holder; its TTL is theirs.)
     pub fn mirror_deadline(&self) {
         if let Ok(Some(value)) = self.value() {
+            let deadline_ms = self.deadline().unwrap_or(-1);
             // SAFETY: the value belongs to this open key.
-            unsafe { (*value).deadline_ms = self.deadline().unwrap_or(-1) };
+            unsafe { (*value).update(|lock| lock.deadline_ms = deadline_ms) };
         }
     }
 
