@@ -40,7 +40,8 @@ fn aof_files(dir: &Path) -> Vec<(String, Vec<u8>)> {
     files
 }
 
-/// The commands of an AOF file in the RESP format (not an RDB preamble).
+/// The commands of an AOF file in the RESP format (not an RDB preamble),
+/// packed effects spelled out (`expand_effect`).
 fn aof_commands(bytes: &[u8]) -> Vec<Vec<Vec<u8>>> {
     fn line(bytes: &[u8], at: &mut usize) -> Vec<u8> {
         let end = bytes[*at..]
@@ -73,7 +74,7 @@ fn aof_commands(bytes: &[u8]) -> Vec<Vec<Vec<u8>>> {
             command.push(bytes[at..at + len].to_vec());
             at += len + 2;
         }
-        commands.push(command);
+        commands.push(expand_effect(command));
     }
     commands
 }

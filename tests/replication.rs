@@ -46,6 +46,8 @@ fn assert_same_lock(m: &mut Connection, r: &mut Connection, key: &str) {
 /// A raw replication link: `SYNC`, the RDB skipped, then the command stream.
 struct ReplicationStream {
     reader: BufReader<TcpStream>,
+    /// Packed effects read so far.
+    packed: usize,
 }
 
 impl ReplicationStream {
@@ -57,6 +59,7 @@ impl ReplicationStream {
         stream.write_all(b"SYNC\r\n").unwrap();
         let mut link = Self {
             reader: BufReader::new(stream),
+            packed: 0,
         };
         link.skip_rdb();
         link
@@ -103,7 +106,8 @@ impl ReplicationStream {
         }
     }
 
-    /// The next command in the stream, as strings.
+    /// The next command in the stream, as strings, a packed effect spelled
+    /// out (`expand_effect`; counted in `packed`).
     fn command(&mut self) -> Vec<String> {
         let header = self.line();
         let header = String::from_utf8_lossy(&header).to_string();
@@ -112,7 +116,7 @@ impl ReplicationStream {
             .unwrap_or_else(|| panic!("not a command: {header:?}"))
             .parse()
             .unwrap();
-        (0..n)
+        let raw: Vec<Vec<u8>> = (0..n)
             .map(|_| {
                 let len = self.line();
                 let len: usize = String::from_utf8_lossy(&len)
@@ -123,8 +127,16 @@ impl ReplicationStream {
                 let mut arg = vec![0u8; len + 2];
                 self.reader.read_exact(&mut arg).unwrap();
                 arg.truncate(len);
-                String::from_utf8_lossy(&arg).to_string()
+                arg
             })
+            .collect();
+        let expanded = expand_effect(raw.clone());
+        if expanded != raw {
+            self.packed += 1;
+        }
+        expanded
+            .iter()
+            .map(|arg| String::from_utf8_lossy(arg).to_string())
             .collect()
     }
 
@@ -369,6 +381,8 @@ fn replication_stream_carries_effects_with_absolute_values_only() {
         );
     }
     assert_eq!(effects.len(), 6, "{effects:?}");
+    // The four states went out packed: `LOCK.SETSTATE key token state`.
+    assert_eq!(link.packed, 4);
 
     let deadline_in = |cmd: &[String], at: usize, from: i64, to: i64| {
         let d: i64 = cmd[at].parse().unwrap();
@@ -491,6 +505,7 @@ fn holders_are_replicated_one_by_one_with_absolute_values() {
     assert_eq!(release(&mut con, "rw", "r2"), 1);
     let effects = link.effects_until(|c| c[0] == "DEL");
     assert_eq!(effects.len(), 5, "{effects:?}");
+    assert_eq!(link.packed, 3, "every holder's state went out packed");
     let absolute = |cmd: &[String], at: usize, from: i64, to: i64| {
         let t: i64 = cmd[at].parse().unwrap();
         assert!(t >= from && t <= to, "{cmd:?}: {t} not in [{from}, {to}]");

@@ -6,6 +6,7 @@
 //! an `Err` here replies with it and changes nothing.
 //! `args[0]` is the command name and `args[1]` the key, as Redis passes them.
 
+use crate::effect::{self, Permits};
 use crate::errors::LockError;
 use crate::rules;
 
@@ -320,21 +321,55 @@ pub fn parse_info_as<A: ArgBytes>(args: &[A], arity: LockError) -> Result<(), Lo
     Ok(())
 }
 
+/// A holder's `limit` (0: a shared lock) and `count`, as a master sends them.
+fn check_permits(limit: u32, count: u32) -> Result<(), LockError> {
+    if limit > MAX_PERMITS {
+        return Err(LockError::LimitInvalid);
+    }
+    if count < 1
+        || if limit == 0 {
+            count != 1
+        } else {
+            count > limit
+        }
+    {
+        return Err(LockError::PermitCountInvalid);
+    }
+    Ok(())
+}
+
 /// `LOCK.SETHOLDER key limit count token fence deadline-ms granted-ms
 /// extends [OWNER label]`.
 pub fn parse_setholder<A: ArgBytes>(args: &[A]) -> Result<SetHolderArgs<'_>, LockError> {
+    if args.len() == 4 {
+        // `LOCK.SETHOLDER key token state`, the packed form (`effect.rs`).
+        let token = rules::check_token(args[2].bytes())?;
+        let (permits, state) = effect::unpack(args[3].bytes(), true)?;
+        let Permits { limit, count } = permits.ok_or(LockError::StateInvalid)?;
+        check_permits(limit, count)?;
+        if state.deadline_ms < 0 {
+            return Err(LockError::DeadlineInvalid);
+        }
+        return Ok(SetHolderArgs {
+            limit,
+            count,
+            token,
+            fence: state.fence,
+            deadline_ms: state.deadline_ms,
+            granted_ms: state.granted_ms,
+            extends: state.extends,
+            owner: state.owner,
+        });
+    }
     if args.len() != 9 && args.len() != 11 {
         return Err(LockError::ArityShared);
     }
     let number = |i: usize, error: LockError| parse_i64(args[i].bytes()).ok_or(error);
-    let limit = u32::try_from(number(2, LockError::LimitInvalid)?)
-        .ok()
-        .filter(|l| *l <= MAX_PERMITS)
-        .ok_or(LockError::LimitInvalid)?;
+    let limit =
+        u32::try_from(number(2, LockError::LimitInvalid)?).map_err(|_| LockError::LimitInvalid)?;
     let count = u32::try_from(number(3, LockError::PermitCountInvalid)?)
-        .ok()
-        .filter(|c| *c >= 1 && if limit == 0 { *c == 1 } else { *c <= limit })
-        .ok_or(LockError::PermitCountInvalid)?;
+        .map_err(|_| LockError::PermitCountInvalid)?;
+    check_permits(limit, count)?;
     let token = rules::check_token(args[4].bytes())?;
     let fence = u64::try_from(number(5, LockError::FenceInvalid)?)
         .map_err(|_| LockError::FenceInvalid)
@@ -369,6 +404,19 @@ pub fn parse_setholder<A: ArgBytes>(args: &[A]) -> Result<SetHolderArgs<'_>, Loc
 }
 
 pub fn parse_setstate<A: ArgBytes>(args: &[A]) -> Result<SetStateArgs<'_>, LockError> {
+    if args.len() == 4 {
+        // `LOCK.SETSTATE key token state`, the packed form (`effect.rs`).
+        let token = rules::check_token(args[2].bytes())?;
+        let (_, state) = effect::unpack(args[3].bytes(), false)?;
+        return Ok(SetStateArgs {
+            token,
+            fence: state.fence,
+            deadline_ms: (state.deadline_ms >= 0).then_some(state.deadline_ms),
+            granted_ms: Some(state.granted_ms),
+            extends: state.extends,
+            owner: state.owner,
+        });
+    }
     if !(5..=7).contains(&args.len()) && args.len() != 9 {
         return Err(LockError::AritySetState);
     }
@@ -1047,8 +1095,90 @@ mod tests {
             );
         }
         assert_eq!(
-            parse_setstate(&["LOCK.SETSTATE", "k", "t", "1"]),
+            parse_setstate(&["LOCK.SETSTATE", "k", "t"]),
             Err(LockError::AritySetState)
         );
+        // Four arguments: the packed form, whose state is 24 bytes or more.
+        assert_eq!(
+            parse_setstate(&["LOCK.SETSTATE", "k", "t", "1"]),
+            Err(LockError::StateInvalid)
+        );
+    }
+
+    #[test]
+    fn the_packed_forms_carry_the_same_values_as_the_text_forms() {
+        let state = effect::State {
+            fence: 7,
+            deadline_ms: 1_700_000_030_000,
+            granted_ms: 1_700_000_000_000,
+            extends: 2,
+            owner: Some(b"pod-7"),
+        };
+        let packed = effect::pack(None, &state);
+        let args: [&[u8]; 4] = [b"LOCK.SETSTATE", b"k", b"t", packed.bytes()];
+        let text = [
+            "LOCK.SETSTATE",
+            "k",
+            "t",
+            "7",
+            "1700000030000",
+            "1700000000000",
+            "2",
+            "OWNER",
+            "pod-7",
+        ];
+        assert_eq!(parse_setstate(&args), parse_setstate(&text));
+        let none = effect::pack(
+            None,
+            &effect::State {
+                deadline_ms: -1,
+                owner: None,
+                ..state
+            },
+        );
+        let args: [&[u8]; 4] = [b"LOCK.SETSTATE", b"k", b"t", none.bytes()];
+        assert_eq!(parse_setstate(&args).map(|s| s.deadline_ms), Ok(None));
+        let empty: [&[u8]; 4] = [b"LOCK.SETSTATE", b"k", b"", packed.bytes()];
+        assert_eq!(parse_setstate(&empty), Err(LockError::TokenLength));
+
+        let permits = Some(effect::Permits { limit: 3, count: 2 });
+        let packed = effect::pack(permits, &state);
+        let args: [&[u8]; 4] = [b"LOCK.SETHOLDER", b"k", b"t", packed.bytes()];
+        let text = [
+            "LOCK.SETHOLDER",
+            "k",
+            "3",
+            "2",
+            "t",
+            "7",
+            "1700000030000",
+            "1700000000000",
+            "2",
+            "OWNER",
+            "pod-7",
+        ];
+        assert_eq!(parse_setholder(&args), parse_setholder(&text));
+        for (limit, count, want) in [
+            (3, 4, LockError::PermitCountInvalid),
+            (0, 2, LockError::PermitCountInvalid),
+            (3, 0, LockError::PermitCountInvalid),
+            (MAX_PERMITS + 1, 1, LockError::LimitInvalid),
+        ] {
+            let bad = effect::pack(Some(effect::Permits { limit, count }), &state);
+            let args: [&[u8]; 4] = [b"LOCK.SETHOLDER", b"k", b"t", bad.bytes()];
+            assert_eq!(parse_setholder(&args), Err(want), "{limit} {count}");
+        }
+        let lock_state = effect::pack(None, &state);
+        let args: [&[u8]; 4] = [b"LOCK.SETHOLDER", b"k", b"t", lock_state.bytes()];
+        assert_eq!(parse_setholder(&args), Err(LockError::StateInvalid));
+        let no_deadline = effect::pack(
+            permits,
+            &effect::State {
+                deadline_ms: -1,
+                ..state
+            },
+        );
+        let args: [&[u8]; 4] = [b"LOCK.SETHOLDER", b"k", b"t", no_deadline.bytes()];
+        assert_eq!(parse_setholder(&args), Err(LockError::DeadlineInvalid));
     }
 }

@@ -105,6 +105,8 @@ pub enum LockError {
     DeadlineInvalid,
     GrantedInvalid,
     ExtendsInvalid,
+    /// A packed state (`LOCK.SETSTATE key token state`) of the wrong length.
+    StateInvalid,
     /// The next fence would pass 2^53 - 1.
     FenceExhausted,
     WrongType,
@@ -227,6 +229,7 @@ impl LockError {
             }
             LockError::GrantedInvalid => c"ERR granted-ms must be a unix time in milliseconds",
             LockError::ExtendsInvalid => c"ERR extends must be an integer from 0 to 4294967295",
+            LockError::StateInvalid => c"ERR state is not a packed state of this command",
             LockError::FenceExhausted => {
                 c"ERR fence space exhausted: the next fence would exceed 2^53-1"
             }
@@ -266,7 +269,7 @@ impl std::error::Error for LockError {}
 mod tests {
     use super::*;
 
-    const ALL: [LockError; 66] = [
+    const ALL: [LockError; 67] = [
         LockError::HolderInternal,
         LockError::ArityDelHolder,
         LockError::ArityShared,
@@ -302,6 +305,7 @@ mod tests {
         LockError::WaitNoPerm,
         LockError::GrantedInvalid,
         LockError::ExtendsInvalid,
+        LockError::StateInvalid,
         LockError::SyntaxRepeatedSession,
         LockError::HoldLimit,
         LockError::ExtendLimit,
@@ -401,6 +405,7 @@ mod tests {
             | LockError::SessionInScript
             | LockError::GrantedInvalid
             | LockError::ExtendsInvalid
+            | LockError::StateInvalid
             | LockError::HoldLimit
             | LockError::ExtendLimit
             | LockError::WaitersLimit

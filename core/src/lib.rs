@@ -21,6 +21,7 @@
 
 pub mod args;
 pub mod decide;
+pub mod effect;
 pub mod errors;
 pub mod holders;
 pub mod lock;

@@ -1,5 +1,8 @@
-//! `LOCK.SETHOLDER key limit count token fence deadline-ms granted-ms extends
-//! [OWNER label]` and `LOCK.DELHOLDER key token`: one holder of a shared lock
+//! `LOCK.SETHOLDER key token state` (limit, count, fence, deadline, grant
+//! time, extensions and label packed, `redis_lock_core::effect`; or the text
+//! form of earlier versions and AOF rewrites, `LOCK.SETHOLDER key limit count
+//! token fence deadline-ms granted-ms extends [OWNER label]`) and
+//! `LOCK.DELHOLDER key token`: one holder of a shared lock
 //! (`limit` 0) or of a semaphore, added or updated, or taken out, as its
 //! effect. The master replicates every change of a key with several holders
 //! as these, and the AOF records them, with every value explicit; the key's

@@ -1,6 +1,8 @@
-//! `LOCK.SETSTATE key token fence deadline-ms [granted-ms [extends [OWNER
-//! label]]]`: a
-//! grant or an extension as its effect.
+//! `LOCK.SETSTATE key token state` (the fence, deadline, grant time,
+//! extensions and label packed, `redis_lock_core::effect`), or the text form
+//! of earlier versions and of AOF rewrites, `LOCK.SETSTATE key token fence
+//! deadline-ms [granted-ms [extends [OWNER label]]]`: a grant or an extension
+//! as its effect.
 //!
 //! The master replicates every grant as this command, and the AOF records it,
 //! with every value explicit, so a replica or a replay reaches the same state

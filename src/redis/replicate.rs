@@ -7,6 +7,7 @@ use std::os::raw::c_char;
 use std::ptr::null_mut;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicPtr, AtomicU64, Ordering};
 
+use redis_lock_core::effect::{self, Permits, State};
 use redis_module::{raw, Context, RedisString};
 
 use super::server;
@@ -94,52 +95,40 @@ pub struct LockState<'a> {
     pub owner: Option<&'a [u8]>,
 }
 
-/// `LOCK.SETSTATE key token fence deadline-ms granted-ms [extends [OWNER
-/// label]]`: a lock's whole state with every value explicit, `extends` left
-/// out when it is 0 and there is no label (most grants), which saves one
-/// more argument on the hot path.
-/// Numbers go out as text formatted here (`b` buffers): Redis' own `l`
-/// conversion costs more per call, and this runs on every grant.
+/// `LOCK.SETSTATE key token state`: a lock's whole state with every value
+/// explicit, packed into one argument (`redis_lock_core::effect`): the
+/// server copies and formats each argument for every reader, so three
+/// fewer arguments is what each grant saves while anything reads.
 pub fn lock_state(ctx: &Context, key: &RedisString, lock: &LockState) {
     if unread(ctx) {
         return count_only(ctx);
     }
-    let token = lock.token;
-    let mut fence = itoa::Buffer::new();
-    let fence = fence.format(lock.fence);
-    let mut deadline = itoa::Buffer::new();
-    let deadline = deadline.format(lock.deadline_ms);
-    let mut granted = itoa::Buffer::new();
-    let granted = granted.format(lock.granted_ms);
-    let mut extends = itoa::Buffer::new();
-    let extends = extends.format(lock.extends);
-    let owner = lock.owner.unwrap_or_default();
-    let format = match (lock.extends, lock.owner) {
-        (0, None) => c"sbbbb",
-        (_, None) => c"sbbbbb",
-        (_, Some(_)) => c"sbbbbbcb",
-    };
+    let state = effect::pack(
+        None,
+        &State {
+            fence: lock.fence,
+            deadline_ms: lock.deadline_ms,
+            granted_ms: lock.granted_ms,
+            extends: lock.extends,
+            owner: lock.owner,
+        },
+    );
+    send_packed(ctx, c"LOCK.SETSTATE", key, lock.token, state.bytes());
+}
+
+/// `command key token state`.
+fn send_packed(ctx: &Context, command: &CStr, key: &RedisString, token: &[u8], state: &[u8]) {
     unsafe {
         if let Some(replicate) = raw::RedisModule_Replicate {
-            // With a shorter format, Redis does not read the last arguments.
             replicate(
                 ctx.get_raw(),
-                c"LOCK.SETSTATE".as_ptr(),
-                format.as_ptr(),
+                command.as_ptr(),
+                c"sbb".as_ptr(),
                 key.inner,
                 token.as_ptr().cast::<c_char>(),
                 token.len(),
-                fence.as_ptr().cast::<c_char>(),
-                fence.len(),
-                deadline.as_ptr().cast::<c_char>(),
-                deadline.len(),
-                granted.as_ptr().cast::<c_char>(),
-                granted.len(),
-                extends.as_ptr().cast::<c_char>(),
-                extends.len(),
-                c"OWNER".as_ptr(),
-                owner.as_ptr().cast::<c_char>(),
-                owner.len(),
+                state.as_ptr().cast::<c_char>(),
+                state.len(),
             );
         }
     }
@@ -194,9 +183,9 @@ pub fn touched(ctx: &Context, key: &RedisString) {
 }
 
 /// One holder of a shared lock (`limit` 0) or of a semaphore, as
-/// `LOCK.SETHOLDER key limit count token fence deadline-ms granted-ms extends
-/// [OWNER label]`: every value explicit, so a replica or a replay adds or
-/// updates exactly this holder.
+/// `LOCK.SETHOLDER key token state`, its limit, count, fence, deadline, grant
+/// time, extensions and label packed as for `LOCK.SETSTATE`: every value
+/// explicit, so a replica or a replay adds or updates exactly this holder.
 pub struct HolderState<'a> {
     pub limit: u32,
     pub count: u32,
@@ -212,58 +201,20 @@ pub fn holder(ctx: &Context, key: &RedisString, h: &HolderState) {
     if unread(ctx) {
         return count_only(ctx);
     }
-    let mut limit = itoa::Buffer::new();
-    let limit = limit.format(h.limit);
-    let mut count = itoa::Buffer::new();
-    let count = count.format(h.count);
-    let mut fence = itoa::Buffer::new();
-    let fence = fence.format(h.fence);
-    let mut deadline = itoa::Buffer::new();
-    let deadline = deadline.format(h.deadline_ms);
-    let mut granted = itoa::Buffer::new();
-    let granted = granted.format(h.granted_ms);
-    let mut extends = itoa::Buffer::new();
-    let extends = extends.format(h.extends);
-    let owner = h.owner.unwrap_or_default();
-    let format = if h.owner.is_some() {
-        c"sbbbbbbbcb"
-    } else {
-        c"sbbbbbbb"
-    };
-    let text = |s: &str| (s.as_ptr().cast::<c_char>(), s.len());
-    let (limit, limit_len) = text(limit);
-    let (count, count_len) = text(count);
-    let (fence, fence_len) = text(fence);
-    let (deadline, deadline_len) = text(deadline);
-    let (granted, granted_len) = text(granted);
-    let (extends, extends_len) = text(extends);
-    unsafe {
-        if let Some(replicate) = raw::RedisModule_Replicate {
-            replicate(
-                ctx.get_raw(),
-                c"LOCK.SETHOLDER".as_ptr(),
-                format.as_ptr(),
-                key.inner,
-                limit,
-                limit_len,
-                count,
-                count_len,
-                h.token.as_ptr().cast::<c_char>(),
-                h.token.len(),
-                fence,
-                fence_len,
-                deadline,
-                deadline_len,
-                granted,
-                granted_len,
-                extends,
-                extends_len,
-                c"OWNER".as_ptr(),
-                owner.as_ptr().cast::<c_char>(),
-                owner.len(),
-            );
-        }
-    }
+    let state = effect::pack(
+        Some(Permits {
+            limit: h.limit,
+            count: h.count,
+        }),
+        &State {
+            fence: h.fence,
+            deadline_ms: h.deadline_ms,
+            granted_ms: h.granted_ms,
+            extends: h.extends,
+            owner: h.owner,
+        },
+    );
+    send_packed(ctx, c"LOCK.SETHOLDER", key, h.token, state.bytes());
 }
 
 /// `LOCK.DELHOLDER key token`: one holder is gone (released or expired);
