@@ -180,32 +180,77 @@ def memory_per_holder(summary, out):
     plt.close(fig)
 
 
+def bars(ax, groups, series, title, unit_label, fmt="{:.3g}"):
+    """Grouped bars: `groups` are x labels, `series` (label, values) one bar each per group."""
+    width = 0.8 / max(len(series), 1)
+    for i, (label, values) in enumerate(series):
+        xs = [x + i * width for x in range(len(groups))]
+        values = [v if v is not None else math.nan for v in values]
+        drawn = ax.bar(xs, values, width=width, color=COLORS[i % len(COLORS)], label=label)
+        for bar, value in zip(drawn, values):
+            if not math.isnan(value):
+                ax.text(bar.get_x() + bar.get_width() / 2, bar.get_height(), fmt.format(value),
+                        ha="center", va="bottom", fontsize=7)
+    ax.set_xticks([x + 0.4 - width / 2 for x in range(len(groups))])
+    ax.set_xticklabels(groups, fontsize=8)
+    ax.set_ylabel(unit_label, fontsize=8)
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=7)
+
+
 def scale_latency(summary, out):
     rows = summary["scale"]
     if not rows:
         return
-    panels = [
-        ("client (lock-load, includes the round trip), ms", 1000.0,
+    release = summary.get("scale_release") or []
+    memory = summary.get("scale_memory")
+    leave = summary.get("scale_leave") or []
+    fig, axes = plt.subplots(2, 3, figsize=(16, 8.4))
+    groups = [f"{row['held']:,} held locks,\n{row.get('waiters', 0):,} waiters" for row in rows]
+    for ax, (title, scale, fields) in zip(axes[0][:2], [
+        ("ACQUIRE, client (lock-load, includes the round trip), ms", 1000.0,
          [("client_p50_us", "p50"), ("client_p99_us", "p99"), ("client_p999_us", "p999")]),
-        ("server (INFO latencystats), µs", 1.0,
+        ("ACQUIRE, server (INFO latencystats), µs", 1.0,
          [("server_p50_us", "p50"), ("server_p99_us", "p99"), ("server_p999_us", "p99.9")]),
-    ]
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
-    width = 0.8 / len(rows)
-    for ax, (title, scale, fields) in zip(axes, panels):
-        for i, row in enumerate(rows):
-            values = [(row[f] or 0) / scale for f, _ in fields]
-            xs = [x + i * width for x in range(len(fields))]
-            bars = ax.bar(xs, values, width=width, color=COLORS[i % len(COLORS)],
-                          label=f"{row['held']:,} held locks")
-            for bar, value in zip(bars, values):
-                ax.text(bar.get_x() + bar.get_width() / 2, bar.get_height(), f"{value:.3g}",
-                        ha="center", va="bottom", fontsize=7)
-        ax.set_xticks([x + 0.4 - width / 2 for x in range(len(fields))])
-        ax.set_xticklabels([name for _, name in fields])
-        ax.set_title(title, fontsize=10)
-        ax.legend(fontsize=8)
-    fig.suptitle(f"LOCK.ACQUIRE latency with few and many held locks ({rows[0]['server']})")
+    ]):
+        bars(ax, groups, [(name, [(row[f] or 0) / scale for row in rows]) for f, name in fields],
+             title, "ms" if scale > 1 else "µs")
+    ax = axes[0][2]
+    if memory:
+        bars(ax, ["a client in BLPOP", "a waiter in LOCK.ACQUIRE … WAIT"], [
+            ("its connection", [memory["per_connection"], memory["per_connection"]]),
+            ("its wait", [memory["per_blpop"], memory["per_wait"]]),
+            ("in all", [memory["per_connection"] + memory["per_blpop"], memory["per_waiter"]]),
+        ], f"memory per blocked client ({memory['waiters']:,} clients, used_memory deltas)",
+             "bytes", fmt="{:,.0f}")
+    else:
+        ax.axis("off")
+    if release:
+        labels = [f"{r['queue']:,}" for r in release]
+        bars(axes[1][0], labels, [
+            ("p50", [r["client_p50_us"] for r in release]),
+            ("p99", [r["client_p99_us"] for r in release]),
+        ], "RELEASE by waiters on its key: client round trip, µs", "µs")
+        axes[1][0].set_xlabel("waiters on the key", fontsize=8)
+        bars(axes[1][1], labels, [
+            ("p50", [r["server_p50_us"] for r in release]),
+            ("p99", [r["server_p99_us"] for r in release]),
+            ("mean", [r["server_mean_us"] for r in release]),
+        ], "RELEASE by waiters on its key: server (latencystats, commandstats), µs", "µs")
+        axes[1][1].set_xlabel("waiters on the key", fontsize=8)
+    else:
+        axes[1][0].axis("off")
+        axes[1][1].axis("off")
+    if leave:
+        names = {"head": "head of\nthe longest queue", "tail": "tail of\nthe longest queue",
+                 "spread": "spread keys"}
+        bars(axes[1][2], [f"{names.get(r['from'], r['from'])}\n({r['queue_before']:,} queued)"
+                          if r["from"] != "spread" else names["spread"] for r in leave],
+             [("server CPU per waiter", [r["server_cpu_us_per_waiter"] for r in leave])],
+             f"waiters leaving (disconnect), {leave[0]['waiters']:,} each, µs", "µs")
+    else:
+        axes[1][2].axis("off")
+    fig.suptitle(f"Scale: many held locks and many waiters ({rows[0]['server']})")
     fig.tight_layout()
     fig.savefig(out / "scale_latency.png", dpi=110)
     plt.close(fig)

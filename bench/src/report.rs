@@ -64,6 +64,12 @@ impl Profile {
                 holders_per_key: vec![1, 10, 100, 1000],
                 holders: 100_000,
             },
+            // About 1 minute: a million locks loaded (~8 s), the waiters
+            // connected, blocked in BLPOP and queued (~20 s, each state
+            // settled ≥ 3 s for its memory reading), six 3 s ACQUIRE runs
+            // with their SET references (~30 s), 5,000 RELEASEs (~1 s),
+            // waiters leaving. The waiters are as many as the open-file
+            // limits allow (section 4 says how many, and why).
             scale: scale::Settings {
                 rounds: 3,
                 held: [1_000, 1_000_000],
@@ -71,6 +77,15 @@ impl Profile {
                 keys: 10_000,
                 duration_ms: 3000,
                 set_requests: 200_000,
+                waiters: 100_000,
+                waiter_keys: 10_000,
+                release_queues: vec![0, 1, 2, 100, 10_000],
+                release_rounds: 5,
+                release_samples: 200,
+                leavers: 2_000,
+                addresses: 5,
+                settle_min_ms: 3_000,
+                settle_max_ms: 10_000,
             },
             // About 195 s: release ~0.47 s and expiry ~0.63 s per round
             // of three recipes (a quarter more with readers-wait), then
@@ -137,6 +152,15 @@ impl Profile {
                 keys: 64,
                 duration_ms: 300,
                 set_requests: 2_000,
+                waiters: 300,
+                waiter_keys: 16,
+                release_queues: vec![0, 1, 2, 10, 100],
+                release_rounds: 2,
+                release_samples: 20,
+                leavers: 20,
+                addresses: 2,
+                settle_min_ms: 0,
+                settle_max_ms: 1_000,
             },
             waiting: waiting::Settings {
                 release_rounds: 6,
@@ -189,7 +213,7 @@ pub struct Results {
     pub elapsed_s: f64,
     pub servers: Vec<ServerResults>,
     pub contention: Vec<contention::Run>,
-    pub scale: Vec<scale::Run>,
+    pub scale: Option<scale::ScaleResults>,
     pub waiting: Option<WaitingResults>,
     /// One per server (Redis, Valkey).
     pub observe: Vec<ObserveResults>,
@@ -265,6 +289,8 @@ pub struct HolderMemoryRow {
 pub struct ScaleRow {
     pub server: String,
     pub held: u64,
+    /// Clients waiting on the server during the runs.
+    pub waiters: u64,
     pub cycles_per_s: f64,
     pub client_p50_us: f64,
     pub client_p99_us: f64,
@@ -329,6 +355,10 @@ pub struct Summary {
     pub memory: Vec<MemoryRow>,
     pub holder_memory: Vec<HolderMemoryRow>,
     pub scale: Vec<ScaleRow>,
+    /// RELEASE on keys with queues of set lengths (0: nobody waits).
+    pub scale_release: Vec<scale::ReleaseRow>,
+    pub scale_memory: Option<scale::WaiterMemoryRow>,
+    pub scale_leave: Vec<scale::LeaveRun>,
     pub handoff: Vec<HandoffRow>,
     pub fairness: Vec<FairnessRow>,
     pub observe: Vec<ObserveRow>,
@@ -363,6 +393,9 @@ pub fn summarise(results: &Results) -> Summary {
         memory: Vec::new(),
         holder_memory: Vec::new(),
         scale: Vec::new(),
+        scale_release: Vec::new(),
+        scale_memory: None,
+        scale_leave: Vec::new(),
         handoff: Vec::new(),
         fairness: Vec::new(),
         observe: Vec::new(),
@@ -494,14 +527,16 @@ pub fn summarise(results: &Results) -> Summary {
             }
         }
     }
+    let scale_runs = results.scale.as_ref().map_or(&[][..], |s| &s.runs[..]);
     for held in results.profile.scale.held {
-        let runs: Vec<&scale::Run> = results.scale.iter().filter(|r| r.held == held).collect();
+        let runs: Vec<&scale::Run> = scale_runs.iter().filter(|r| r.held == held).collect();
         if runs.is_empty() {
             continue;
         }
         summary.scale.push(ScaleRow {
             server: runs[0].server.clone(),
             held,
+            waiters: runs[0].waiters,
             cycles_per_s: med(runs.iter().map(|r| r.summary.cycles_per_s)),
             client_p50_us: med(runs.iter().map(|r| r.summary.acquire.p50_us as f64)),
             client_p99_us: med(runs.iter().map(|r| r.summary.acquire.p99_us as f64)),
@@ -513,6 +548,11 @@ pub fn summarise(results: &Results) -> Summary {
             set_p99_us: med_opt(runs.iter().map(|r| r.set_p99_us)),
             set_p999_us: med_opt(runs.iter().map(|r| r.set_p999_us)),
         });
+    }
+    if let Some(scale) = &results.scale {
+        summary.scale_release = scale::release_rows(scale);
+        summary.scale_memory = scale::memory_row(scale);
+        summary.scale_leave = scale.leave.clone();
     }
     if let Some(waiting) = &results.waiting {
         for handoffs in [&waiting.release, &waiting.expiry] {
@@ -842,16 +882,81 @@ fn goals_section(md: &mut String, results: &Results, summary: &Summary) {
         );
         let _ = writeln!(
             md,
-            "| ACQUIRE p99 flat from {} to {} held locks (within 25%) | {} | client p99 {} | server p99 {} | {} |",
-            number(small.held as f64),
+            "| ACQUIRE p99 with {} held locks and {} waiters within 25% of {} held locks | {} | client p99 {} | server p99 {} | {}{} |",
             number(large.held as f64),
+            number(large.waiters as f64),
+            number(small.held as f64),
             large.server,
             ratio(growth),
             server_growth,
-            verdict(growth <= 1.25)
+            verdict(growth <= 1.25),
+            fewer_waiters_note(results)
+        );
+    }
+    // O(1): the longest queue's RELEASE against the shortest that goes
+    // through the same steps (a hand-off, then a look at the next waiter),
+    // 2 waiters; 1 waiter shown beside it.
+    let release = |queue: u64| summary.scale_release.iter().find(|r| r.queue == queue);
+    let longest = summary.scale_release.iter().max_by_key(|r| r.queue);
+    if let (Some(two), Some(long), Some(scale)) = (release(2), longest, &results.scale) {
+        let growth = |a: Option<f64>, b: Option<f64>| a.zip(b).map(|(a, b)| b / a);
+        let mean = growth(two.server_mean_us, long.server_mean_us);
+        let cell = |v: Option<f64>| v.map_or("–".into(), ratio);
+        let asked = results
+            .profile
+            .scale
+            .release_queues
+            .iter()
+            .copied()
+            .max()
+            .unwrap_or(0);
+        let short = (long.queue < asked).then(|| {
+            format!(
+                " (at {} of the {} waiters asked for on its key: section 4)",
+                number(long.queue as f64),
+                number(asked as f64)
+            )
+        });
+        let _ = writeln!(
+            md,
+            "| RELEASE with {} waiters on its key O(1): server time within 25% of a key with 2 waiters | {} | server mean {} (p50 {}, p99 {}); against 1 waiter: {} | client p50 {} | {}{} |",
+            number(long.queue as f64),
+            scale.server,
+            cell(mean),
+            cell(growth(two.server_p50_us, long.server_p50_us)),
+            cell(growth(two.server_p99_us, long.server_p99_us)),
+            cell(release(1).and_then(|one| growth(one.server_mean_us, long.server_mean_us))),
+            cell(growth(two.client_p50_us, long.client_p50_us)),
+            verdict(mean.is_some_and(|m| m <= 1.25)),
+            short.unwrap_or_default()
+        );
+    }
+    if let (Some(memory), Some(scale)) = (&summary.scale_memory, &results.scale) {
+        let _ = writeln!(
+            md,
+            "| Memory per waiter, reported ({} waiters) | {} | {} B: connection {} + wait {} | a client in BLPOP: {} B + connection | reported |",
+            number(memory.waiters as f64),
+            scale.server,
+            number(memory.per_waiter),
+            number(memory.per_connection),
+            number(memory.per_wait),
+            number(memory.per_blpop)
         );
     }
     let _ = writeln!(md);
+}
+
+/// ", with 19,868 of the 100,000 waiters asked for" when the scale section
+/// could not connect them all.
+fn fewer_waiters_note(results: &Results) -> String {
+    match &results.scale {
+        Some(scale) if scale.waiters.placed < scale.waiters.asked => format!(
+            ", with {} of the {} waiters asked for (section 4)",
+            number(scale.waiters.placed as f64),
+            number(scale.waiters.asked as f64)
+        ),
+        _ => String::new(),
+    }
 }
 
 fn throughput_section(md: &mut String, results: &Results, summary: &Summary, img: &str) {
@@ -1201,36 +1306,77 @@ fn memory_section(md: &mut String, results: &Results, summary: &Summary, img: &s
 }
 
 fn scale_section(md: &mut String, results: &Results, summary: &Summary, img: &str) {
-    if results.scale.is_empty() {
+    let Some(scale) = &results.scale else {
         return;
-    }
+    };
     let settings = &results.profile.scale;
+    let setup = &scale.waiters;
+    let _ = writeln!(md, "## 4. Scale: many held locks and many waiters\n");
     let _ = writeln!(
         md,
-        "## 4. Scale: ACQUIRE latency with few and many held locks\n"
-    );
-    let _ = writeln!(
-        md,
-        "Two servers of the same binary ({}) run side by side; one holds {} locks and \
-         the other {} (`LOCK.ACQUIRE held:<n> 3600000`). The same uncontended \
-         workload then alternates between them, {} rounds of {:.1} s: {} contenders, \
-         each cycling through keys of its own (no contention, no hold), so every \
-         ACQUIRE is a grant on a free key and the key count stays put. Client \
-         latency includes the round trip; server latency is Redis' own per-command \
-         histogram (`INFO latencystats`, reset before each run). Medians over rounds.\n",
-        results.scale[0].server,
+        "Two servers of the same binary ({}) run side by side. The small one holds {} \
+         locks; the large one holds {} (`LOCK.ACQUIRE held:<n> 3600000`, pipelined) \
+         and has {} clients blocked in `LOCK.ACQUIRE … WAIT`, each on a connection of \
+         its own: queues of {} waiters on keys of their own (`scale:queue:<L>`, each \
+         also held by a connection that waited), whose RELEASE is timed below, and {} \
+         waiters spread over {} of the held locks. This section took {:.0} s: {:.0} s \
+         to load the locks and place the waiters, {:.0} s of ACQUIRE runs, {:.0} s of \
+         RELEASEs, {:.0} s for waiters leaving.\n",
+        scale.server,
         number(settings.held[0] as f64),
         number(settings.held[1] as f64),
+        number(setup.placed as f64),
+        setup
+            .queues
+            .iter()
+            .map(|l| number(*l as f64))
+            .collect::<Vec<_>>()
+            .join(", "),
+        number(setup.spread as f64),
+        number(setup.spread_keys as f64),
+        scale.setup_s + scale.acquire_s + scale.release_s + scale.leave_s,
+        scale.setup_s,
+        scale.acquire_s,
+        scale.release_s,
+        scale.leave_s
+    );
+    if let Some(why) = &setup.limited_by {
+        let _ = writeln!(
+            md,
+            "**{} waiters were asked for; {} could be connected.** Every waiter is a \
+             blocked client, so it holds a file descriptor in the server and one in the \
+             harness, and both are capped by their open-file limit. Here {why}. Ephemeral \
+             ports are not the limit: the waiters' connections go to {} loopback \
+             addresses in turn (127.0.0.1 and up, all served by the large server), each \
+             with its own ~28,000 ports.\n",
+            number(setup.asked as f64),
+            number(setup.placed as f64),
+            setup.addresses
+        );
+    }
+    let _ = writeln!(
+        md,
+        "The waiters' commands (connecting them took {:.1} s, queueing them {:.1} s):\n\n```\n{}\n```\n",
+        setup.connect_s,
+        setup.queue_s,
+        scale::waiter_commands()[..2].join("\n")
+    );
+
+    let _ = writeln!(md, "### 4.1 ACQUIRE latency\n");
+    let _ = writeln!(
+        md,
+        "The same uncontended workload alternates between the two servers, {} rounds \
+         of {:.1} s: {} contenders, each cycling through keys of its own (no \
+         contention, no hold), so every ACQUIRE is a grant on a free key and the key \
+         count stays put. Client latency includes the round trip; server latency is \
+         Redis' own per-command histogram (`INFO latencystats`, reset before each \
+         run). Medians over rounds. After each run, the same server gets a \
+         reference: plain `SET … PX` on fresh keys with `redis-benchmark`, its \
+         latency read the same way, to separate what the module costs from what a \
+         larger keyspace (and expiry table) costs every write.\n",
         settings.rounds,
         settings.duration_ms as f64 / 1000.0,
         settings.contenders
-    );
-    let _ = writeln!(
-        md,
-        "After each run, the same server gets a reference: plain `SET … PX` on fresh \
-         keys with `redis-benchmark`, its latency read the same way, to separate \
-         what the module costs from what a larger keyspace (and expiry table) costs \
-         every write.\n"
     );
     let _ = writeln!(
         md,
@@ -1240,18 +1386,19 @@ fn scale_section(md: &mut String, results: &Results, summary: &Summary, img: &st
     );
     let _ = writeln!(
         md,
-        "| Held locks | Cycles/s | Client p50 | p99 | p999 | Server p50 | p99 | p99.9 | SET PX server p50 | p99 | p99.9 |"
+        "| Held locks | Waiters | Cycles/s | Client p50 | p99 | p999 | Server p50 | p99 | p99.9 | SET PX server p50 | p99 | p99.9 |"
     );
     let _ = writeln!(
         md,
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
     );
     for row in &summary.scale {
         let opt = |v: Option<f64>| v.map_or("–".into(), micros);
         let _ = writeln!(
             md,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             number(row.held as f64),
+            number(row.waiters as f64),
             number(row.cycles_per_s),
             micros(row.client_p50_us),
             micros(row.client_p99_us),
@@ -1265,7 +1412,165 @@ fn scale_section(md: &mut String, results: &Results, summary: &Summary, img: &st
         );
     }
     let _ = writeln!(md);
-    let _ = writeln!(md, "![ACQUIRE latency at scale]({img}/scale_latency.png)\n");
+
+    // Server latencies of a few µs: one decimal.
+    let fine = |v: Option<f64>| match v {
+        Some(us) if us < 100.0 => format!("{us:.1} µs"),
+        Some(us) => micros(us),
+        None => "–".into(),
+    };
+    if !summary.scale_release.is_empty() {
+        let _ = writeln!(md, "### 4.2 RELEASE with a queue on its key\n");
+        let _ = writeln!(
+            md,
+            "On the large server, waiters and all, after the ACQUIRE runs: `LOCK.RELEASE` \
+             of a key nobody waits for (`scale:free`, taken again before each), and of \
+             each queue's key: every RELEASE there hands the lock to the queue's head \
+             (its grant is read on the head's connection, in queue order), then the \
+             previous holder queues again at the tail with a new token, so the queue \
+             keeps its length. {} rounds of {} RELEASEs per key, the keys in turn \
+             (reversed on odd rounds), one at a time on one connection. Server figures \
+             are `INFO latencystats` and `commandstats` (`usec_per_call`, the mean) for \
+             `lock.release`, reset before each run, medians over rounds; client figures \
+             are percentiles of every round trip. A RELEASE with waiters does the \
+             hand-off inside the command (the grant, its fence, its effect and event, \
+             unblocking the waiter), and with more than one it then looks at the next \
+             waiter (is the key free for it, when to look again): the 2-waiter key \
+             does every step, so O(1) means the longest queue costs what it does.\n",
+            settings.release_rounds, settings.release_samples
+        );
+        let _ = writeln!(
+            md,
+            "| Waiters on the key | RELEASEs | Client p50 | p99 | Server p50 | p99 | p99.9 | mean |"
+        );
+        let _ = writeln!(md, "| --- | --- | --- | --- | --- | --- | --- | --- |");
+        for row in &summary.scale_release {
+            let _ = writeln!(
+                md,
+                "| {} | {} | {} | {} | {} | {} | {} | {} |",
+                number(row.queue as f64),
+                number(row.samples as f64),
+                fine(row.client_p50_us),
+                fine(row.client_p99_us),
+                fine(row.server_p50_us),
+                fine(row.server_p99_us),
+                fine(row.server_p999_us),
+                fine(row.server_mean_us)
+            );
+        }
+        let _ = writeln!(md);
+    }
+
+    if let Some(memory) = &summary.scale_memory {
+        let _ = writeln!(md, "### 4.3 Memory per waiter\n");
+        let _ = writeln!(
+            md,
+            "`used_memory` of the large server, each reading taken once it has stopped \
+             moving (at least {:.0} s after the last command: Redis trims an idle \
+             client's buffers after 2 s): before the waiters; with their {} connections \
+             open and idle (after `CLIENT ID`); with each blocked in `BLPOP blpop:<key> 0` \
+             (the reference: a client that Redis itself blocks, on list keys laid out \
+             as the locks), then idle again once `RPUSH` woke them; and with {} of them \
+             waiting in `LOCK.ACQUIRE … WAIT` (and one holding each queue's key). Per \
+             connection for the first two, per waiter for the wait:\n",
+            settings.settle_min_ms as f64 / 1000.0,
+            number(setup.connections as f64),
+            number(memory.waiters as f64)
+        );
+        let _ = writeln!(
+            md,
+            "| | Bytes per client | `used_memory` from | to |\n| --- | --- | --- | --- |"
+        );
+        let rows = [
+            (
+                "An idle connection",
+                memory.per_connection,
+                setup.memory_before,
+                setup.memory_connected,
+            ),
+            (
+                "+ blocked in BLPOP",
+                memory.per_blpop,
+                setup.memory_connected,
+                setup.memory_blpop,
+            ),
+            (
+                "+ waiting in LOCK.ACQUIRE … WAIT",
+                memory.per_wait,
+                setup.memory_idle,
+                setup.memory_waiting,
+            ),
+        ];
+        for (what, bytes, from, to) in rows {
+            let _ = writeln!(
+                md,
+                "| {what} | {} | {} | {} |",
+                number(bytes),
+                number(from as f64),
+                number(to as f64)
+            );
+        }
+        let _ = writeln!(
+            md,
+            "| **A waiter** (connection + wait) | **{}** | | |\n",
+            number(memory.per_waiter)
+        );
+        let _ = writeln!(
+            md,
+            "Most of a waiter's cost is Redis': every client that a module blocks \
+             (`RedisModule_BlockClient`) gets two fake clients of its own (the blocked \
+             client's `reply_client` and `thread_safe_ctx_client`), each with an output \
+             buffer, which a client in `BLPOP` does not. The module's own entry (the \
+             waiter's lease, token, owner and ACL user, its place in the queue, its \
+             timeout timer) is in the same delta and cannot be told apart from it \
+             there.\n"
+        );
+    }
+
+    if !summary.scale_leave.is_empty() {
+        let _ = writeln!(md, "### 4.4 Waiters leaving\n");
+        let _ = writeln!(
+            md,
+            "Last, waiters disconnect (as on a timeout or a `CLIENT KILL`, a waiter \
+             leaves its queue from wherever it is): {} from the head of the longest queue \
+             in queue order, then {} from its tail, last come first, then {} from the \
+             spread keys, one per key. The server's main-thread CPU time from the first \
+             close until `INFO lock` counts them gone, per waiter (it includes Redis \
+             freeing the client):\n",
+            number(settings.leavers as f64),
+            number(settings.leavers as f64),
+            number(settings.leavers as f64)
+        );
+        let _ = writeln!(
+            md,
+            "| Leaving from | Waiters | Longest queue before | Server CPU per waiter | Wall time |"
+        );
+        let _ = writeln!(md, "| --- | --- | --- | --- | --- |");
+        for run in &summary.scale_leave {
+            let from = match run.from {
+                "head" => "the head of the longest queue",
+                "tail" => "the tail of the longest queue",
+                _ => "the spread keys",
+            };
+            let queue_before = if run.from == "spread" {
+                "–".to_string()
+            } else {
+                number(run.queue_before as f64)
+            };
+            let _ = writeln!(
+                md,
+                "| {from} | {} | {queue_before} | {} | {:.0} ms |",
+                number(run.waiters as f64),
+                fine(Some(run.server_cpu_us_per_waiter)),
+                run.wall_ms
+            );
+        }
+        let _ = writeln!(md);
+    }
+    let _ = writeln!(
+        md,
+        "![ACQUIRE and RELEASE latency at scale, memory per waiter]({img}/scale_latency.png)\n"
+    );
 }
 
 fn waiting_section(md: &mut String, results: &Results, summary: &Summary, img: &str) {

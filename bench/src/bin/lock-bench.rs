@@ -136,7 +136,7 @@ fn run(args: &Args) -> Result<(), String> {
         elapsed_s: 0.0,
         servers: Vec::new(),
         contention: Vec::new(),
-        scale: Vec::new(),
+        scale: None,
         waiting: None,
         observe: Vec::new(),
     };
@@ -257,8 +257,16 @@ fn run(args: &Args) -> Result<(), String> {
         drop(server);
         if spec.contention_and_scale && wanted("scale") {
             let small = Server::start(&spec.binary, &module, &args.work_dir)?;
-            let large = Server::start(&spec.binary, &module, &args.work_dir)?;
-            results.scale = scale::run(&small, &large, &lock_load, &profile.scale, &mut progress)?;
+            let large_args = scale::large_server_args(&profile.scale);
+            let large_args: Vec<&str> = large_args.iter().map(String::as_str).collect();
+            let large = Server::start_with(&spec.binary, &module, &args.work_dir, &large_args, "")?;
+            results.scale = Some(scale::run(
+                &small,
+                &large,
+                &lock_load,
+                &profile.scale,
+                &mut progress,
+            )?);
         }
         if spec.contention_and_scale && (wanted("waiting") || wanted("handoff")) {
             let fresh = Server::start(&spec.binary, &module, &args.work_dir)?;
