@@ -21,6 +21,10 @@
 //!
 //! Every round runs each recipe once, in turn (reversed on odd rounds), on a
 //! key of its own.
+//!
+//! [`Scenario::MassExpiry`] is the expiry under load: many keys whose leases
+//! run out within the same second, a waiter on each (`mass_expiry.rs`, which
+//! builds on this file).
 
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -113,20 +117,24 @@ pub enum Scenario {
     Release,
     /// The holder's lease runs out.
     Expiry,
+    /// `keys` holders' leases run out within `spread_ms`, each with a
+    /// waiter (`native-wait` only).
+    MassExpiry,
 }
 
 impl Scenario {
+    pub const ALL: [Scenario; 3] = [Scenario::Release, Scenario::Expiry, Scenario::MassExpiry];
+
     pub fn name(self) -> &'static str {
         match self {
             Scenario::Release => "release",
             Scenario::Expiry => "expiry",
+            Scenario::MassExpiry => "mass-expiry",
         }
     }
 
     pub fn parse(name: &str) -> Option<Scenario> {
-        [Scenario::Release, Scenario::Expiry]
-            .into_iter()
-            .find(|s| s.name() == name)
+        Scenario::ALL.into_iter().find(|s| s.name() == name)
     }
 }
 
@@ -149,6 +157,12 @@ pub struct HandoffConfig {
     pub signal_expire_ms: u64,
     pub key_prefix: String,
     pub seed: u64,
+    /// Mass expiry: how many keys expire, each with a waiter, and within how
+    /// many ms of each other (their deadlines spread evenly), the first one
+    /// `lead_ms` after the holders take them (the waiters queue meanwhile).
+    pub keys: usize,
+    pub spread_ms: u64,
+    pub lead_ms: u64,
 }
 
 /// One recipe's samples, in round order, and their percentiles (µs).
@@ -164,7 +178,7 @@ pub struct RecipeResult {
 }
 
 impl RecipeResult {
-    fn new(recipe: Recipe, samples_us: Vec<f64>, discarded: u64) -> RecipeResult {
+    pub(crate) fn new(recipe: Recipe, samples_us: Vec<f64>, discarded: u64) -> RecipeResult {
         RecipeResult {
             recipe: recipe.name().to_string(),
             spread: Spread::of(&samples_us),
@@ -185,7 +199,26 @@ pub struct HandoffSummary {
     pub retry_max_ms: u64,
     pub signal_expire_ms: u64,
     pub elapsed_s: f64,
+    /// Keys per round (1 but for mass expiry), the spread asked for, and the
+    /// largest span of the deadlines in a round as the server set them.
+    #[serde(default = "one")]
+    pub keys: usize,
+    #[serde(default)]
+    pub spread_ms: u64,
+    #[serde(default)]
+    pub deadline_span_ms: Option<i64>,
+    /// Mass expiry, on the server's clock: the share of grants made in the
+    /// first millisecond after the holder's deadline (the earliest allowed),
+    /// and the latest grant, in ms after its deadline.
+    #[serde(default)]
+    pub server_first_ms_share: Option<f64>,
+    #[serde(default)]
+    pub server_max_ms: Option<i64>,
     pub recipes: Vec<RecipeResult>,
+}
+
+fn one() -> usize {
+    1
 }
 
 /// Before each expiry round, a uniformly random pause of up to this long, so
@@ -232,6 +265,9 @@ struct Granted {
 
 /// Run every round and summarise.
 pub async fn run(config: HandoffConfig) -> Result<HandoffSummary, String> {
+    if config.scenario == Scenario::MassExpiry {
+        return Err("mass-expiry is run by mass_expiry::run".into());
+    }
     if config.recipes.is_empty() || config.rounds == 0 {
         return Err("at least one recipe and one round".into());
     }
@@ -281,7 +317,7 @@ pub async fn run(config: HandoffConfig) -> Result<HandoffSummary, String> {
                         )
                         .await
                     }
-                    Scenario::Expiry => {
+                    Scenario::Expiry | Scenario::MassExpiry => {
                         expiry_round(
                             recipe,
                             &mut holder,
@@ -320,6 +356,11 @@ pub async fn run(config: HandoffConfig) -> Result<HandoffSummary, String> {
         retry_max_ms: config.retry.max_ms,
         signal_expire_ms: config.signal_expire_ms,
         elapsed_s: start.elapsed().as_secs_f64(),
+        keys: 1,
+        spread_ms: 0,
+        deadline_span_ms: None,
+        server_first_ms_share: None,
+        server_max_ms: None,
         recipes: config
             .recipes
             .iter()
@@ -721,7 +762,7 @@ mod tests {
         for recipe in Recipe::ALL {
             assert_eq!(Recipe::parse(recipe.name()), Some(recipe));
         }
-        for scenario in [Scenario::Release, Scenario::Expiry] {
+        for scenario in Scenario::ALL {
             assert_eq!(Scenario::parse(scenario.name()), Some(scenario));
         }
         assert_eq!(Recipe::parse("nope"), None);

@@ -8,6 +8,7 @@ pub mod handoff;
 pub mod holders;
 pub mod load;
 pub mod machine;
+pub mod mass_expiry;
 pub mod memory;
 pub mod observe;
 pub mod observing;

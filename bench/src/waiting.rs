@@ -1,7 +1,9 @@
 //! Waiting for a lock, on a fresh server: the handoff latency on release and
 //! on expiry for `WAIT`, `SET NX PX` polling, python-redis-lock's BLPOP
-//! signal and a `WAIT` writer behind readers (`lock-handoff`), then fairness
-//! over one long contended run per strategy (`lock-load`), unless left out.
+//! signal and a `WAIT` writer behind readers (`lock-handoff`), the `WAIT`
+//! hand-off when many keys expire within the same second (`lock-handoff
+//! --scenario mass-expiry`), then fairness over one long contended run per
+//! strategy (`lock-load`), unless left out.
 
 use std::path::Path;
 use std::time::Instant;
@@ -22,6 +24,13 @@ pub struct Settings {
     /// Handoffs per recipe on expiry, and the holder's lease.
     pub expiry_rounds: usize,
     pub expiry_ttl_ms: u64,
+    /// Mass expiry: rounds of `mass_keys` leases running out within
+    /// `mass_spread_ms`, a `WAIT` waiter on each, the first `mass_lead_ms`
+    /// after the holders took them.
+    pub mass_rounds: usize,
+    pub mass_keys: usize,
+    pub mass_spread_ms: u64,
+    pub mass_lead_ms: u64,
     pub retry_min_ms: u64,
     pub retry_max_ms: u64,
     /// Fairness: contenders on one key, for how long, holding how long.
@@ -49,16 +58,21 @@ pub struct WaitingResults {
     pub server: String,
     pub release: HandoffSummary,
     pub expiry: HandoffSummary,
+    pub mass_expiry: HandoffSummary,
     pub fairness: Vec<FairnessRun>,
     /// Wall time of each part, seconds.
     pub release_s: f64,
     pub expiry_s: f64,
+    pub mass_expiry_s: f64,
     pub fairness_s: f64,
 }
 
 /// The `lock-handoff` command line of one scenario (port shown as `$PORT`).
 pub fn handoff_command(settings: &Settings, scenario: Scenario) -> Vec<String> {
-    let recipes: Vec<&str> = Recipe::ALL.iter().map(|r| r.name()).collect();
+    let recipes: Vec<&str> = match scenario {
+        Scenario::MassExpiry => vec![Recipe::NativeWait.name()],
+        _ => Recipe::ALL.iter().map(|r| r.name()).collect(),
+    };
     let mut argv: Vec<String> = [
         "lock-handoff",
         "--port",
@@ -80,11 +94,24 @@ pub fn handoff_command(settings: &Settings, scenario: Scenario) -> Vec<String> {
             ("--rounds", settings.expiry_rounds as u64),
             ("--ttl-ms", settings.expiry_ttl_ms),
         ],
+        // The waiters' own leases outlast the round (the keys are then
+        // deleted); nobody polls.
+        Scenario::MassExpiry => vec![
+            ("--rounds", settings.mass_rounds as u64),
+            ("--keys", settings.mass_keys as u64),
+            ("--spread-ms", settings.mass_spread_ms),
+            ("--lead-ms", settings.mass_lead_ms),
+            ("--ttl-ms", 60_000),
+        ],
     };
-    for (flag, value) in numbers.into_iter().chain([
-        ("--retry-min-ms", settings.retry_min_ms),
-        ("--retry-max-ms", settings.retry_max_ms),
-    ]) {
+    let retry = match scenario {
+        Scenario::MassExpiry => vec![],
+        _ => vec![
+            ("--retry-min-ms", settings.retry_min_ms),
+            ("--retry-max-ms", settings.retry_max_ms),
+        ],
+    };
+    for (flag, value) in numbers.into_iter().chain(retry) {
         argv.push(flag.to_string());
         argv.push(value.to_string());
     }
@@ -117,12 +144,18 @@ pub fn run(
 ) -> Result<WaitingResults, String> {
     let mut conn = server.conn()?;
     let mut handoff = |scenario: Scenario, rounds: usize| {
-        progress(&format!(
-            "{}: handoff on {}, {rounds} rounds of {}",
-            server.label,
-            scenario.name(),
-            Recipe::ALL.map(|r| r.name()).join(", ")
-        ));
+        progress(&match scenario {
+            Scenario::MassExpiry => format!(
+                "{}: handoff on expiry of {} keys within {} ms, {rounds} rounds",
+                server.label, settings.mass_keys, settings.mass_spread_ms
+            ),
+            _ => format!(
+                "{}: handoff on {}, {rounds} rounds of {}",
+                server.label,
+                scenario.name(),
+                Recipe::ALL.map(|r| r.name()).join(", ")
+            ),
+        });
         flushall(&mut conn)?;
         let started = Instant::now();
         let summary: HandoffSummary = run_json(
@@ -134,6 +167,7 @@ pub fn run(
     };
     let (release, release_s) = handoff(Scenario::Release, settings.release_rounds)?;
     let (expiry, expiry_s) = handoff(Scenario::Expiry, settings.expiry_rounds)?;
+    let (mass_expiry, mass_expiry_s) = handoff(Scenario::MassExpiry, settings.mass_rounds)?;
     let started = Instant::now();
     let mut fairness = Vec::new();
     let strategies = if with_fairness {
@@ -168,9 +202,11 @@ pub fn run(
         server: server.label.clone(),
         release,
         expiry,
+        mass_expiry,
         fairness,
         release_s,
         expiry_s,
+        mass_expiry_s,
         fairness_s,
     })
 }
@@ -185,6 +221,10 @@ mod tests {
             hold_max_ms: 250,
             expiry_rounds: 5,
             expiry_ttl_ms: 100,
+            mass_rounds: 2,
+            mass_keys: 10_000,
+            mass_spread_ms: 1000,
+            mass_lead_ms: 3000,
             retry_min_ms: 50,
             retry_max_ms: 250,
             fairness_contenders: 64,
@@ -203,6 +243,10 @@ mod tests {
         let expiry = handoff_command(&settings(), Scenario::Expiry).join(" ");
         assert!(expiry.contains("--scenario expiry"));
         assert!(expiry.contains("--rounds 5 --ttl-ms 100"));
+        let mass = handoff_command(&settings(), Scenario::MassExpiry).join(" ");
+        assert!(mass.contains("--scenario mass-expiry --recipes native-wait --rounds 2"));
+        assert!(mass.contains("--keys 10000 --spread-ms 1000 --lead-ms 3000"));
+        assert!(mass.ends_with("--ttl-ms 60000 --json"), "{mass}");
         let fair = fairness_command(&settings(), Strategy::NativeWait).join(" ");
         assert!(fair.contains("--strategy native-wait --contenders 64 --keys 1"));
         assert!(fair.contains("--duration-ms 20000 --hold-ms 1"));

@@ -2,18 +2,21 @@
 //! (release, or expiry of its lease) and an already waiting client having
 //! it, for `LOCK.ACQUIRE … WAIT`, `SET NX PX` polling, the BLPOP-signal
 //! recipe of python-redis-lock and a `WAIT` writer behind two readers
-//! (`readers-wait`), interleaved round by round. Prints a
+//! (`readers-wait`), interleaved round by round; and, with `mass-expiry`,
+//! `WAIT` hand-offs when many keys expire within the same second. Prints a
 //! summary, or one JSON object with `--json`.
 //!
 //! ```sh
 //! lock-handoff --port 6379 --scenario release --rounds 100
 //! lock-handoff --port 6379 --scenario expiry --ttl-ms 100 --rounds 100
+//! lock-handoff --port 6379 --scenario mass-expiry --recipes native-wait --keys 10000 --spread-ms 1000 --rounds 3
 //! ```
 
 use clap::Parser;
 use redis_lock_bench::cli;
 use redis_lock_bench::handoff::{self, HandoffConfig, Recipe, Scenario};
 use redis_lock_bench::load::RetryPolicy;
+use redis_lock_bench::mass_expiry;
 
 #[derive(Parser, Debug)]
 #[command(about = "Handoff latency on release and on expiry: WAIT vs polling vs BLPOP signal")]
@@ -22,7 +25,9 @@ struct Args {
     host: String,
     #[arg(long, default_value_t = 6379)]
     port: u16,
-    /// release (the holder releases) or expiry (the holder's lease runs out)
+    /// release (the holder releases), expiry (the holder's lease runs out)
+    /// or mass-expiry (--keys leases run out within --spread-ms, a waiter
+    /// on each; native-wait only)
     #[arg(long, default_value = "release", value_parser = parse_scenario)]
     scenario: Scenario,
     /// Comma-separated: native-wait, setnx-poll, blpop-signal, readers-wait
@@ -50,6 +55,17 @@ struct Args {
     signal_expire_ms: u64,
     #[arg(long, default_value = "handoff:")]
     key_prefix: String,
+    /// Mass expiry: keys whose leases run out, each with a waiter (and a
+    /// connection of its own)
+    #[arg(long, default_value_t = 10_000)]
+    keys: usize,
+    /// Mass expiry: the deadlines are spread evenly over this many ms
+    #[arg(long, default_value_t = 1000)]
+    spread_ms: u64,
+    /// Mass expiry: the first lease runs out this many ms after the holders
+    /// take the keys (every waiter must be queued by then)
+    #[arg(long, default_value_t = 3000)]
+    lead_ms: u64,
     #[arg(long, default_value_t = 1)]
     seed: u64,
     /// Print the summary as one JSON object (with every sample)
@@ -58,7 +74,8 @@ struct Args {
 }
 
 fn parse_scenario(name: &str) -> Result<Scenario, String> {
-    Scenario::parse(name).ok_or_else(|| format!("unknown scenario {name:?}: release or expiry"))
+    Scenario::parse(name)
+        .ok_or_else(|| format!("unknown scenario {name:?}: release, expiry or mass-expiry"))
 }
 
 fn parse_recipe(name: &str) -> Result<Recipe, String> {
@@ -84,8 +101,17 @@ fn main() {
         signal_expire_ms: args.signal_expire_ms,
         key_prefix: args.key_prefix,
         seed: args.seed,
+        keys: args.keys,
+        spread_ms: args.spread_ms,
+        lead_ms: args.lead_ms,
     };
-    let Some(summary) = cli::run("lock-handoff", 2, args.json, handoff::run(config)) else {
+    let work = async move {
+        match config.scenario {
+            Scenario::MassExpiry => mass_expiry::run(&config).await,
+            _ => handoff::run(config).await,
+        }
+    };
+    let Some(summary) = cli::run("lock-handoff", 2, args.json, work) else {
         return;
     };
     let ms = |us: Option<f64>| us.map_or("–".to_string(), |us| format!("{:.3}", us / 1000.0));
@@ -105,6 +131,14 @@ fn main() {
             ms(r.spread.p99_us),
             ms(r.spread.max_us),
             r.discarded
+        );
+    }
+    if let (Some(share), Some(max)) = (summary.server_first_ms_share, summary.server_max_ms) {
+        println!(
+            "  {} keys, deadlines over {} ms; on the server's clock {:.1}% granted in the first ms after the deadline, the last {max} ms after",
+            summary.keys,
+            summary.deadline_span_ms.unwrap_or(0),
+            share * 100.0
         );
     }
 }
