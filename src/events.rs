@@ -128,6 +128,8 @@ pub fn on_expired(ctx: &Context, _class: NotifyEvent, _event: &str, key: &[u8]) 
             // Hand the key over from a timer due now, and only then tell its
             // observers: they see the next holder, never the instant between
             // (Redis' own expiry cycle may run before the hand-off timer).
+            // When the hand-off itself expired it, opening the key, it grants
+            // the key right after: no timer.
             waiting::lease_expired(db, key);
             waiting::look_again(ctx, db, key);
         } else {

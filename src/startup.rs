@@ -3,7 +3,7 @@
 use redis_module::{Context, ModuleOptions, RedisString, Status};
 
 use crate::redis::acl::{self, AclSupport};
-use crate::redis::{datatype, events, guard, info, server};
+use crate::redis::{datatype, events, guard, info, server, timer};
 use crate::{config, events as handlers, migration};
 
 /// The oldest server the module runs on: it needs the 7.0 module API
@@ -80,6 +80,15 @@ pub fn init(ctx: &Context, args: &[RedisString]) -> Status {
     events::subscribe(ctx, handlers::on_server_event);
     // Eviction can drop a live lock: say so now and whenever the policy changes.
     handlers::check_eviction_policy(ctx);
+
+    // Hand-offs after an expiry run as the lease ends, not a Redis timer's
+    // 0-2 ms later (`redis/timer.rs`).
+    if !timer::init(ctx) {
+        server::log_notice(
+            "redis-lock: no timerfd in the event loop: hand-offs after an expiry \
+             run from Redis timers, up to 2 ms after the lease ends",
+        );
+    }
 
     // A panic is a bug. Every entry point catches it (`redis/guard.rs`) so it
     // never unwinds into Redis; this hook makes sure it is in the server log.

@@ -13,8 +13,12 @@
 //!
 //! Who hands the key over, and when:
 //! - `LOCK.RELEASE` of a key with waiters, inside the command ([`release`]);
-//! - expiry: a timer armed for when the holder's lease is over (re-armed
-//!   earlier when the lease was shortened meanwhile);
+//! - expiry: a timer due at the first millisecond the holder's lease is
+//!   over (re-armed earlier when the lease was shortened meanwhile), run as
+//!   the server's clock reaches it (`timer::start_at`), not up to 2 ms later
+//!   as a plain Redis timer would be. Opening the key there expires it
+//!   through Redis (the `DEL` replicated, the `expired` event, the
+//!   lock-delay), and the head is granted in the same call;
 //! - `DEL`, `UNLINK`, `RENAME`, `MOVE` or eviction of a key with waiters, and
 //!   `FLUSHALL`/`FLUSHDB`/`SWAPDB`: an event arms a timer due now
 //!   ([`look_again`]), because a key may not be written from inside an event.
@@ -43,7 +47,7 @@ use crate::lease::{self, Grantee, HolderGrant, ReleasedBy};
 use crate::metrics::{self, Counter};
 use crate::redis::blocked::{self, BlockedId, Waits};
 use crate::redis::key::{Held, LockKey};
-use crate::redis::timer::{self, TimerId};
+use crate::redis::timer::{self, DueId, TimerId};
 use crate::redis::{client, migration, replicate, reply, server};
 use crate::sessions::{self, Bound};
 use crate::{config, expiry, observers};
@@ -122,6 +126,33 @@ thread_local! {
     static QUEUES: RefCell<WaitQueues<Waiter>> = RefCell::new(WaitQueues::new());
     /// Keys with waiters whose lease ran out, until their hand-off.
     static EXPIRED: RefCell<HashSet<(i32, Box<[u8]>)>> = RefCell::new(HashSet::new());
+    /// The key [`hand_off`] is serving now: what happens to it meanwhile (its
+    /// own expiry, as the hand-off opens it) needs no second look.
+    static SERVING: RefCell<Option<(i32, Vec<u8>)>> = const { RefCell::new(None) };
+}
+
+/// While alive, `hand_off` serves this key.
+struct Serving;
+
+impl Serving {
+    fn start(db: i32, key: &[u8]) -> Serving {
+        SERVING.with(|s| *s.borrow_mut() = Some((db, key.to_vec())));
+        Serving
+    }
+}
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        SERVING.with(|s| s.borrow_mut().take());
+    }
+}
+
+fn is_serving(db: i32, key: &[u8]) -> bool {
+    SERVING.with(|s| {
+        s.borrow()
+            .as_ref()
+            .is_some_and(|(d, k)| *d == db && k.as_slice() == key)
+    })
 }
 
 fn with_queues<T>(f: impl FnOnce(&mut WaitQueues<Waiter>) -> T) -> T {
@@ -282,6 +313,9 @@ fn hand_off(ctx: &Context, db: i32, name: &RedisString, cause: Cause) {
     if waiters(db, key) == 0 || !server::is_master(ctx) {
         return;
     }
+    // Every event about the key until this returns comes before a look at
+    // it below (the loop reads the key afresh after each grant).
+    let _serving = Serving::start(db, key);
     let mut expired = false;
     loop {
         let Some(head) = with_queues(|q| q.waiters(db, key).next().map(|w| w.want)) else {
@@ -417,7 +451,8 @@ fn grant_to_head(
 }
 
 /// Make sure `key`'s queue is served at `at_ms` (unix ms) at the latest:
-/// keep an armed timer that is due sooner, else re-arm.
+/// keep an armed timer that is due sooner, else re-arm. The timer runs as
+/// the server's clock reaches `at_ms` (`timer::start_at`).
 pub fn wake_at(ctx: &Context, db: i32, key: &[u8], at_ms: i64) {
     if waiters(db, key) == 0 {
         return;
@@ -427,20 +462,21 @@ pub fn wake_at(ctx: &Context, db: i32, key: &[u8], at_ms: i64) {
         return;
     }
     if let Some((timer, _)) = armed {
-        timer::stop::<Wake>(ctx, timer);
+        timer::stop_at::<Wake>(ctx, timer);
     }
     let wake = Wake::HandOff {
         db,
         key: key.into(),
     };
-    let timer = timer::start(ctx, at_ms - server::now_ms(), wake, on_wake);
+    let timer: DueId = timer::start_at(ctx, at_ms, wake, on_wake);
     with_queues(|q| q.set_timer(db, key, Some((timer, at_ms))));
 }
 
 /// `key` may just have become free (an event: deleted, renamed, moved,
-/// evicted): if clients wait for it, serve them from a timer due now.
+/// evicted, expired): if clients wait for it, serve them from a timer due
+/// now; not when this is the hand-off itself, about to look at it.
 pub fn look_again(ctx: &Context, db: i32, key: &[u8]) {
-    if total_waiters() == 0 {
+    if total_waiters() == 0 || is_serving(db, key) {
         return;
     }
     wake_at(ctx, db, key, server::now_ms());
@@ -460,7 +496,7 @@ pub fn demoted(ctx: &Context) {
     let (waiters, timers) = with_queues(|q| q.drain());
     EXPIRED.with(|e| e.borrow_mut().clear());
     for timer in timers {
-        timer::stop::<Wake>(ctx, timer);
+        timer::stop_at::<Wake>(ctx, timer);
     }
     for (id, waiter) in waiters {
         dismiss(ctx, &waiter);
@@ -494,7 +530,7 @@ pub fn moved_away(ctx: &Context, redirect: &mut dyn FnMut(&[u8]) -> Option<CStri
 fn redirect_waiters_of(ctx: &Context, db: i32, key: Box<[u8]>, error: &CString) -> usize {
     let mut answered = 0;
     if let Some((timer, _)) = with_queues(|q| q.timer(db, &key)) {
-        timer::stop::<Wake>(ctx, timer);
+        timer::stop_at::<Wake>(ctx, timer);
         with_queues(|q| q.set_timer(db, &key, None));
     }
     while let Some((id, waiter)) = with_queues(|q| q.pop_front(db, &key)) {

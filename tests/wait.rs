@@ -579,6 +579,210 @@ fn pexpire_that_shortens_the_lease_brings_the_expiry_handoff_forward() {
     });
 }
 
+/// `n` keys `{prefix}0..n` held by "holder" with leases that run out one
+/// after the other within about `spread_ms`, the first some 2 s from now,
+/// and one waiter queued on each (its own connection, token `w{i}`, a 30 s
+/// lease once granted); returns once every waiter is queued, which must be
+/// before the first deadline. Each key with its holder's fence and
+/// deadline, and its waiter.
+struct Expiring {
+    key: String,
+    fence: i64,
+    deadline: i64,
+    waiter: Waiter,
+}
+
+fn expiring_together(
+    server: &Server,
+    con: &mut Connection,
+    prefix: &str,
+    n: usize,
+    spread_ms: i64,
+) -> Vec<Expiring> {
+    let held: Vec<(String, i64, i64)> = (0..n)
+        .map(|i| {
+            let key = format!("{prefix}{i}");
+            let ttl = 2_000 + i as i64 * spread_ms / n as i64;
+            acquire(con, &key, ttl, Some("holder")).unwrap();
+            let (fence, deadline) = fence_and_deadline(con, &key);
+            (key, fence, deadline)
+        })
+        .collect();
+    let keys: Vec<Expiring> = held
+        .into_iter()
+        .enumerate()
+        .map(|(i, (key, fence, deadline))| Expiring {
+            waiter: Waiter::start(server, 0, &key, Some(&format!("w{i}")), 30_000, 20_000),
+            key,
+            fence,
+            deadline,
+        })
+        .collect();
+    wait_for("every waiter queued", || {
+        info_field(con, "lock", "lock_waiters") == n.to_string()
+    });
+    let first = keys.iter().map(|k| k.deadline).min().unwrap();
+    assert!(
+        now_ms() < first,
+        "the waiters queued only after the first deadline; the test proves nothing"
+    );
+    keys
+}
+
+/// Wait for every waiter of `keys`; each must be granted its key, with a
+/// higher fence than its holder's, never while its holder's lease held (up
+/// to its deadline's millisecond) nor during a lock-delay of `delay_ms`
+/// after the deadline, on the server's clock (the grant's millisecond is the
+/// waiter's lease deadline less its 30 s). Returns the waiters' fences.
+fn assert_each_granted_after_its_deadline(
+    con: &mut Connection,
+    keys: Vec<Expiring>,
+    delay_ms: i64,
+) -> Vec<u64> {
+    keys.into_iter()
+        .enumerate()
+        .map(|(i, k)| {
+            let done = k.waiter.finish();
+            let (token, fence) = done.granted();
+            assert_eq!(token, format!("w{i}"), "{}", k.key);
+            assert!(fence as i64 > k.fence, "{}: fence {fence}", k.key);
+            let earliest = k.deadline + delay_ms.max(1);
+            let granted = granted_at(con, &k.key, 30_000);
+            assert!(
+                granted >= earliest,
+                "{}: granted at {granted}, its holder's lease ran to {} (lock-delay {delay_ms} ms)",
+                k.key,
+                k.deadline
+            );
+            assert!(
+                done.at_ms >= earliest,
+                "{}: the grant arrived at {}, its holder's lease ran to {}",
+                k.key,
+                done.at_ms,
+                k.deadline
+            );
+            fence
+        })
+        .collect()
+}
+
+fn lock_counter(con: &mut Connection, name: &str) -> i64 {
+    info_field(con, "lock", &format!("lock_{name}"))
+        .parse()
+        .unwrap()
+}
+
+/// Many leases running out in the same few milliseconds (each hand-off is
+/// due as its key's lease ends, on a timer of its own): each waiter gets its
+/// own key, never before its holder's deadline, and every expiry goes
+/// through Redis and is counted once: Redis' `expired_keys`, the module's
+/// `expiries` and `handoffs_on_expiry`, and one `lock.expired` then one
+/// `lock.handoff` event per key.
+#[test]
+fn many_leases_running_out_together_each_go_to_their_waiter_after_their_deadline() {
+    const N: usize = 100;
+    let server = Server::start();
+    let mut con = server.conn();
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("notify-keyspace-events")
+        .arg("Kd")
+        .query(&mut con)
+        .unwrap();
+    let (tx, events) = std::sync::mpsc::channel::<(String, String)>();
+    let mut sub = server.conn();
+    let (ready_tx, ready) = std::sync::mpsc::channel();
+    thread::spawn(move || {
+        let mut pubsub = sub.as_pubsub();
+        pubsub.psubscribe("__keyspace@0__:many:*").unwrap();
+        pubsub
+            .set_read_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
+        ready_tx.send(()).unwrap();
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(60) {
+            if let Ok(msg) = pubsub.get_message() {
+                let key = msg.get_channel_name().trim_start_matches("__keyspace@0__:");
+                let event = (key.to_string(), msg.get_payload::<String>().unwrap());
+                if tx.send(event).is_err() {
+                    return;
+                }
+            }
+        }
+    });
+    ready.recv_timeout(BOUND).unwrap();
+
+    let keys = expiring_together(&server, &mut con, "many:", N, 20);
+    let names: Vec<String> = keys.iter().map(|k| k.key.clone()).collect();
+    assert_each_granted_after_its_deadline(&mut con, keys, 0);
+
+    assert_eq!(lock_counter(&mut con, "expiries"), N as i64);
+    assert_eq!(lock_counter(&mut con, "handoffs_on_expiry"), N as i64);
+    assert_eq!(lock_counter(&mut con, "grants_after_wait"), N as i64);
+    assert_eq!(lock_counter(&mut con, "handoffs_on_release"), 0);
+    assert_eq!(lock_counter(&mut con, "waiters"), 0);
+    let expired: i64 = info_field(&mut con, "stats", "expired_keys")
+        .parse()
+        .unwrap();
+    assert_eq!(expired, N as i64, "Redis expired each lease itself");
+    // Per key, in order: the holder's grant, its expiry, the waiter's grant
+    // and the hand-off; nothing more.
+    let mut seen: std::collections::HashMap<String, Vec<String>> = Default::default();
+    let wanted = [
+        "lock.acquired",
+        "lock.expired",
+        "lock.acquired",
+        "lock.handoff",
+    ];
+    while seen.values().map(Vec::len).sum::<usize>() < N * wanted.len() {
+        let (key, event) = events.recv_timeout(BOUND).expect("every key's four events");
+        seen.entry(key).or_default().push(event);
+    }
+    for key in &names {
+        let events: Vec<&str> = seen
+            .get(key)
+            .map_or(vec![], |e| e.iter().map(String::as_str).collect());
+        assert_eq!(events, wanted, "{key}");
+    }
+    if let Ok((key, event)) = events.recv_timeout(Duration::from_millis(300)) {
+        panic!("unexpected event {event} on {key}");
+    }
+}
+
+/// The same with a lock-delay (`lock.expiry-delay-ms`): nobody has any of
+/// the keys before its own deadline plus the delay.
+#[test]
+fn a_lock_delay_holds_each_of_many_keys_expiring_together() {
+    const N: usize = 40;
+    let server = Server::start();
+    let mut con = server.conn();
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("lock.expiry-delay-ms")
+        .arg(300)
+        .query(&mut con)
+        .unwrap();
+    let keys = expiring_together(&server, &mut con, "delayed:", N, 20);
+    assert_each_granted_after_its_deadline(&mut con, keys, 300);
+    assert_eq!(lock_counter(&mut con, "expiries"), N as i64);
+    assert_eq!(lock_counter(&mut con, "handoffs_on_expiry"), N as i64);
+}
+
+/// Hand-offs of many keys at their expiry reach the replica as the master
+/// made them (Redis' `DEL` of each expired lease, then the grant).
+#[test]
+fn replica_agrees_with_the_master_after_many_handoffs_on_expiry() {
+    const N: usize = 40;
+    let (master, replica) = pair();
+    let mut m = master.conn();
+    let keys = expiring_together(&master, &mut m, "r:", N, 20);
+    let names: Vec<String> = keys.iter().map(|k| k.key.clone()).collect();
+    let fences = assert_each_granted_after_its_deadline(&mut m, keys, 0);
+    for (key, fence) in names.iter().zip(fences) {
+        assert_replica_agrees(&master, &replica, key, fence);
+    }
+}
+
 // ---------------------------------------------------------------------------
 // Timeout and disconnect
 // ---------------------------------------------------------------------------
