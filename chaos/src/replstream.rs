@@ -23,7 +23,8 @@ fn read_line(r: &mut impl BufRead) -> std::io::Result<String> {
     Ok(line.trim_end_matches(['\r', '\n']).to_string())
 }
 
-/// One RESP array of bulk strings (what a master propagates).
+/// One RESP array of bulk strings (what a master propagates), a packed
+/// effect spelled out as its text form (see [`spell_out`]).
 fn read_command(r: &mut impl BufRead) -> std::io::Result<Vec<String>> {
     let header = read_line(r)?;
     let n: usize = header
@@ -40,9 +41,50 @@ fn read_command(r: &mut impl BufRead) -> std::io::Result<Vec<String>> {
         let mut buf = vec![0; len + 2];
         r.read_exact(&mut buf)?;
         buf.truncate(len);
-        out.push(String::from_utf8_lossy(&buf).to_string());
+        out.push(buf);
     }
-    Ok(out)
+    Ok(spell_out(out))
+}
+
+/// `LOCK.SETSTATE key token state` and `LOCK.SETHOLDER key token state`
+/// carry their values packed in `state` (`redis_lock_core::effect`); the
+/// checks read the text form, one value per argument: `LOCK.SETSTATE key
+/// token fence deadline granted [extends [OWNER label]]`, `LOCK.SETHOLDER
+/// key limit count token fence deadline granted extends [OWNER label]`. A
+/// state that does not unpack reads as `<bad state>`, which no check takes
+/// for an absolute time.
+fn spell_out(command: Vec<Vec<u8>>) -> Vec<String> {
+    let text = |arg: &[u8]| String::from_utf8_lossy(arg).to_string();
+    let name = command
+        .first()
+        .map(|n| text(n).to_uppercase())
+        .unwrap_or_default();
+    let holder = name == "LOCK.SETHOLDER";
+    if command.len() != 4 || !(holder || name == "LOCK.SETSTATE") {
+        return command.iter().map(|a| text(a)).collect();
+    }
+    let Ok((permits, state)) = redis_lock_core::effect::unpack(&command[3], holder) else {
+        let mut out: Vec<String> = command[..3].iter().map(|a| text(a)).collect();
+        out.push("<bad state>".into());
+        return out;
+    };
+    let mut out = vec![text(&command[0]), text(&command[1])];
+    if let Some(p) = permits {
+        out.push(p.limit.to_string());
+        out.push(p.count.to_string());
+    }
+    out.push(text(&command[2]));
+    out.push(state.fence.to_string());
+    out.push(state.deadline_ms.to_string());
+    out.push(state.granted_ms.to_string());
+    if holder || state.extends != 0 || state.owner.is_some() {
+        out.push(state.extends.to_string());
+    }
+    if let Some(owner) = state.owner {
+        out.push("OWNER".into());
+        out.push(text(owner));
+    }
+    out
 }
 
 pub fn attach(addr: &str) -> Result<Stream, String> {
@@ -111,5 +153,59 @@ impl Stream {
             let _ = t.join();
         }
         std::mem::take(&mut *self.commands.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::spell_out;
+    use redis_lock_core::effect::{pack, Permits, State};
+
+    fn args(parts: &[&[u8]]) -> Vec<Vec<u8>> {
+        parts.iter().map(|p| p.to_vec()).collect()
+    }
+
+    #[test]
+    fn packed_effects_read_as_their_text_form() {
+        let state = State {
+            fence: 7,
+            deadline_ms: 1_764_601_230_000,
+            granted_ms: 1_764_601_200_000,
+            extends: 0,
+            owner: None,
+        };
+        let packed = pack(None, &state);
+        assert_eq!(
+            spell_out(args(&[b"LOCK.SETSTATE", b"k", b"t", packed.bytes()])),
+            [
+                "LOCK.SETSTATE",
+                "k",
+                "t",
+                "7",
+                "1764601230000",
+                "1764601200000"
+            ]
+        );
+        let extended = pack(
+            None,
+            &State {
+                extends: 2,
+                ..state
+            },
+        );
+        assert_eq!(
+            spell_out(args(&[b"lock.setstate", b"k", b"t", extended.bytes()])).len(),
+            7
+        );
+        let holder = pack(Some(Permits { limit: 3, count: 1 }), &state);
+        assert_eq!(
+            spell_out(args(&[b"LOCK.SETHOLDER", b"k", b"t", holder.bytes()]))[2..5],
+            ["3", "1", "t"]
+        );
+        assert_eq!(
+            spell_out(args(&[b"LOCK.SETSTATE", b"k", b"t", b"junk"]))[3],
+            "<bad state>"
+        );
+        assert_eq!(spell_out(args(&[b"DEL", b"k"])), ["DEL", "k"]);
     }
 }
