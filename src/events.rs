@@ -76,6 +76,12 @@ fn unlinked(db: i32, key: &[u8], lock: &Lock) {
 ///   the payload after the module decoded it; a refused payload must not move
 ///   the fences.
 /// - Any event on a key that clients wait for: it may have become free.
+/// - `del` of a key that clients wait for (or observe), in cluster mode: if
+///   this node migrates the key's slot out (`MIGRATE` deleted it after
+///   sending it to the target of a `CLUSTER SETSLOT … MIGRATING`) or no
+///   longer serves it, the lock is the target's now: its clients here are
+///   answered with a redirect (`ASK`, `MOVED`), never granted here. Only
+///   then is `CLUSTER NODES` read; never outside cluster mode.
 pub fn on_key_event(ctx: &Context, _class: NotifyEvent, event: &str, key: &[u8]) {
     guarded(|| {
         match event {
@@ -103,7 +109,14 @@ pub fn on_key_event(ctx: &Context, _class: NotifyEvent, event: &str, key: &[u8])
             expiry::forget_note();
         }
         let db = server::selected_db(ctx);
-        if waiting::waiters(db, key) > 0 {
+        let waited = waiting::waiters(db, key) > 0;
+        if event == "del" && (waited || observers::observing(db, key)) {
+            if let Some(error) = waiting::redirect_if_elsewhere(ctx, key) {
+                waiting::redirect(ctx, db, key, &error);
+                return;
+            }
+        }
+        if waited {
             // Observers hear of it after the hand-off (see `waiting.rs`).
             waiting::look_again(ctx, db, key);
         } else if observers::total() > 0 {

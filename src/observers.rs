@@ -221,36 +221,52 @@ pub fn changed_in(ctx: &Context, db: Option<i32>) {
 /// (their slot moved: Valkey's atomic slot migration): answer each of their
 /// observers, in every database, with that error, and stop their timers.
 /// Returns how many observers were answered.
-pub fn moved_away(ctx: &Context, redirect: &mut dyn FnMut(&[u8]) -> Option<CString>) -> usize {
+pub fn moved_away(ctx: &Context, redirect_of: &mut dyn FnMut(&[u8]) -> Option<CString>) -> usize {
     let mut answered = 0;
     for (db, key) in with_observers(|o| o.keys_with_waiters(None)) {
-        let Some(error) = redirect(&key) else {
-            continue;
-        };
-        let entry = (db, key.clone());
-        if let Some((timer, _)) = DEADLINES.with(|d| d.borrow_mut().remove(&entry)) {
-            timer::stop::<DbKey>(ctx, timer);
-        }
-        let ids: Vec<WaiterId> =
-            with_observers(|o| o.waiters_with_ids(db, &key).map(|(id, _)| id).collect());
-        for id in ids {
-            if let Some(observer) = with_observers(|o| o.remove(id)) {
-                if let Some(timer) = observer.timeout {
-                    timer::stop::<Timeout>(ctx, timer);
-                }
-                let moved = Some(error.clone());
-                blocked::unblock::<Observers>(
-                    id,
-                    Look {
-                        key: key.clone(),
-                        moved,
-                    },
-                );
-                answered += 1;
-            }
+        if let Some(error) = redirect_of(&key) {
+            answered += redirect(ctx, db, &key, &error);
         }
     }
     answered
+}
+
+/// Answer every observer of `key` in `db` with `error` (a redirect: its slot
+/// is another node's now), and stop their timers. Returns how many observers
+/// were answered.
+pub fn redirect(ctx: &Context, db: i32, key: &[u8], error: &CString) -> usize {
+    if total() == 0 {
+        return 0;
+    }
+    let entry = (db, Box::<[u8]>::from(key));
+    if let Some((timer, _)) = DEADLINES.with(|d| d.borrow_mut().remove(&entry)) {
+        timer::stop::<DbKey>(ctx, timer);
+    }
+    let ids: Vec<WaiterId> =
+        with_observers(|o| o.waiters_with_ids(db, key).map(|(id, _)| id).collect());
+    let mut answered = 0;
+    for id in ids {
+        if let Some(observer) = with_observers(|o| o.remove(id)) {
+            if let Some(timer) = observer.timeout {
+                timer::stop::<Timeout>(ctx, timer);
+            }
+            let moved = Some(error.clone());
+            blocked::unblock::<Observers>(
+                id,
+                Look {
+                    key: key.into(),
+                    moved,
+                },
+            );
+            answered += 1;
+        }
+    }
+    answered
+}
+
+/// Whether clients observe `key` in `db`. Cheap when nobody observes.
+pub fn observing(db: i32, key: &[u8]) -> bool {
+    total() > 0 && with_observers(|o| o.len(db, key)) > 0
 }
 
 /// A timeout timer's payload: the observer and its key.

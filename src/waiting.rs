@@ -29,6 +29,12 @@
 //!   being granted, before its reply: a timer due now gives the lock back
 //!   and hands it on.
 //!
+//! In cluster mode, a key with waiters that leaves by a `del` (`MIGRATE` in a
+//! classic reshard), or that a hand-off from a timer finds free, is only
+//! handed over here while this node serves its slot and does not migrate it
+//! out; otherwise its waiters are redirected (`ASK`, `MOVED`) to the node
+//! that has it now ([`redirect_if_elsewhere`]).
+//!
 //! What to do with a queue is the core's decision (`decide::serve`); this
 //! file executes it. Every blocked client is unblocked exactly once (see
 //! `redis/blocked.rs`).
@@ -37,6 +43,7 @@ use std::cell::RefCell;
 use std::collections::HashSet;
 use std::ffi::CString;
 
+use redis_lock_core::cluster;
 use redis_lock_core::decide::{self, KeyState, Serve, Want};
 use redis_lock_core::errors::LockError;
 use redis_lock_core::token::{self, UUID_LEN};
@@ -87,8 +94,9 @@ enum Outcome {
     Failed(LockError),
     /// `WAIT timeout-ms` ran out: reply null.
     TimedOut,
-    /// The key's slot moved to another node (`CLUSTER MIGRATESLOTS`): reply
-    /// this error (`MOVED …`).
+    /// The key's slot moved, or is moving, to another node (`CLUSTER
+    /// MIGRATESLOTS`, or `MIGRATE` in a classic reshard): reply this error
+    /// (`MOVED …`, `ASK …`).
     Redirected(CString),
 }
 
@@ -317,6 +325,9 @@ fn hand_off(ctx: &Context, db: i32, name: &RedisString, cause: Cause) {
     // it below (the loop reads the key afresh after each grant).
     let _serving = Serving::start(db, key);
     let mut expired = false;
+    // Whether this node's slot map was read (once per call, and only in
+    // cluster mode, for a key a timer finds free).
+    let mut slot_checked = false;
     loop {
         let Some(head) = with_queues(|q| q.waiters(db, key).next().map(|w| w.want)) else {
             return;
@@ -349,6 +360,20 @@ fn hand_off(ctx: &Context, db: i32, name: &RedisString, cause: Cause) {
                 }
             }
             Serve::Grant => {
+                // A key that is not here, from a timer (a lease that ran out,
+                // a delete, a lock-delay that ended): in cluster mode, not if
+                // this node migrates the slot out or no longer serves it, or
+                // the lock would be created beside the one the target holds
+                // (or hands out) now. A release is checked by the server
+                // itself: it ran here on a key that was here.
+                if cause == Cause::Timer && state == KeyState::Free && !slot_checked {
+                    slot_checked = true;
+                    if let Some(error) = redirect_if_elsewhere(ctx, key) {
+                        drop(lock_key);
+                        redirect(ctx, db, key, &error);
+                        return;
+                    }
+                }
                 // Opening the key expired a lease that ran out, whose
                 // `expired` event noted it: this hand-off is on expiry (kept
                 // until a grant, past a lock-delay).
@@ -509,6 +534,43 @@ pub fn demoted(ctx: &Context) {
 /// inside that).
 pub fn session_closed(ctx: &Context, bound: Vec<Bound>) {
     timer::start(ctx, 0, Wake::SessionClosed(bound), on_wake);
+}
+
+/// In cluster mode, for a key that clients wait for and that is not on this
+/// node (it left by a `del`, or a hand-off from a timer finds it free): the
+/// redirect its waiters get instead of a grant here, if this node migrates
+/// the key's slot out (`ASK` to the target, which has the key now, or will
+/// create it) or no longer serves it (`MOVED` to the owner), as this node's
+/// `CLUSTER NODES` shows it (`cluster::redirect_for_absent`). `None`: hand it
+/// over here; always outside cluster mode, where nothing is read.
+pub fn redirect_if_elsewhere(ctx: &Context, key: &[u8]) -> Option<CString> {
+    if !migration::in_cluster(ctx) {
+        return None;
+    }
+    let nodes = migration::cluster_nodes(ctx)?;
+    let error = cluster::redirect_for_absent(&nodes, key)?;
+    CString::new(error).ok()
+}
+
+/// Answer every client that waits for `key` in `db` (waiters, then
+/// observers) with `error`, a redirect from [`redirect_if_elsewhere`], and
+/// log it once. Returns how many were answered.
+pub fn redirect(ctx: &Context, db: i32, key: &[u8], error: &CString) -> usize {
+    let waiting = if waiters(db, key) > 0 {
+        redirect_waiters_of(ctx, db, key.into(), error)
+    } else {
+        0
+    };
+    let observing = observers::redirect(ctx, db, key, error);
+    if waiting + observing > 0 {
+        server::log_notice(&format!(
+            "redis-lock: a key of slot {} that clients waited for is another node's now: \
+             {waiting} waiting and {observing} observing clients answered with {}",
+            cluster::key_slot(key),
+            error.to_string_lossy()
+        ));
+    }
+    waiting + observing
 }
 
 /// The keys for which `redirect` gives an error are another node's now

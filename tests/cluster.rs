@@ -12,6 +12,10 @@
 //!   acquire and release: fences never repeat for a key, and the double grants
 //!   are counted (none is allowed with the coordinated failover; after kill -9
 //!   async replication may lose a grant, and the count is printed).
+//! - A classic reshard of a slot whose held lock clients wait for: the
+//!   waiters on the source are answered `ASK` (never granted there), the
+//!   target holds the lock and grants it to a cluster client that followed,
+//!   once the holder releases it there.
 //! - Valkey 9's atomic slot migration (`CLUSTER MIGRATESLOTS`) of a slot with
 //!   held and waited-for locks: aborted (nothing changes), then completed
 //!   while the locks change; the target holds them as they were, the clients
@@ -268,19 +272,7 @@ fn migrate_slot(cluster: &mut Cluster, slot: u16, target: &NodeLine) {
     assert_ne!(source.id, target.id);
     let mut src = cluster.node(source.port).conn();
     let mut dst = cluster.node(target.port).conn();
-    let ok = |r: redis::RedisResult<String>| assert_eq!(r.expect("CLUSTER SETSLOT"), "OK");
-    ok(redis::cmd("CLUSTER")
-        .arg("SETSLOT")
-        .arg(slot)
-        .arg("IMPORTING")
-        .arg(&source.id)
-        .query(&mut dst));
-    ok(redis::cmd("CLUSTER")
-        .arg("SETSLOT")
-        .arg(slot)
-        .arg("MIGRATING")
-        .arg(&target.id)
-        .query(&mut src));
+    begin_migration(&mut src, &mut dst, slot, &source, target);
     loop {
         let keys: Vec<String> = redis::cmd("CLUSTER")
             .arg("GETKEYSINSLOT")
@@ -291,25 +283,68 @@ fn migrate_slot(cluster: &mut Cluster, slot: u16, target: &NodeLine) {
         if keys.is_empty() {
             break;
         }
-        let reply: String = redis::cmd("MIGRATE")
-            .arg("127.0.0.1")
-            .arg(target.port)
-            .arg("")
-            .arg(0)
-            .arg(5000)
-            .arg("KEYS")
-            .arg(&keys)
-            .query(&mut src)
-            .expect("MIGRATE");
-        assert_eq!(reply, "OK");
+        migrate_keys(&mut src, target, &keys);
     }
-    for con in [&mut dst, &mut src] {
-        ok(redis::cmd("CLUSTER")
+    end_migration(&mut src, &mut dst, slot, target);
+}
+
+fn setslot_ok(r: redis::RedisResult<String>) {
+    assert_eq!(r.expect("CLUSTER SETSLOT"), "OK");
+}
+
+/// `CLUSTER SETSLOT slot IMPORTING <source>` on the target, then
+/// `CLUSTER SETSLOT slot MIGRATING <target>` on the source.
+fn begin_migration(
+    src: &mut Connection,
+    dst: &mut Connection,
+    slot: u16,
+    source: &NodeLine,
+    target: &NodeLine,
+) {
+    setslot_ok(
+        redis::cmd("CLUSTER")
             .arg("SETSLOT")
             .arg(slot)
-            .arg("NODE")
+            .arg("IMPORTING")
+            .arg(&source.id)
+            .query(dst),
+    );
+    setslot_ok(
+        redis::cmd("CLUSTER")
+            .arg("SETSLOT")
+            .arg(slot)
+            .arg("MIGRATING")
             .arg(&target.id)
-            .query(con));
+            .query(src),
+    );
+}
+
+/// `MIGRATE 127.0.0.1 <target> "" 0 5000 KEYS keys…`, sent to the source.
+fn migrate_keys(src: &mut Connection, target: &NodeLine, keys: &[String]) {
+    let reply: String = redis::cmd("MIGRATE")
+        .arg("127.0.0.1")
+        .arg(target.port)
+        .arg("")
+        .arg(0)
+        .arg(5000)
+        .arg("KEYS")
+        .arg(keys)
+        .query(src)
+        .expect("MIGRATE");
+    assert_eq!(reply, "OK");
+}
+
+/// `CLUSTER SETSLOT slot NODE <target>` on the target, then on the source.
+fn end_migration(src: &mut Connection, dst: &mut Connection, slot: u16, target: &NodeLine) {
+    for con in [dst, src] {
+        setslot_ok(
+            redis::cmd("CLUSTER")
+                .arg("SETSLOT")
+                .arg(slot)
+                .arg("NODE")
+                .arg(&target.id)
+                .query(con),
+        );
     }
 }
 
@@ -483,6 +518,157 @@ fn cluster_locks_on_every_slot_follow_moved_and_survive_a_reshard() {
         .sum();
     assert!(still >= i64::from(SLOTS));
     assert!(fences.iter().all(|&f| f < future_fence));
+}
+
+/// A classic reshard (`CLUSTER SETSLOT … IMPORTING/MIGRATING`, `MIGRATE`,
+/// `CLUSTER SETSLOT … NODE`) of a slot whose held lock clients wait for, on
+/// every server: `MIGRATE`'s delete on the source is no release there.
+/// - the client waiting on the source is answered `ASK <slot> <target>`,
+///   never granted, and a cluster client waiting there follows the `ASK` and
+///   queues on the target;
+/// - the target holds the lock with the same token, fence, deadline and grant
+///   time; the source keeps no key of the slot and no waiter, and grants
+///   nothing, then answers `MOVED`;
+/// - the follower is granted on the target only once the holder releases it
+///   there, with a higher fence: the lock is never held twice.
+#[test]
+fn cluster_classic_reshard_redirects_waiters_and_never_grants_twice() {
+    let mut cluster = Cluster::start();
+    let key = "{mig}held";
+    let slot = get_slot(key.as_bytes());
+    let source = cluster.owner(slot);
+    let target = cluster
+        .masters()
+        .into_iter()
+        .find(|m| m.id != source.id)
+        .unwrap();
+    let mut src = cluster.node(source.port).conn();
+    let mut dst = cluster.node(target.port).conn();
+    let lock_gauge = |con: &mut Connection, name: &str| info_field(con, "lock", name);
+    let keys_in_slot = |con: &mut Connection| -> i64 {
+        redis::cmd("CLUSTER")
+            .arg("COUNTKEYSINSLOT")
+            .arg(slot)
+            .query(con)
+            .expect("CLUSTER COUNTKEYSINSLOT")
+    };
+
+    // A held lock on the source, a plain client waiting for it there, then a
+    // cluster client (routed to the source, the slot's owner).
+    let (_, fence) = acquire(&mut src, key, 60_000, Some("holder")).expect("granted");
+    let before = kept_state(&mut src, "LOCK.INFO", key);
+    let mut direct_con = cluster.node(source.port).conn();
+    let direct = thread::spawn(move || {
+        redis::cmd("LOCK.ACQUIRE")
+            .arg(key)
+            .arg(60_000)
+            .arg("TOKEN")
+            .arg("direct")
+            .arg("WAIT")
+            .arg(20_000)
+            .query::<Option<(String, u64)>>(&mut direct_con)
+    });
+    wait_until(Duration::from_secs(5), || {
+        lock_gauge(&mut src, "lock_waiters") == "1"
+    });
+    let urls: Vec<String> = cluster
+        .live_ports()
+        .iter()
+        .map(|p| format!("redis://127.0.0.1:{p}/"))
+        .collect();
+    let follower = thread::spawn(move || {
+        let mut con = cluster_client(urls);
+        let reply = redis::cmd("LOCK.ACQUIRE")
+            .arg(key)
+            .arg(60_000)
+            .arg("TOKEN")
+            .arg("follower")
+            .arg("WAIT")
+            .arg(4_000)
+            .query::<Option<(String, u64)>>(&mut con);
+        (reply, Instant::now())
+    });
+    wait_until(Duration::from_secs(5), || {
+        lock_gauge(&mut src, "lock_waiters") == "2"
+    });
+    let grants_on_source = lock_gauge(&mut src, "lock_grants_after_wait");
+
+    // The slot migrates; MIGRATE moves the lock and deletes it on the source.
+    begin_migration(&mut src, &mut dst, slot, &source, &target);
+    migrate_keys(&mut src, &target, &[key.to_string()]);
+
+    // The plain waiter is sent to the target, where the lock is now.
+    let ask = format!("ASK {slot} 127.0.0.1:{}", target.port);
+    let answer = match direct.join().unwrap() {
+        Err(e) => format!("{} {}", e.code().unwrap_or(""), e.detail().unwrap_or("")),
+        Ok(granted) => format!("{granted:?}"),
+    };
+    assert_eq!(answer, ask, "the waiter on the source");
+    // The cluster client followed it and waits on the target.
+    wait_until(Duration::from_secs(5), || {
+        lock_gauge(&mut dst, "lock_waiters") == "1"
+    });
+    assert_eq!(lock_gauge(&mut src, "lock_waiters"), "0");
+    // The source granted nothing and holds nothing of the slot, also a while
+    // after MIGRATE (a hand-off from a timer is due at once).
+    thread::sleep(Duration::from_millis(300));
+    assert_eq!(keys_in_slot(&mut src), 0, "the source re-created the lock");
+    assert_eq!(
+        lock_gauge(&mut src, "lock_grants_after_wait"),
+        grants_on_source
+    );
+    // Redis itself sends the slot's clients there while it migrates.
+    assert_eq!(error_of(&mut src, redis::cmd("LOCK.INFO").arg(key)), ask);
+
+    end_migration(&mut src, &mut dst, slot, &target);
+
+    // The target holds the lock as the source did, for the same token; the
+    // follower still waits there. (MIGRATE sends the TTL as it is then, in
+    // milliseconds: Valkey's target may land 1 ms off the deadline.)
+    let deadline = |state: &mut BTreeMap<String, Value>| match state.remove("deadline") {
+        Some(Value::Int(ms)) => ms,
+        other => panic!("no deadline: {other:?}"),
+    };
+    let mut after = kept_state(&mut dst, "LOCK.INFO", key);
+    let mut before = before;
+    let drift = (deadline(&mut after) - deadline(&mut before)).abs();
+    assert!(drift <= 250, "deadline moved by {drift} ms in MIGRATE");
+    assert_eq!(after, before, "fence, grant time, extensions kept");
+    assert_eq!(fence_of(&before), fence);
+    assert_eq!(acquire(&mut dst, key, 60_000, Some("intruder")), None);
+    assert_eq!(
+        acquire(&mut dst, key, 60_000, Some("holder")),
+        Some(("holder".to_string(), fence)),
+        "the holder's token holds the lock on the target"
+    );
+    assert!(!follower.is_finished(), "the follower was granted early");
+    assert_eq!(lock_gauge(&mut dst, "lock_waiters"), "1");
+    assert_eq!(keys_in_slot(&mut src), 0);
+    assert_eq!(lock_gauge(&mut src, "lock_waiters"), "0");
+    let moved = format!("MOVED {slot} 127.0.0.1:{}", target.port);
+    assert_eq!(error_of(&mut src, redis::cmd("LOCK.INFO").arg(key)), moved);
+
+    // The holder releases on the target: the follower is granted there.
+    let released_at = Instant::now();
+    assert_eq!(release(&mut dst, key, "holder"), 1);
+    let (reply, granted_at) = follower.join().unwrap();
+    let (token, next) = reply
+        .expect("the cluster client follows ASK")
+        .expect("granted on the target");
+    assert_eq!(token, "follower");
+    assert!(granted_at >= released_at, "granted before the release");
+    assert!(next > fence, "fence {next} after {fence}");
+    assert_eq!(
+        info(&mut dst, key).map(|i| i["fence"] as u64),
+        Some(next),
+        "the follower holds the lock on the target"
+    );
+    assert_eq!(keys_in_slot(&mut src), 0, "held on the source too");
+    assert_eq!(
+        lock_gauge(&mut src, "lock_grants_after_wait"),
+        grants_on_source
+    );
+    println!("classic reshard of slot {slot}: waiter answered {ask}; follower granted fence {next} on the target after fence {fence}");
 }
 
 /// Why this server cannot run `CLUSTER MIGRATESLOTS` (Valkey 9.0 and newer

@@ -13,6 +13,8 @@
 //!   semaphores);
 //! - [`waitqueue`]: the per-key FIFO of waiters;
 //! - [`settings`]: the module's settings as data;
+//! - [`cluster`]: a key's hash slot, and where its waiters go when the key
+//!   left this node in a reshard (`CLUSTER NODES` read as text);
 //! - [`sim`] (feature `sim`): an in-memory lock table that executes the
 //!   decisions, for the differential test and the fuzz targets.
 //!
@@ -20,6 +22,7 @@
 //! here uses `decide`.
 
 pub mod args;
+pub mod cluster;
 pub mod decide;
 pub mod effect;
 pub mod errors;

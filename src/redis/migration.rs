@@ -2,7 +2,9 @@
 //! the module option that declares the module handles it, the server event
 //! that tells of each migration (started, completed, aborted; export on the
 //! source, import on the target), a key's slot, and the nodes that serve a
-//! slot (for the `MOVED` a waiter is answered with).
+//! slot (for the `MOVED` a waiter is answered with). Also, on every server,
+//! whether it runs in cluster mode and its `CLUSTER NODES` (where a classic
+//! reshard, `CLUSTER SETSLOT … MIGRATING` and `MIGRATE`, shows).
 //!
 //! redis-module 2.0.8 knows neither the option nor the event: they are raw
 //! calls, with the values of Valkey's `valkeymodule.h` (9.0). Nothing here
@@ -205,6 +207,25 @@ fn decode(subevent: u64, data: *mut c_void) -> Option<Migration> {
         .filter_map(|r| Some((u16::try_from(r.start).ok()?, u16::try_from(r.end).ok()?)))
         .collect();
     Some(Migration { phase, slots })
+}
+
+/// Whether the server runs in cluster mode (`cluster-enabled`, fixed at
+/// start-up: read once).
+pub fn in_cluster(ctx: &Context) -> bool {
+    static CLUSTER: OnceLock<bool> = OnceLock::new();
+    *CLUSTER.get_or_init(|| ctx.get_flags().contains(ContextFlags::CLUSTER))
+}
+
+/// `CLUSTER NODES` as this node sees it (its own line shows the slots it
+/// migrates out, `[slot->-<target id>]`); `None` if the call fails.
+pub fn cluster_nodes(ctx: &Context) -> Option<String> {
+    match ctx.call("CLUSTER", &["NODES"]) {
+        Ok(RedisValue::SimpleString(s)) | Ok(RedisValue::BulkString(s)) => Some(s),
+        Ok(RedisValue::BulkRedisString(s)) => Some(s.to_string_lossy()),
+        Ok(RedisValue::StringBuffer(b)) => Some(String::from_utf8_lossy(&b).into_owned()),
+        Ok(RedisValue::VerbatimString((_, b))) => Some(String::from_utf8_lossy(&b).into_owned()),
+        _ => None,
+    }
 }
 
 /// The hash slot of `key`.
