@@ -5,19 +5,20 @@
 
 use std::ffi::CStr;
 
-use redis_lock_core::decide;
+use redis_lock_core::decide::{self, Unlinked};
 use redis_lock_core::holders::Holders;
 use redis_lock_core::lock::Lock;
 use redis_lock_core::settings;
 use redis_module::{Context, NotifyEvent};
 
+use crate::expiry::Removed;
 use crate::metrics::{self, Counter};
 use crate::redis::datatype::{self, Hooks};
 use crate::redis::events::ServerEvent;
 use crate::redis::guard::guarded;
 use crate::redis::key::{Held, LockKey};
 use crate::redis::{replicate, server};
-use crate::{config, expiry, fence, observers, sessions, waiting};
+use crate::{config, expiry, fence, lease, observers, sessions, waiting};
 
 /// The data type's hooks: the fence high-water mark in the RDB, and the
 /// expiry note when Redis removes a lock.
@@ -29,36 +30,82 @@ pub const TYPE_HOOKS: Hooks = Hooks {
     holders_unlinked,
 };
 
-/// A key with several holders is leaving the keyspace: the holders whose
-/// lease had run out (all of them, when Redis expired the key at its
-/// latest lease) count as expiries.
-fn holders_unlinked(holders: &Holders) {
+/// A key with several holders is leaving the keyspace (not by the module's
+/// own hand): the holders whose lease had run out (all of them, when Redis
+/// expired the key after its latest lease) count as expiries now. Those in
+/// their lease's last millisecond (Redis 8 expires a key as its expiry
+/// millisecond begins) count only if the `expired` event follows, and
+/// nobody is granted the key before that millisecond ends.
+fn holders_unlinked(db: i32, key: &[u8], holders: &Holders) {
     let now_ms = server::now_ms();
-    for _ in holders.list.iter().filter(|h| !h.is_live(now_ms)) {
+    let mut over = 0;
+    let mut last_ms = 0;
+    let mut latest_ms = None;
+    for holder in &holders.list {
+        match decide::unlinked(holder.deadline_ms, now_ms) {
+            Unlinked::Over => over += 1,
+            Unlinked::LastMillisecond => {
+                last_ms += 1;
+                latest_ms = Some(holder.deadline_ms);
+            }
+            Unlinked::Live => {}
+        }
+    }
+    for _ in 0..over {
         metrics::count(Counter::Expiries);
     }
-}
-
-/// Only a lock whose lease has run out can be an expiry.
-fn wants_unlinked(lock: &Lock) -> bool {
-    decide::is_expiry(lock.deadline_ms, server::now_ms())
-}
-
-/// A lock whose lease ran out is leaving the keyspace: note it for the
-/// `expired` event, and start its lock-delay now. The delay cannot wait for
-/// that event: inside a command (an ACQUIRE that opens the key and so
-/// expires it), Redis 8.2 may deliver the event only after the command has
-/// replied, which would let the ACQUIRE grant the key during the delay. A
-/// replica's keys leave by its master's `DEL`; it starts no delay.
-fn unlinked(db: i32, key: &[u8], lock: &Lock) {
-    let now_ms = server::now_ms();
-    expiry::note_unlinked(db, key, lock.deadline_ms, now_ms);
-    if server::is_replica() || !decide::is_expiry(lock.deadline_ms, now_ms) {
+    if over + last_ms == 0 {
         return;
     }
-    if let Some(until) = decide::lock_delay(lock.deadline_ms, config::expiry_delay_ms(), now_ms) {
+    let until = match latest_ms {
+        Some(deadline_ms) if !server::is_replica() => decide::lock_delay(deadline_ms, 0, now_ms),
+        _ => None,
+    };
+    if let Some(until) = until {
         expiry::delay(db, key, until, now_ms);
     }
+    let removed = Removed::Holders {
+        over,
+        last_ms,
+        limit: holders.limit,
+    };
+    expiry::note_unlinked(db, key, removed, until);
+}
+
+/// Only a lock whose lease has run out, or is in its last millisecond, can
+/// be an expiry.
+fn wants_unlinked(lock: &Lock) -> bool {
+    decide::unlinked(lock.deadline_ms, server::now_ms()) != Unlinked::Live
+}
+
+/// A lock whose lease ran out is leaving the keyspace (not by the module's
+/// own hand): note it for the `expired` event, and start its lock-delay
+/// now. The delay cannot wait for that event: inside a command (an ACQUIRE
+/// that opens the key and so expires it), Redis 8.2 may deliver the event
+/// only after the command has replied, which would let the ACQUIRE grant
+/// the key during the delay. A lease removed in its last millisecond (Redis
+/// 8's active expiry) keeps the key from everyone until that millisecond
+/// ends, and that delay is provisional: a client's `DEL` in the same
+/// millisecond ends it (see `expiry.rs`). A replica's keys leave by its
+/// master's `DEL`; it starts no delay.
+fn unlinked(db: i32, key: &[u8], lock: &Lock) {
+    let now_ms = server::now_ms();
+    let kind = decide::unlinked(lock.deadline_ms, now_ms);
+    if kind == Unlinked::Live {
+        return;
+    }
+    let until = match server::is_replica() {
+        true => None,
+        false => decide::lock_delay(lock.deadline_ms, config::expiry_delay_ms(), now_ms),
+    };
+    if let Some(until) = until {
+        expiry::delay(db, key, until, now_ms);
+    }
+    let provisional = until.filter(|_| kind == Unlinked::LastMillisecond);
+    let removed = Removed::Lock {
+        deadline_ms: lock.deadline_ms,
+    };
+    expiry::note_unlinked(db, key, removed, provisional);
 }
 
 /// Every generic event (`del`, `restore`, `rename_from`, `move_from`,
@@ -131,12 +178,27 @@ pub fn on_key_event(ctx: &Context, _class: NotifyEvent, event: &str, key: &[u8])
 pub fn on_expired(ctx: &Context, _class: NotifyEvent, _event: &str, key: &[u8]) {
     guarded(|| {
         let db = server::selected_db(ctx);
-        if expiry::take_note(db, key).is_none() {
-            return;
-        }
-        metrics::count(Counter::Expiries);
         let name = ctx.create_string(key);
-        replicate::notify(ctx, c"lock.expired", &name);
+        match expiry::take_note(db, key) {
+            None => return,
+            Some(Removed::Lock { .. }) => {
+                metrics::count(Counter::Expiries);
+                replicate::notify(ctx, c"lock.expired", &name);
+            }
+            Some(Removed::Holders {
+                over,
+                last_ms,
+                limit,
+            }) => {
+                for _ in 0..last_ms {
+                    metrics::count(Counter::Expiries);
+                }
+                let event = lease::event(limit, c"lock.expired", c"sem.expired");
+                for _ in 0..over + last_ms {
+                    replicate::notify(ctx, event, &name);
+                }
+            }
+        }
         if waiting::waiters(db, key) > 0 {
             // Hand the key over from a timer due now, and only then tell its
             // observers: they see the next holder, never the instant between

@@ -4,11 +4,19 @@
 //!
 //! How an expiry is told from a delete: Redis removes an expired key with the
 //! same call as `DEL`, and then fires its `expired` keyspace event, by which
-//! time the value is gone. So the data type's unlink callback, which sees the
-//! value as Redis removes it, notes a lock whose deadline has passed
-//! ([`note_unlinked`]), and the `expired` event that follows at once claims
-//! the note for the same key ([`take_note`]); any other event drops it
-//! ([`forget_note`]). The handlers are in `events.rs`.
+//! time the value is gone. So the data types' unlink callbacks, which see
+//! the value as Redis removes it, note a lease whose deadline has passed, or
+//! is passing ([`note_unlinked`]), and the `expired` event that follows at
+//! once claims the note for the same key ([`take_note`]); any other event
+//! drops it ([`forget_note`]). The module's own deletes are never noted
+//! (`redis/datatype.rs`). The handlers are in `events.rs`.
+//!
+//! A lease removed in its deadline's own millisecond is the one case that
+//! the deadline leaves open: Redis 8's active expiry removes a key as that
+//! millisecond begins, while a client's `DEL` in it is no expiry. Its note
+//! is provisional: the lock-delay it started (at least to the end of that
+//! millisecond, which the lease still owns) ends again if the event that
+//! follows is not `expired`.
 //!
 //! Module-wide state (main thread only, hence thread-locals): that one note,
 //! and the lock-delays, by db and key. Only this file touches them. A
@@ -20,12 +28,28 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 
-use redis_lock_core::decide;
+/// What an unlink callback saw leave the keyspace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Removed {
+    /// A lock whose lease (deadline in unix ms) had run out or was in its
+    /// last millisecond.
+    Lock { deadline_ms: i64 },
+    /// A shared lock's or a semaphore's holders: `over` had run out (already
+    /// counted), `last_ms` were in their last millisecond; `limit` tells a
+    /// shared lock (0) from a semaphore.
+    Holders {
+        over: usize,
+        last_ms: usize,
+        limit: u32,
+    },
+}
 
 struct Noted {
     db: i32,
     key: Box<[u8]>,
-    deadline_ms: i64,
+    removed: Removed,
+    /// The lock-delay this note started, if it ends with the note.
+    provisional_until: Option<i64>,
 }
 
 /// A key in a database.
@@ -36,30 +60,52 @@ thread_local! {
     static DELAYS: RefCell<HashMap<DbKey, i64>> = RefCell::new(HashMap::new());
 }
 
-/// Redis is removing a lock whose deadline was `deadline_ms`: note it if
-/// that is an expiry.
-pub fn note_unlinked(db: i32, key: &[u8], deadline_ms: i64, now_ms: i64) {
-    if !decide::is_expiry(deadline_ms, now_ms) {
-        return;
-    }
+/// Redis is removing `key` in `db`, a lease that may be expiring: note it
+/// for the keyspace event that follows. `provisional_until`: the lock-delay
+/// the caller started for it, to end with the note unless that event is
+/// `expired`.
+pub fn note_unlinked(db: i32, key: &[u8], removed: Removed, provisional_until: Option<i64>) {
     let noted = Noted {
         db,
         key: key.into(),
-        deadline_ms,
+        removed,
+        provisional_until,
     };
     NOTED.with(|n| *n.borrow_mut() = Some(noted));
 }
 
-/// The deadline of the lock just noted, if it was `key` in `db`: its lease
-/// ran out while held. The note is used up either way.
-pub fn take_note(db: i32, key: &[u8]) -> Option<i64> {
+/// What was just noted, if it was `key` in `db`: its lease ran out while
+/// held. The note is used up either way; a note of another key is
+/// forgotten ([`forget_note`]).
+pub fn take_note(db: i32, key: &[u8]) -> Option<Removed> {
     let noted = NOTED.with(|n| n.borrow_mut().take())?;
-    (noted.db == db && *noted.key == *key).then_some(noted.deadline_ms)
+    if noted.db == db && *noted.key == *key {
+        Some(noted.removed)
+    } else {
+        end_provisional(&noted);
+        None
+    }
 }
 
-/// The noted lock was removed by something other than its expiry.
+/// The noted lease was removed by something other than its expiry: its
+/// provisional lock-delay ends.
 pub fn forget_note() {
-    NOTED.with(|n| n.borrow_mut().take());
+    if let Some(noted) = NOTED.with(|n| n.borrow_mut().take()) {
+        end_provisional(&noted);
+    }
+}
+
+fn end_provisional(noted: &Noted) {
+    let Some(until) = noted.provisional_until else {
+        return;
+    };
+    DELAYS.with(|d| {
+        let mut delays = d.borrow_mut();
+        let entry = (noted.db, noted.key.clone());
+        if delays.get(&entry) == Some(&until) {
+            delays.remove(&entry);
+        }
+    });
 }
 
 /// Nobody is granted `key` in `db` before `until_ms`.
@@ -117,16 +163,42 @@ mod tests {
 
     #[test]
     fn a_note_is_claimed_once_and_only_for_its_key() {
-        note_unlinked(0, b"k", 100, 101);
+        let lock = Removed::Lock { deadline_ms: 100 };
+        note_unlinked(0, b"k", lock, None);
         assert_eq!(take_note(0, b"other"), None);
         assert_eq!(take_note(0, b"k"), None, "used up by the miss");
-        note_unlinked(0, b"k", 100, 101);
-        assert_eq!(take_note(0, b"k"), Some(100));
-        note_unlinked(0, b"k", 100, 100);
-        assert_eq!(take_note(0, b"k"), None, "not past its deadline");
-        note_unlinked(0, b"k", 100, 101);
+        note_unlinked(0, b"k", lock, None);
+        assert_eq!(take_note(0, b"k"), Some(lock));
+        assert_eq!(take_note(0, b"k"), None);
+        note_unlinked(0, b"k", lock, None);
         forget_note();
         assert_eq!(take_note(0, b"k"), None);
+    }
+
+    #[test]
+    fn a_provisional_delay_ends_with_its_note_unless_the_key_expired() {
+        let lock = Removed::Lock { deadline_ms: 100 };
+        // A DEL in the lease's last millisecond: no delay after all.
+        delay(1, b"k", 101, 100);
+        note_unlinked(1, b"k", lock, Some(101));
+        forget_note();
+        assert_eq!(delayed_until(1, b"k", 100), None);
+        // The expiry of another key's note does not claim this one.
+        delay(1, b"k", 101, 100);
+        note_unlinked(1, b"k", lock, Some(101));
+        assert_eq!(take_note(1, b"j"), None);
+        assert_eq!(delayed_until(1, b"k", 100), None);
+        // Its own `expired` event: the delay stays.
+        delay(1, b"k", 101, 100);
+        note_unlinked(1, b"k", lock, Some(101));
+        assert_eq!(take_note(1, b"k"), Some(lock));
+        assert_eq!(delayed_until(1, b"k", 100), Some(101));
+        // A later delay on the key is not the note's to end.
+        note_unlinked(1, b"k", lock, Some(101));
+        delay(1, b"k", 400, 100);
+        forget_note();
+        assert_eq!(delayed_until(1, b"k", 100), Some(400));
+        forget(Some(1));
     }
 
     #[test]

@@ -124,7 +124,7 @@ pub fn release(ctx: &Context, key: &mut LockKey, name: &RedisString, by: Release
 
 /// The keyspace events of a key with several holders: `lock.*` for a shared
 /// lock, `sem.*` for a semaphore.
-fn event(limit: u32, lock: &'static CStr, sem: &'static CStr) -> &'static CStr {
+pub fn event(limit: u32, lock: &'static CStr, sem: &'static CStr) -> &'static CStr {
     if limit == 0 {
         lock
     } else {

@@ -320,6 +320,52 @@ fn expiry_delay_keeps_an_expired_lock_ungranted_but_not_a_released_one() {
     assert_eq!(lock_info(&mut con)["expiries"], 1);
 }
 
+/// "Nobody" means every kind of request: a reader and a permit request are
+/// kept off a key in its lock-delay just as a writer is (a SHARED or
+/// SEM.ACQUIRE used to be granted there).
+#[test]
+fn expiry_delay_keeps_readers_and_permit_requests_off_the_key_too() {
+    let server = Server::start();
+    let mut con = server.conn();
+    config_set(&mut con, "lock.expiry-delay-ms", "4000").unwrap();
+    acquire(&mut con, "k", 100, Some("slow")).unwrap();
+    let deadline = info(&mut con, "k").unwrap()["deadline"];
+    thread::sleep(Duration::from_millis(300));
+    let shared: Option<(String, i64)> = redis::cmd("LOCK.ACQUIRE")
+        .arg("k")
+        .arg(10_000)
+        .arg("SHARED")
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(shared, None, "a reader in the lock-delay");
+    assert!(info(&mut con, "k").is_none());
+    // A semaphore under the same name: the key is free, the delay is not over.
+    let permit: Option<(String, i64)> = redis::cmd("SEM.ACQUIRE")
+        .arg("k")
+        .arg(3)
+        .arg(10_000)
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(permit, None, "a permit request in the lock-delay");
+    let exists: i64 = redis::cmd("EXISTS").arg("k").query(&mut con).unwrap();
+    assert_eq!(exists, 0, "nothing was created");
+    let mut granted_at = 0;
+    wait_for("the lock-delay ends", || {
+        let got: Option<(String, i64)> = redis::cmd("LOCK.ACQUIRE")
+            .arg("k")
+            .arg(10_000)
+            .arg("SHARED")
+            .query(&mut con)
+            .unwrap();
+        granted_at = now_ms();
+        got.is_some()
+    });
+    assert!(
+        granted_at >= deadline + 4_000,
+        "granted at {granted_at}, deadline {deadline}"
+    );
+}
+
 #[test]
 fn expiry_delay_holds_waiters_until_it_ends() {
     let server = Server::start();

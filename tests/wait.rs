@@ -678,31 +678,11 @@ fn lock_counter(con: &mut Connection, name: &str) -> i64 {
 /// through Redis and is counted once: Redis' `expired_keys`, the module's
 /// `expiries` and `handoffs_on_expiry`, and one `lock.expired` then one
 /// `lock.handoff` event per key.
-/// Redis 8 (8.2.3 here) sometimes removes one of many leases that run out
-/// together without the module seeing it as an expiry: that lease is not
-/// counted in `lock_expiries`, and its lock-delay does not start, so its
-/// waiter gets the key 1 ms after the deadline. Seen in 1 key of 40 to 100
-/// in most runs, with the hand-off timers of this version and of the one
-/// before; not on Redis 7.0 or Valkey 8.1 and 9.1. Not yet explained (the
-/// note of this change says what was tried), so these two tests say so on
-/// Redis 8 instead of failing there.
-fn known_redis_8_mass_expiry_gap(con: &mut Connection) -> bool {
-    let (name, (major, _)) = server_version(con);
-    let gap = name == "redis" && major >= 8;
-    if gap {
-        eprintln!("skipped on Redis {major}: the known mass-expiry gap (see known_redis_8_mass_expiry_gap)");
-    }
-    gap
-}
-
 #[test]
 fn many_leases_running_out_together_each_go_to_their_waiter_after_their_deadline() {
     const N: usize = 100;
     let server = Server::start();
     let mut con = server.conn();
-    if known_redis_8_mass_expiry_gap(&mut con) {
-        return;
-    }
     let _: () = redis::cmd("CONFIG")
         .arg("SET")
         .arg("notify-keyspace-events")
@@ -776,9 +756,6 @@ fn a_lock_delay_holds_each_of_many_keys_expiring_together() {
     const N: usize = 40;
     let server = Server::start();
     let mut con = server.conn();
-    if known_redis_8_mass_expiry_gap(&mut con) {
-        return;
-    }
     let _: () = redis::cmd("CONFIG")
         .arg("SET")
         .arg("lock.expiry-delay-ms")

@@ -251,6 +251,9 @@ pub struct SharedCase<'a> {
     pub may_wait: bool,
     /// `lock.max-holders`.
     pub max_holders: usize,
+    /// A lock-delay after an expiry is in force until then (unix ms); only
+    /// a free key can have one.
+    pub delayed_until_ms: Option<i64>,
 }
 
 /// The caller's token already holds the key: how.
@@ -359,7 +362,7 @@ pub fn acquire_shared(case: &SharedCase) -> Result<Acquire, LockError> {
         };
         return Ok(busy(wake));
     }
-    match serve(case.key, case.want, None, case.max_holders) {
+    match serve(case.key, case.want, case.delayed_until_ms, case.max_holders) {
         Serve::Grant => grant(),
         Serve::WakeAt(at) => Ok(busy(Some(at))),
         Serve::Idle => Ok(busy(None)),
@@ -379,13 +382,44 @@ pub fn is_expiry(deadline_ms: i64, now_ms: i64) -> bool {
     deadline_ms >= 0 && !rules::is_live(deadline_ms, now_ms)
 }
 
-/// After an expiry at `deadline_ms`: until when nobody is granted the key
-/// (`lock.expiry-delay-ms`), if that is still ahead.
-pub fn lock_delay(deadline_ms: i64, delay_ms: i64, now_ms: i64) -> Option<i64> {
-    if delay_ms <= 0 {
-        return None;
+/// What a removal of a lease by the server (not by this module) at `now_ms`
+/// can be, by its deadline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unlinked {
+    /// The lease had run out: an expiry, or the delete of a dead lease.
+    Over,
+    /// During the lease's last millisecond. Redis 7.0 and Valkey expire a
+    /// key only once `now` passes its expiry time, but Redis 8's active
+    /// expiry cycle removes it when `now` reaches it (`now >= when`): there
+    /// this is an expiry that cut the lease's last millisecond. A client's
+    /// `DEL` in that millisecond looks the same; the keyspace event that
+    /// follows tells them apart (`expired`, or anything else).
+    LastMillisecond,
+    /// A live lease, deleted or overwritten.
+    Live,
+}
+
+/// How Redis' removal of a lease with this deadline counts (see
+/// [`Unlinked`]).
+pub fn unlinked(deadline_ms: i64, now_ms: i64) -> Unlinked {
+    if deadline_ms < 0 {
+        Unlinked::Live
+    } else if !rules::is_live(deadline_ms, now_ms) {
+        Unlinked::Over
+    } else if now_ms == deadline_ms {
+        Unlinked::LastMillisecond
+    } else {
+        Unlinked::Live
     }
-    let until = rules::embargo_until(deadline_ms, delay_ms);
+}
+
+/// After an expiry at `deadline_ms`: until when nobody is granted the key,
+/// if that is still ahead. That is `lock.expiry-delay-ms` after the
+/// deadline, and at least to the end of the deadline's millisecond: a lease
+/// holds through it, even where Redis removed the key as it began.
+pub fn lock_delay(deadline_ms: i64, delay_ms: i64, now_ms: i64) -> Option<i64> {
+    let until =
+        rules::embargo_until(deadline_ms, delay_ms.max(0)).max(rules::lease_over_at(deadline_ms));
     (until > now_ms).then_some(until)
 }
 
@@ -758,6 +792,28 @@ mod tests {
             hold: HoldPolicy::default(),
             may_wait: false,
             max_holders: 3,
+            delayed_until_ms: None,
+        }
+    }
+
+    #[test]
+    fn a_shared_or_permit_request_waits_out_a_lock_delay_on_a_free_key() {
+        for want in [Want::Shared, Want::Permits { limit: 2, count: 1 }] {
+            let delayed = SharedCase {
+                delayed_until_ms: Some(NOW + 7),
+                ..shared_case(KeyState::Free, want)
+            };
+            assert_eq!(acquire_shared(&delayed), Ok(Acquire::Refuse));
+            let waits = SharedCase {
+                may_wait: true,
+                ..delayed
+            };
+            assert_eq!(
+                acquire_shared(&waits),
+                Ok(Acquire::Queue {
+                    wake_at_ms: Some(NOW + 7)
+                })
+            );
         }
     }
 
@@ -863,6 +919,15 @@ mod tests {
         assert_eq!(lock_delay(100, 0, 101), None);
         assert_eq!(lock_delay(100, 50, 101), Some(150));
         assert_eq!(lock_delay(100, 50, 150), None);
+        assert_eq!(lock_delay(100, -5, 101), None);
+        // Removed as its last millisecond began (Redis 8's active expiry):
+        // nobody has the key before that millisecond ends, delay or not.
+        assert_eq!(lock_delay(100, 0, 100), Some(101));
+        assert_eq!(lock_delay(100, 50, 100), Some(150));
+        assert_eq!(unlinked(100, 99), Unlinked::Live);
+        assert_eq!(unlinked(100, 100), Unlinked::LastMillisecond);
+        assert_eq!(unlinked(100, 101), Unlinked::Over);
+        assert_eq!(unlinked(-1, 101), Unlinked::Live);
         assert_eq!(waiter_deadline(5, 10), Ok(15));
         assert_eq!(waiter_deadline(i64::MAX, 1), Err(LockError::TtlOverflow));
     }

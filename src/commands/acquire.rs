@@ -6,7 +6,7 @@
 //! the lock is also released when the connection closes (see `sessions.rs`).
 
 use redis_lock_core::args::{parse_acquire, AcquireArgs};
-use redis_lock_core::decide::{self, Acquire, AcquireCase, MyHold, SharedCase, Want};
+use redis_lock_core::decide::{self, Acquire, AcquireCase, KeyState, MyHold, SharedCase, Want};
 use redis_lock_core::errors::LockError;
 use redis_lock_core::token::{self, UUID_LEN};
 use redis_module::{Context, RedisString};
@@ -136,6 +136,11 @@ pub(super) fn acquire_hold(
         hold: config::hold_policy(),
         may_wait: parsed.wait_ms.is_some() && server::can_block(ctx),
         max_holders: config::max_holders(),
+        // A lock-delay keeps everyone off the key, readers and permits too.
+        delayed_until_ms: match state {
+            KeyState::Free => expiry::delayed_until(db, name, now_ms),
+            _ => None,
+        },
     });
     let caller = Caller {
         parsed,

@@ -4,6 +4,7 @@
 //! RDB. What the module does with the high-water mark and with an unlinked
 //! lock is the layer above's: it registers [`Hooks`] at load.
 
+use std::cell::Cell;
 use std::ffi::c_void;
 use std::os::raw::{c_char, c_int, c_longlong};
 use std::ptr;
@@ -33,11 +34,62 @@ pub struct Hooks {
     /// Redis is removing `lock` from `db` (release, `DEL`, expiry,
     /// eviction, overwrite); its key name is the slice.
     pub unlinked: fn(i32, &[u8], &Lock),
-    /// Redis is removing a key with several holders.
-    pub holders_unlinked: fn(&Holders),
+    /// Redis is removing a key with several holders from `db`; its key
+    /// name is the slice.
+    pub holders_unlinked: fn(i32, &[u8], &Holders),
 }
 
 static HOOKS: OnceLock<Hooks> = OnceLock::new();
+
+thread_local! {
+    /// Set while the module itself deletes or replaces a value (main
+    /// thread only).
+    static OWN_WRITE: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Run `write`, the module's own delete or replacement of a key's value:
+/// the unlink hooks it triggers are not told of it, since a value the
+/// module removes (a release, a hand-off, the master's state) never leaves
+/// by an expiry.
+pub fn own_write<R>(write: impl FnOnce() -> R) -> R {
+    let was = OWN_WRITE.with(|w| w.replace(true));
+    let result = write();
+    OWN_WRITE.with(|w| w.set(was));
+    result
+}
+
+/// The database and name of the key that an unlink callback is about,
+/// unless the module itself is removing it ([`own_write`]).
+///
+/// # Safety
+/// `ctx` is the callback's own context, and the slice does not outlive it.
+pub(super) unsafe fn unlinked_key<'a>(
+    ctx: *mut raw::RedisModuleKeyOptCtx,
+) -> Option<(i32, &'a [u8])> {
+    if OWN_WRITE.with(Cell::get) {
+        return None;
+    }
+    let (Some(name_of), Some(db_of), Some(ptr_len)) = (
+        raw::RedisModule_GetKeyNameFromOptCtx,
+        raw::RedisModule_GetDbIdFromOptCtx,
+        raw::RedisModule_StringPtrLen,
+    ) else {
+        return None;
+    };
+    let name = name_of(ctx);
+    if name.is_null() {
+        return None;
+    }
+    let mut len = 0usize;
+    let bytes = ptr_len(name, &mut len);
+    if bytes.is_null() {
+        return None;
+    }
+    Some((
+        db_of(ctx),
+        std::slice::from_raw_parts(bytes.cast::<u8>(), len),
+    ))
+}
 
 /// Register the hooks (once, at load, before any RDB is read).
 pub fn set_hooks(hooks: Hooks) {
@@ -260,24 +312,9 @@ unsafe extern "C" fn unlink(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c
     if !guarded(|| (hooks.wants_unlinked)(lock)).unwrap_or(false) {
         return;
     }
-    let (Some(name_of), Some(db_of), Some(ptr_len)) = (
-        raw::RedisModule_GetKeyNameFromOptCtx,
-        raw::RedisModule_GetDbIdFromOptCtx,
-        raw::RedisModule_StringPtrLen,
-    ) else {
+    let Some((db, key)) = unlinked_key(ctx) else {
         return;
     };
-    let name = name_of(ctx);
-    if name.is_null() {
-        return;
-    }
-    let mut len = 0usize;
-    let bytes = ptr_len(name, &mut len);
-    if bytes.is_null() {
-        return;
-    }
-    let key = std::slice::from_raw_parts(bytes.cast::<u8>(), len);
-    let db = db_of(ctx);
     guarded(|| (hooks.unlinked)(db, key, lock));
 }
 

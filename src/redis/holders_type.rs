@@ -242,11 +242,12 @@ unsafe extern "C" fn free(value: *mut c_void) {
 
 /// Redis removes the whole key (its latest lease ran out, `DEL`, a flush):
 /// the module counts the holders whose lease had run out as expiries.
-unsafe extern "C" fn unlink(_ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void) {
+unsafe extern "C" fn unlink(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void) {
     let Some(holders) = value.cast::<Holders>().as_ref() else {
         return;
     };
-    if let Some(hooks) = datatype::hooks() {
-        guarded(|| (hooks.holders_unlinked)(holders));
-    }
+    let (Some(hooks), Some((db, key))) = (datatype::hooks(), datatype::unlinked_key(ctx)) else {
+        return;
+    };
+    guarded(|| (hooks.holders_unlinked)(db, key, holders));
 }

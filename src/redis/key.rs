@@ -114,11 +114,11 @@ impl LockKey {
         let deadline = holders.latest_deadline();
         let value_type = holders_type::type_of(&holders);
         let value = holders_type::new_value(holders);
-        let status = unsafe {
+        let status = datatype::own_write(|| unsafe {
             raw::RedisModule_ModuleTypeSetValue.map_or(raw::Status::Err as c_int, |f| {
                 f(self.key, value_type, value.cast())
             })
-        };
+        });
         if status != raw::Status::Ok as c_int {
             // SAFETY: Redis did not take ownership; nothing else has it.
             unsafe { holders_type::free_value(value) };
@@ -176,11 +176,11 @@ impl LockKey {
         }
         let deadline = lock.deadline();
         let value = datatype::new_value(lock);
-        let status = unsafe {
+        let status = datatype::own_write(|| unsafe {
             raw::RedisModule_ModuleTypeSetValue.map_or(raw::Status::Err as c_int, |f| {
                 f(self.key, datatype::raw_type(), value.cast())
             })
-        };
+        });
         if status != raw::Status::Ok as c_int {
             // SAFETY: Redis did not take ownership; nothing else has it.
             unsafe { datatype::free_value(value) };
@@ -255,11 +255,11 @@ impl LockKey {
         if !self.writable || self.key.is_null() {
             return;
         }
-        unsafe {
+        datatype::own_write(|| unsafe {
             if let Some(delete) = raw::RedisModule_DeleteKey {
                 delete(self.key);
             }
-        }
+        });
     }
 }
 
