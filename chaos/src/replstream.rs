@@ -55,36 +55,15 @@ fn read_command(r: &mut impl BufRead) -> std::io::Result<Vec<String>> {
 /// for an absolute time.
 fn spell_out(command: Vec<Vec<u8>>) -> Vec<String> {
     let text = |arg: &[u8]| String::from_utf8_lossy(arg).to_string();
-    let name = command
-        .first()
-        .map(|n| text(n).to_uppercase())
-        .unwrap_or_default();
-    let holder = name == "LOCK.SETHOLDER";
-    if command.len() != 4 || !(holder || name == "LOCK.SETSTATE") {
-        return command.iter().map(|a| text(a)).collect();
+    match redis_lock_core::effect::spell_out(&command) {
+        None => command.iter().map(|a| text(a)).collect(),
+        Some(Ok(spelled)) => spelled.iter().map(|a| text(a)).collect(),
+        Some(Err(_)) => {
+            let mut out: Vec<String> = command[..3].iter().map(|a| text(a)).collect();
+            out.push("<bad state>".into());
+            out
+        }
     }
-    let Ok((permits, state)) = redis_lock_core::effect::unpack(&command[3], holder) else {
-        let mut out: Vec<String> = command[..3].iter().map(|a| text(a)).collect();
-        out.push("<bad state>".into());
-        return out;
-    };
-    let mut out = vec![text(&command[0]), text(&command[1])];
-    if let Some(p) = permits {
-        out.push(p.limit.to_string());
-        out.push(p.count.to_string());
-    }
-    out.push(text(&command[2]));
-    out.push(state.fence.to_string());
-    out.push(state.deadline_ms.to_string());
-    out.push(state.granted_ms.to_string());
-    if holder || state.extends != 0 || state.owner.is_some() {
-        out.push(state.extends.to_string());
-    }
-    if let Some(owner) = state.owner {
-        out.push("OWNER".into());
-        out.push(text(owner));
-    }
-    out
 }
 
 pub fn attach(addr: &str) -> Result<Stream, String> {

@@ -1158,6 +1158,15 @@ mod tests {
             "pod-7",
         ];
         assert_eq!(parse_setholder(&args), parse_setholder(&text));
+        // The spelled-out effect (what tests and the chaos checker read) is
+        // that text form, for a holder and for a lock.
+        let spelled = effect::spell_out(&args).unwrap().unwrap();
+        assert_eq!(spelled, text.map(|t| t.as_bytes().to_vec()));
+        let lock = effect::pack(None, &state);
+        let lock_args: [&[u8]; 4] = [b"LOCK.SETSTATE", b"k", b"t", lock.bytes()];
+        let spelled = effect::spell_out(&lock_args).unwrap().unwrap();
+        let spelled: Vec<&[u8]> = spelled.iter().map(Vec::as_slice).collect();
+        assert_eq!(parse_setstate(&spelled), parse_setstate(&lock_args));
         for (limit, count, want) in [
             (3, 4, LockError::PermitCountInvalid),
             (0, 2, LockError::PermitCountInvalid),

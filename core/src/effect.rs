@@ -134,6 +134,44 @@ pub fn unpack(bytes: &[u8], with_permits: bool) -> Result<(Option<Permits>, Stat
     ))
 }
 
+/// A replicated or logged effect as its text form, for a reader of the
+/// replication stream or the AOF (tests, the chaos checker): `LOCK.SETSTATE
+/// key token state` and `LOCK.SETHOLDER key token state` with their state
+/// spelled out as the decimal arguments that the text forms of `args.rs`
+/// take (`LOCK.SETHOLDER key limit count token fence deadline-ms granted-ms
+/// extends [OWNER label]`). `None` for any other command, which reads as it
+/// is; an error for a packed state that does not unpack.
+pub fn spell_out<A: AsRef<[u8]>>(command: &[A]) -> Option<Result<Vec<Vec<u8>>, LockError>> {
+    let [name, key, token, packed] = command else {
+        return None;
+    };
+    let name = name.as_ref();
+    let holder = name.eq_ignore_ascii_case(b"LOCK.SETHOLDER");
+    if !holder && !name.eq_ignore_ascii_case(b"LOCK.SETSTATE") {
+        return None;
+    }
+    Some(unpack(packed.as_ref(), holder).map(|(permits, state)| {
+        let text = |n: i128| n.to_string().into_bytes();
+        let mut out = vec![name.to_vec(), key.as_ref().to_vec()];
+        if let Some(p) = permits {
+            out.push(text(p.limit.into()));
+            out.push(text(p.count.into()));
+        }
+        out.push(token.as_ref().to_vec());
+        out.push(text(state.fence.into()));
+        out.push(text(state.deadline_ms.into()));
+        out.push(text(state.granted_ms.into()));
+        if holder || state.extends != 0 || state.owner.is_some() {
+            out.push(text(state.extends.into()));
+        }
+        if let Some(owner) = state.owner {
+            out.push(b"OWNER".to_vec());
+            out.push(owner.to_vec());
+        }
+        out
+    }))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -166,6 +204,72 @@ mod tests {
         assert_eq!(
             unpack(pack(permits, &labelled).bytes(), true),
             Ok((permits, labelled))
+        );
+    }
+
+    #[test]
+    fn an_effect_is_spelled_out_as_the_text_form_it_replaces() {
+        let state = State {
+            fence: 7,
+            deadline_ms: NOW + 30_000,
+            granted_ms: NOW,
+            extends: 0,
+            owner: None,
+        };
+        let plain = pack(None, &state);
+        let spelled = spell_out(&[b"LOCK.SETSTATE".as_slice(), b"k", b"t", plain.bytes()]);
+        let text = |parts: &[&str]| {
+            parts
+                .iter()
+                .map(|p| p.as_bytes().to_vec())
+                .collect::<Vec<_>>()
+        };
+        let deadline = (NOW + 30_000).to_string();
+        let granted = NOW.to_string();
+        assert_eq!(
+            spelled,
+            Some(Ok(text(&[
+                "LOCK.SETSTATE",
+                "k",
+                "t",
+                "7",
+                &deadline,
+                &granted
+            ])))
+        );
+
+        let labelled = State {
+            extends: 2,
+            owner: Some(b"pod-7"),
+            ..state
+        };
+        let holder = pack(Some(Permits { limit: 3, count: 2 }), &labelled);
+        let spelled = spell_out(&[b"lock.setholder".as_slice(), b"k", b"t", holder.bytes()]);
+        let want = text(&[
+            "lock.setholder",
+            "k",
+            "3",
+            "2",
+            "t",
+            "7",
+            &deadline,
+            &granted,
+            "2",
+            "OWNER",
+            "pod-7",
+        ]);
+        assert_eq!(spelled, Some(Ok(want.clone())));
+
+        // Other commands, and the text forms themselves, read as they are.
+        assert_eq!(spell_out(&[b"DEL".as_slice(), b"k"]), None);
+        assert_eq!(spell_out(&text(&["PEXPIREAT", "k", "t", "1"])), None);
+        assert_eq!(
+            spell_out(&text(&["LOCK.SETSTATE", "k", "t", "7", "1", "2"])),
+            None
+        );
+        assert_eq!(
+            spell_out(&text(&["LOCK.SETSTATE", "k", "t", "garbage"])),
+            Some(Err(LockError::StateInvalid))
         );
     }
 

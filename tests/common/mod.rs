@@ -321,29 +321,8 @@ pub fn now_ms() -> i64 {
 /// deadline granted extends [OWNER label]`), which the tests read; any other
 /// command as it is.
 pub fn expand_effect(command: Vec<Vec<u8>>) -> Vec<Vec<u8>> {
-    let name = String::from_utf8_lossy(&command[0]).to_uppercase();
-    let holder = name == "LOCK.SETHOLDER";
-    if command.len() != 4 || !(holder || name == "LOCK.SETSTATE") {
-        return command;
+    match redis_lock_core::effect::spell_out(&command) {
+        Some(spelled) => spelled.expect("a packed state"),
+        None => command,
     }
-    let (permits, state) =
-        redis_lock_core::effect::unpack(&command[3], holder).expect("a packed state");
-    let text = |n: i128| n.to_string().into_bytes();
-    let mut out = vec![command[0].clone(), command[1].clone()];
-    if let Some(p) = permits {
-        out.push(text(p.limit.into()));
-        out.push(text(p.count.into()));
-    }
-    out.push(command[2].clone());
-    out.push(text(state.fence.into()));
-    out.push(text(state.deadline_ms.into()));
-    out.push(text(state.granted_ms.into()));
-    if holder || state.extends != 0 || state.owner.is_some() {
-        out.push(text(state.extends.into()));
-    }
-    if let Some(owner) = state.owner {
-        out.push(b"OWNER".to_vec());
-        out.push(owner.to_vec());
-    }
-    out
 }
