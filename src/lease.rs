@@ -243,11 +243,16 @@ pub fn release_holder(
         return;
     };
     let limit = holders.limit;
+    let latest_before = holders.latest_deadline();
     if holders.remove(token).is_none() {
         return;
     }
     let last = holders.list.is_empty();
-    key.holders_changed();
+    // The key's TTL follows the latest lease: it moves only if that one
+    // left (and the key goes with its last holder).
+    if last || holders.latest_deadline() != latest_before {
+        key.holders_changed();
+    }
     replicate::touched(ctx, name);
     replicate::notify(ctx, event(limit, c"lock.released", c"sem.released"), name);
     if last {

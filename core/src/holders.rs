@@ -129,11 +129,17 @@ impl Holders {
 
     /// Put `holder` in, replacing the one with its token.
     pub fn put(&mut self, holder: Holder) {
-        let mut buffer = [0u8; UUID_LEN];
-        let token = holder.token(&mut buffer).to_vec();
-        match self.find_mut(&token) {
+        // Equal tokens are stored alike (a canonical UUID always as its 16
+        // bytes), so the stored forms compare as the tokens do.
+        match self.list.iter_mut().find(|h| h.token == holder.token) {
             Some(existing) => *existing = holder,
-            None => self.list.push(holder),
+            None => {
+                // Most keys have one holder: room for exactly one at first.
+                if self.list.capacity() == 0 {
+                    self.list.reserve_exact(1);
+                }
+                self.list.push(holder);
+            }
         }
     }
 }

@@ -83,19 +83,23 @@ pub fn draw(buffer: &mut [u8; UUID_LEN]) -> &[u8] {
 /// The 16 bytes of `token` if it is a UUID written exactly as
 /// `encode_lower` writes one (so that formatting it gives `token` back).
 fn canonical_uuid(token: &[u8]) -> Option<[u8; 16]> {
-    if token.len() != UUID_LEN {
+    /// Where each byte's two hex digits start in the 36 characters.
+    const DIGITS: [usize; 16] = [0, 2, 4, 6, 9, 11, 14, 16, 19, 21, 24, 26, 28, 30, 32, 34];
+    let token: &[u8; UUID_LEN] = token.try_into().ok()?;
+    if [8, 13, 18, 23].iter().any(|&i| token[i] != b'-') {
         return None;
     }
-    let canonical = token.iter().enumerate().all(|(i, &b)| match i {
-        8 | 13 | 18 | 23 => b == b'-',
-        _ => b.is_ascii_digit() || (b'a'..=b'f').contains(&b),
-    });
-    if !canonical {
-        return None;
+    // Lowercase only: an uppercase UUID would not come back as it was sent.
+    let nibble = |b: u8| match b {
+        b'0'..=b'9' => Some(b - b'0'),
+        b'a'..=b'f' => Some(b - b'a' + 10),
+        _ => None,
+    };
+    let mut bytes = [0u8; 16];
+    for (byte, &at) in bytes.iter_mut().zip(DIGITS.iter()) {
+        *byte = nibble(token[at])? << 4 | nibble(token[at + 1])?;
     }
-    uuid::Uuid::try_parse_ascii(token)
-        .ok()
-        .map(|u| *u.as_bytes())
+    Some(bytes)
 }
 
 #[cfg(test)]
@@ -165,6 +169,28 @@ mod tests {
             prop_assert!(!stored.matches(text.to_uppercase().as_bytes()) || text == text.to_uppercase());
             prop_assert!(!stored.matches(&text.as_bytes()[..35]));
             prop_assert_eq!(stored.matches(&b), b == text.as_bytes());
+        }
+
+        /// `Holders::put` compares stored forms: equal exactly when the
+        /// tokens are, and a lowercase UUID is kept as its own 16 bytes.
+        #[test]
+        fn stored_forms_are_equal_exactly_when_the_tokens_are(
+            a in proptest::collection::vec(any::<u8>(), 1..=40),
+            raw in any::<[u8; 16]>(),
+            flip in 0usize..36,
+        ) {
+            let text = uuid::Uuid::from_bytes(raw).hyphenated().to_string();
+            prop_assert_eq!(StoredToken::new(text.as_bytes()), StoredToken::Uuid(raw));
+            let mut other = text.clone().into_bytes();
+            other[flip] = if other[flip] == b'0' { b'1' } else { b'0' };
+            prop_assert_eq!(
+                StoredToken::new(&other) == StoredToken::new(text.as_bytes()),
+                other == text.as_bytes()
+            );
+            prop_assert_eq!(
+                StoredToken::new(&a) == StoredToken::new(text.as_bytes()),
+                a == text.as_bytes()
+            );
         }
 
         #[test]
