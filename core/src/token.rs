@@ -82,6 +82,23 @@ pub fn draw(buffer: &mut [u8; UUID_LEN]) -> &[u8] {
 
 /// The 16 bytes of `token` if it is a UUID written exactly as
 /// `encode_lower` writes one (so that formatting it gives `token` back).
+/// Each byte's value as a lowercase hex digit, or 0xff. Lowercase only: an
+/// uppercase UUID would not come back as it was sent.
+const NIBBLE: [u8; 256] = {
+    let mut table = [0xffu8; 256];
+    let mut i = 0;
+    while i < 10 {
+        table[b'0' as usize + i] = i as u8;
+        i += 1;
+    }
+    let mut i = 0;
+    while i < 6 {
+        table[b'a' as usize + i] = 10 + i as u8;
+        i += 1;
+    }
+    table
+};
+
 fn canonical_uuid(token: &[u8]) -> Option<[u8; 16]> {
     /// Where each byte's two hex digits start in the 36 characters.
     const DIGITS: [usize; 16] = [0, 2, 4, 6, 9, 11, 14, 16, 19, 21, 24, 26, 28, 30, 32, 34];
@@ -89,15 +106,16 @@ fn canonical_uuid(token: &[u8]) -> Option<[u8; 16]> {
     if [8, 13, 18, 23].iter().any(|&i| token[i] != b'-') {
         return None;
     }
-    // Lowercase only: an uppercase UUID would not come back as it was sent.
-    let nibble = |b: u8| match b {
-        b'0'..=b'9' => Some(b - b'0'),
-        b'a'..=b'f' => Some(b - b'a' + 10),
-        _ => None,
-    };
     let mut bytes = [0u8; 16];
     for (byte, &at) in bytes.iter_mut().zip(DIGITS.iter()) {
-        *byte = nibble(token[at])? << 4 | nibble(token[at + 1])?;
+        let (high, low) = (
+            NIBBLE[usize::from(token[at])],
+            NIBBLE[usize::from(token[at + 1])],
+        );
+        if (high | low) > 0xf {
+            return None;
+        }
+        *byte = high << 4 | low;
     }
     Some(bytes)
 }
