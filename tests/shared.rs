@@ -733,28 +733,7 @@ fn holders_expired_by_the_server_with_their_key_are_each_counted_once() {
         .arg(500)
         .query(&mut con)
         .unwrap();
-    let (tx, events) = std::sync::mpsc::channel::<(String, String)>();
-    let mut sub = server.conn();
-    let (ready_tx, ready) = std::sync::mpsc::channel();
-    thread::spawn(move || {
-        let mut pubsub = sub.as_pubsub();
-        pubsub.psubscribe("__keyspace@0__:h*").unwrap();
-        pubsub
-            .set_read_timeout(Some(Duration::from_millis(200)))
-            .unwrap();
-        ready_tx.send(()).unwrap();
-        let start = Instant::now();
-        while start.elapsed() < Duration::from_secs(30) {
-            if let Ok(msg) = pubsub.get_message() {
-                let key = msg.get_channel_name().trim_start_matches("__keyspace@0__:");
-                let event = (key.to_string(), msg.get_payload::<String>().unwrap());
-                if tx.send(event).is_err() {
-                    return;
-                }
-            }
-        }
-    });
-    ready.recv().unwrap();
+    let events = keyspace_events(&server, "h*", Duration::from_secs(30));
     // Two holders per key: a reader pair, or a semaphore with two permits
     // out (the later lease sets the key's expiry), all ending within 50 ms.
     for i in 0..KEYS {

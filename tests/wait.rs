@@ -689,28 +689,7 @@ fn many_leases_running_out_together_each_go_to_their_waiter_after_their_deadline
         .arg("Kd")
         .query(&mut con)
         .unwrap();
-    let (tx, events) = std::sync::mpsc::channel::<(String, String)>();
-    let mut sub = server.conn();
-    let (ready_tx, ready) = std::sync::mpsc::channel();
-    thread::spawn(move || {
-        let mut pubsub = sub.as_pubsub();
-        pubsub.psubscribe("__keyspace@0__:many:*").unwrap();
-        pubsub
-            .set_read_timeout(Some(Duration::from_millis(200)))
-            .unwrap();
-        ready_tx.send(()).unwrap();
-        let start = Instant::now();
-        while start.elapsed() < Duration::from_secs(60) {
-            if let Ok(msg) = pubsub.get_message() {
-                let key = msg.get_channel_name().trim_start_matches("__keyspace@0__:");
-                let event = (key.to_string(), msg.get_payload::<String>().unwrap());
-                if tx.send(event).is_err() {
-                    return;
-                }
-            }
-        }
-    });
-    ready.recv_timeout(BOUND).unwrap();
+    let events = keyspace_events(&server, "many:*", Duration::from_secs(60));
 
     let keys = expiring_together(&server, &mut con, "many:", N, 20);
     let names: Vec<String> = keys.iter().map(|k| k.key.clone()).collect();

@@ -326,3 +326,40 @@ pub fn expand_effect(command: Vec<Vec<u8>>) -> Vec<Vec<u8>> {
         None => command,
     }
 }
+
+/// Every keyspace event of db 0 on the keys that match `pattern` (a
+/// `PSUBSCRIBE` pattern after `__keyspace@0__:`), as (key, event), from a
+/// subscriber that is listening when this returns and stops after
+/// `for_at_most`. The caller sets `notify-keyspace-events`.
+pub fn keyspace_events(
+    server: &Server,
+    pattern: &str,
+    for_at_most: Duration,
+) -> std::sync::mpsc::Receiver<(String, String)> {
+    let (tx, events) = std::sync::mpsc::channel::<(String, String)>();
+    let mut sub = server.conn();
+    let (ready_tx, ready) = std::sync::mpsc::channel();
+    let channel = format!("__keyspace@0__:{pattern}");
+    std::thread::spawn(move || {
+        let mut pubsub = sub.as_pubsub();
+        pubsub.psubscribe(&channel).unwrap();
+        pubsub
+            .set_read_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
+        ready_tx.send(()).unwrap();
+        let start = Instant::now();
+        while start.elapsed() < for_at_most {
+            if let Ok(msg) = pubsub.get_message() {
+                let key = msg.get_channel_name().trim_start_matches("__keyspace@0__:");
+                let event = (key.to_string(), msg.get_payload::<String>().unwrap());
+                if tx.send(event).is_err() {
+                    return;
+                }
+            }
+        }
+    });
+    ready
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the subscriber listens");
+    events
+}
