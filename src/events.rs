@@ -31,11 +31,12 @@ pub const TYPE_HOOKS: Hooks = Hooks {
 };
 
 /// A key with several holders is leaving the keyspace (not by the module's
-/// own hand): the holders whose lease had run out (all of them, when Redis
-/// expired the key after its latest lease) count as expiries now. Those in
-/// their lease's last millisecond (Redis 8 expires a key as its expiry
-/// millisecond begins) count only if the `expired` event follows, and
-/// nobody is granted the key before that millisecond ends.
+/// own hand): note the holders whose lease had run out (all of them, when
+/// Redis expired the key after its latest lease) or was in its last
+/// millisecond (Redis 8 expires a key as its expiry millisecond begins);
+/// they count as expiries if the `expired` event follows (a `DEL` of dead
+/// holders counts none, as for a lock). Nobody is granted the key before
+/// that last millisecond ends; that hold ends with a `DEL`'s event.
 fn holders_unlinked(db: i32, key: &[u8], holders: &Holders) {
     let now_ms = server::now_ms();
     let mut over = 0;
@@ -51,9 +52,6 @@ fn holders_unlinked(db: i32, key: &[u8], holders: &Holders) {
             Unlinked::Live => {}
         }
     }
-    for _ in 0..over {
-        metrics::count(Counter::Expiries);
-    }
     if over + last_ms == 0 {
         return;
     }
@@ -61,15 +59,12 @@ fn holders_unlinked(db: i32, key: &[u8], holders: &Holders) {
         Some(deadline_ms) if !server::is_replica() => decide::lock_delay(deadline_ms, 0, now_ms),
         _ => None,
     };
-    if let Some(until) = until {
-        expiry::delay(db, key, until, now_ms);
-    }
     let removed = Removed::Holders {
         over,
         last_ms,
         limit: holders.limit,
     };
-    expiry::note_unlinked(db, key, removed, until);
+    expiry::note_unlinked(db, key, removed, until, true, now_ms);
 }
 
 /// Only a lock whose lease has run out, or is in its last millisecond, can
@@ -98,14 +93,11 @@ fn unlinked(db: i32, key: &[u8], lock: &Lock) {
         true => None,
         false => decide::lock_delay(lock.deadline_ms, config::expiry_delay_ms(), now_ms),
     };
-    if let Some(until) = until {
-        expiry::delay(db, key, until, now_ms);
-    }
-    let provisional = until.filter(|_| kind == Unlinked::LastMillisecond);
     let removed = Removed::Lock {
         deadline_ms: lock.deadline_ms,
     };
-    expiry::note_unlinked(db, key, removed, provisional);
+    let provisional = kind == Unlinked::LastMillisecond;
+    expiry::note_unlinked(db, key, removed, until, provisional, now_ms);
 }
 
 /// Every generic event (`del`, `restore`, `rename_from`, `move_from`,
@@ -179,7 +171,7 @@ pub fn on_expired(ctx: &Context, _class: NotifyEvent, _event: &str, key: &[u8]) 
     guarded(|| {
         let db = server::selected_db(ctx);
         let name = ctx.create_string(key);
-        match expiry::take_note(db, key) {
+        match expiry::take_note(db, key, server::now_ms()) {
             None => return,
             Some(Removed::Lock { .. }) => {
                 metrics::count(Counter::Expiries);
@@ -190,7 +182,7 @@ pub fn on_expired(ctx: &Context, _class: NotifyEvent, _event: &str, key: &[u8]) 
                 last_ms,
                 limit,
             }) => {
-                for _ in 0..last_ms {
+                for _ in 0..over + last_ms {
                     metrics::count(Counter::Expiries);
                 }
                 let event = lease::event(limit, c"lock.expired", c"sem.expired");

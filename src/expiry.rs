@@ -34,9 +34,9 @@ pub enum Removed {
     /// A lock whose lease (deadline in unix ms) had run out or was in its
     /// last millisecond.
     Lock { deadline_ms: i64 },
-    /// A shared lock's or a semaphore's holders: `over` had run out (already
-    /// counted), `last_ms` were in their last millisecond; `limit` tells a
-    /// shared lock (0) from a semaphore.
+    /// A shared lock's or a semaphore's holders: `over` had run out,
+    /// `last_ms` were in their last millisecond; `limit` tells a shared lock
+    /// (0) from a semaphore.
     Holders {
         over: usize,
         last_ms: usize,
@@ -48,8 +48,18 @@ struct Noted {
     db: i32,
     key: Box<[u8]>,
     removed: Removed,
+    /// When the unlink hook noted it (unix ms).
+    noted_ms: i64,
     /// The lock-delay this note started, if it ends with the note.
-    provisional_until: Option<i64>,
+    provisional: Option<Provisional>,
+}
+
+/// A lock-delay that ends with its note: it set the key's delay to `until`,
+/// which was `before` (a delay already in force that ended sooner) or none.
+#[derive(Clone, Copy)]
+struct Provisional {
+    until: i64,
+    before: Option<i64>,
 }
 
 /// A key in a database.
@@ -60,26 +70,50 @@ thread_local! {
     static DELAYS: RefCell<HashMap<DbKey, i64>> = RefCell::new(HashMap::new());
 }
 
-/// Redis is removing `key` in `db`, a lease that may be expiring: note it
-/// for the keyspace event that follows. `provisional_until`: the lock-delay
-/// the caller started for it, to end with the note unless that event is
-/// `expired`.
-pub fn note_unlinked(db: i32, key: &[u8], removed: Removed, provisional_until: Option<i64>) {
+/// Redis is removing `key` in `db`, a lease that may be expiring, at
+/// `now_ms`: note it for the keyspace event that follows, and keep the key
+/// from everyone until `delay_until`, if given. `provisional`: that delay
+/// ends with the note unless the event is `expired` (a removal in the
+/// lease's last millisecond, which a client's `DEL` could have made). A
+/// note still pending is forgotten first: Redis fires each removal's event
+/// before the next removal (`RENAME` and `MSET` unlink two keys before
+/// their events, and neither of those is an expiry).
+pub fn note_unlinked(
+    db: i32,
+    key: &[u8],
+    removed: Removed,
+    delay_until: Option<i64>,
+    provisional: bool,
+    now_ms: i64,
+) {
+    forget_note();
+    let mut started = None;
+    if let Some(until) = delay_until {
+        let before = delayed_until(db, key, now_ms);
+        if before.is_none_or(|before| before < until) {
+            delay(db, key, until, now_ms);
+            started = provisional.then_some(Provisional { until, before });
+        }
+    }
     let noted = Noted {
         db,
         key: key.into(),
         removed,
-        provisional_until,
+        noted_ms: now_ms,
+        provisional: started,
     };
     NOTED.with(|n| *n.borrow_mut() = Some(noted));
 }
 
 /// What was just noted, if it was `key` in `db`: its lease ran out while
-/// held. The note is used up either way; a note of another key is
-/// forgotten ([`forget_note`]).
-pub fn take_note(db: i32, key: &[u8]) -> Option<Removed> {
+/// held. The note is used up either way. A note of another key, or one
+/// more than a millisecond old (its removal's own event never came: an
+/// overwrite by `SET` and the like, whose events the module does not
+/// hear), is forgotten ([`forget_note`]).
+pub fn take_note(db: i32, key: &[u8], now_ms: i64) -> Option<Removed> {
     let noted = NOTED.with(|n| n.borrow_mut().take())?;
-    if noted.db == db && *noted.key == *key {
+    let fresh = now_ms <= noted.noted_ms.saturating_add(1);
+    if fresh && noted.db == db && *noted.key == *key {
         Some(noted.removed)
     } else {
         end_provisional(&noted);
@@ -95,27 +129,33 @@ pub fn forget_note() {
     }
 }
 
+/// Undo the delay a note started, unless a later one replaced it since.
 fn end_provisional(noted: &Noted) {
-    let Some(until) = noted.provisional_until else {
+    let Some(Provisional { until, before }) = noted.provisional else {
         return;
     };
     DELAYS.with(|d| {
         let mut delays = d.borrow_mut();
         let entry = (noted.db, noted.key.clone());
         if delays.get(&entry) == Some(&until) {
-            delays.remove(&entry);
+            match before {
+                Some(before) => delays.insert(entry, before),
+                None => delays.remove(&entry),
+            };
         }
     });
 }
 
-/// Nobody is granted `key` in `db` before `until_ms`.
+/// Nobody is granted `key` in `db` before `until_ms` (a delay in force that
+/// ends later stays).
 pub fn delay(db: i32, key: &[u8], until_ms: i64, now_ms: i64) {
     DELAYS.with(|d| {
         let mut delays = d.borrow_mut();
         if delays.len() >= 1024 && delays.len().is_power_of_two() {
             delays.retain(|_, until| *until > now_ms);
         }
-        delays.insert((db, key.into()), until_ms);
+        let until = delays.entry((db, key.into())).or_insert(until_ms);
+        *until = (*until).max(until_ms);
     });
 }
 
@@ -164,40 +204,50 @@ mod tests {
     #[test]
     fn a_note_is_claimed_once_and_only_for_its_key() {
         let lock = Removed::Lock { deadline_ms: 100 };
-        note_unlinked(0, b"k", lock, None);
-        assert_eq!(take_note(0, b"other"), None);
-        assert_eq!(take_note(0, b"k"), None, "used up by the miss");
-        note_unlinked(0, b"k", lock, None);
-        assert_eq!(take_note(0, b"k"), Some(lock));
-        assert_eq!(take_note(0, b"k"), None);
-        note_unlinked(0, b"k", lock, None);
+        note_unlinked(0, b"k", lock, None, false, 101);
+        assert_eq!(take_note(0, b"other", 101), None);
+        assert_eq!(take_note(0, b"k", 101), None, "used up by the miss");
+        note_unlinked(0, b"k", lock, None, false, 101);
+        assert_eq!(take_note(0, b"k", 102), Some(lock));
+        assert_eq!(take_note(0, b"k", 102), None);
+        note_unlinked(0, b"k", lock, None, false, 101);
         forget_note();
-        assert_eq!(take_note(0, b"k"), None);
+        assert_eq!(take_note(0, b"k", 101), None);
+        note_unlinked(0, b"k", lock, None, false, 101);
+        assert_eq!(take_note(0, b"k", 103), None, "stale: its event never came");
     }
 
     #[test]
     fn a_provisional_delay_ends_with_its_note_unless_the_key_expired() {
         let lock = Removed::Lock { deadline_ms: 100 };
         // A DEL in the lease's last millisecond: no delay after all.
-        delay(1, b"k", 101, 100);
-        note_unlinked(1, b"k", lock, Some(101));
+        note_unlinked(1, b"k", lock, Some(101), true, 100);
+        assert_eq!(delayed_until(1, b"k", 100), Some(101));
         forget_note();
         assert_eq!(delayed_until(1, b"k", 100), None);
-        // The expiry of another key's note does not claim this one.
-        delay(1, b"k", 101, 100);
-        note_unlinked(1, b"k", lock, Some(101));
-        assert_eq!(take_note(1, b"j"), None);
+        // The next removal (RENAME unlinks two keys before their events)
+        // ends the pending one's.
+        note_unlinked(1, b"k", lock, Some(101), true, 100);
+        note_unlinked(1, b"j", lock, None, false, 100);
         assert_eq!(delayed_until(1, b"k", 100), None);
+        forget_note();
         // Its own `expired` event: the delay stays.
-        delay(1, b"k", 101, 100);
-        note_unlinked(1, b"k", lock, Some(101));
-        assert_eq!(take_note(1, b"k"), Some(lock));
+        note_unlinked(1, b"k", lock, Some(101), true, 100);
+        assert_eq!(take_note(1, b"k", 100), Some(lock));
         assert_eq!(delayed_until(1, b"k", 100), Some(101));
-        // A later delay on the key is not the note's to end.
-        note_unlinked(1, b"k", lock, Some(101));
+        forget(Some(1));
+        // A longer delay already in force is neither shortened nor ended.
         delay(1, b"k", 400, 100);
+        note_unlinked(1, b"k", lock, Some(101), true, 100);
+        assert_eq!(delayed_until(1, b"k", 100), Some(400));
         forget_note();
         assert_eq!(delayed_until(1, b"k", 100), Some(400));
+        // A shorter one comes back when the provisional one ends.
+        delay(1, b"j", 100, 99);
+        note_unlinked(1, b"j", lock, Some(150), true, 99);
+        assert_eq!(delayed_until(1, b"j", 99), Some(150));
+        forget_note();
+        assert_eq!(delayed_until(1, b"j", 99), Some(100));
         forget(Some(1));
     }
 

@@ -243,14 +243,15 @@ pub fn release_holder(
         return;
     };
     let limit = holders.limit;
-    let latest_before = holders.latest_deadline();
     if holders.remove(token).is_none() {
         return;
     }
     let last = holders.list.is_empty();
-    // The key's TTL follows the latest lease: it moves only if that one
-    // left (and the key goes with its last holder).
-    if last || holders.latest_deadline() != latest_before {
+    let latest = holders.latest_deadline();
+    // The key's TTL follows the latest lease: set again only if it differs
+    // (the key goes with its last holder), which a replica's and the AOF's
+    // `LOCK.DELHOLDER` also make sure of.
+    if last || key.deadline() != latest {
         key.holders_changed();
     }
     replicate::touched(ctx, name);

@@ -786,3 +786,37 @@ fn holders_expired_by_the_server_with_their_key_are_each_counted_once() {
         );
     }
 }
+
+/// The key's TTL follows its latest lease after a release, even after a
+/// client moved it (`PEXPIRE`), and the replica ends with the same expiry
+/// as the master.
+#[test]
+fn a_release_puts_back_the_latest_lease_as_the_ttl_on_master_and_replica() {
+    let (master, replica) = pair();
+    let mut m = master.conn();
+    let mut r = replica.conn();
+    sem(&mut m, "s", 3, 600_000, 1, "a").unwrap();
+    sem(&mut m, "s", 3, 300_000, 1, "b").unwrap();
+    let latest = sem_info(&mut m, "s").unwrap()["deadline"];
+    let _: i64 = redis::cmd("PEXPIRE")
+        .arg("s")
+        .arg(100_000)
+        .query(&mut m)
+        .unwrap();
+    let rel: i64 = redis::cmd("SEM.RELEASE")
+        .arg("s")
+        .arg("b")
+        .query(&mut m)
+        .unwrap();
+    assert_eq!(rel, 1);
+    let expire_time =
+        |con: &mut Connection| -> i64 { redis::cmd("PEXPIRETIME").arg("s").query(con).unwrap() };
+    assert_eq!(
+        expire_time(&mut m),
+        latest,
+        "the latest lease's deadline again"
+    );
+    sync_replica(&master, &replica);
+    assert_eq!(expire_time(&mut r), latest);
+    assert_eq!(digest(&mut r), digest(&mut m));
+}

@@ -80,8 +80,6 @@ pub fn draw(buffer: &mut [u8; UUID_LEN]) -> &[u8] {
     uuid.hyphenated().encode_lower(buffer).as_bytes()
 }
 
-/// The 16 bytes of `token` if it is a UUID written exactly as
-/// `encode_lower` writes one (so that formatting it gives `token` back).
 /// Each byte's value as a lowercase hex digit, or 0xff. Lowercase only: an
 /// uppercase UUID would not come back as it was sent.
 const NIBBLE: [u8; 256] = {
@@ -99,6 +97,8 @@ const NIBBLE: [u8; 256] = {
     table
 };
 
+/// The 16 bytes of `token` if it is a UUID written exactly as
+/// `encode_lower` writes one (so that formatting it gives `token` back).
 fn canonical_uuid(token: &[u8]) -> Option<[u8; 16]> {
     /// Where each byte's two hex digits start in the 36 characters.
     const DIGITS: [usize; 16] = [0, 2, 4, 6, 9, 11, 14, 16, 19, 21, 24, 26, 28, 30, 32, 34];
