@@ -170,18 +170,21 @@ pub fn on_key_event(ctx: &Context, _class: NotifyEvent, event: &str, key: &[u8])
 pub fn on_expired(ctx: &Context, _class: NotifyEvent, _event: &str, key: &[u8]) {
     guarded(|| {
         let db = server::selected_db(ctx);
+        // Any key's expiry comes here: only a noted lease goes further.
+        let Some(removed) = expiry::take_note(db, key, server::now_ms()) else {
+            return;
+        };
         let name = ctx.create_string(key);
-        match expiry::take_note(db, key, server::now_ms()) {
-            None => return,
-            Some(Removed::Lock { .. }) => {
+        match removed {
+            Removed::Lock { .. } => {
                 metrics::count(Counter::Expiries);
                 replicate::notify(ctx, c"lock.expired", &name);
             }
-            Some(Removed::Holders {
+            Removed::Holders {
                 over,
                 last_ms,
                 limit,
-            }) => {
+            } => {
                 for _ in 0..over + last_ms {
                     metrics::count(Counter::Expiries);
                 }

@@ -240,8 +240,9 @@ unsafe extern "C" fn free(value: *mut c_void) {
     free_value(value.cast::<Holders>());
 }
 
-/// Redis removes the whole key (its latest lease ran out, `DEL`, a flush):
-/// the module counts the holders whose lease had run out as expiries.
+/// Redis removes the whole key (its latest lease ran out, `DEL`, a
+/// rename): the module notes the holders whose lease had run out, which
+/// count as expiries if Redis' `expired` event follows.
 unsafe extern "C" fn unlink(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void) {
     let Some(holders) = value.cast::<Holders>().as_ref() else {
         return;
