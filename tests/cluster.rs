@@ -559,14 +559,7 @@ fn cluster_classic_reshard_redirects_waiters_and_never_grants_twice() {
     let before = kept_state(&mut src, "LOCK.INFO", key);
     let mut direct_con = cluster.node(source.port).conn();
     let direct = thread::spawn(move || {
-        redis::cmd("LOCK.ACQUIRE")
-            .arg(key)
-            .arg(60_000)
-            .arg("TOKEN")
-            .arg("direct")
-            .arg("WAIT")
-            .arg(20_000)
-            .query::<Option<(String, u64)>>(&mut direct_con)
+        acquire_wait(key, 60_000, "direct", 20_000).query::<Option<(String, u64)>>(&mut direct_con)
     });
     wait_until(Duration::from_secs(5), || {
         lock_gauge(&mut src, "lock_waiters") == "1"
@@ -578,14 +571,8 @@ fn cluster_classic_reshard_redirects_waiters_and_never_grants_twice() {
         .collect();
     let follower = thread::spawn(move || {
         let mut con = cluster_client(urls);
-        let reply = redis::cmd("LOCK.ACQUIRE")
-            .arg(key)
-            .arg(60_000)
-            .arg("TOKEN")
-            .arg("follower")
-            .arg("WAIT")
-            .arg(4_000)
-            .query::<Option<(String, u64)>>(&mut con);
+        let reply =
+            acquire_wait(key, 60_000, "follower", 4_000).query::<Option<(String, u64)>>(&mut con);
         (reply, Instant::now())
     });
     wait_until(Duration::from_secs(5), || {
@@ -912,13 +899,7 @@ fn cluster_atomic_slot_migration_moves_held_locks_and_redirects_waiters() {
         .collect();
     let follower = thread::spawn(move || {
         let mut con = cluster_client(urls);
-        redis::cmd("LOCK.ACQUIRE")
-            .arg("{asm}queued")
-            .arg(60_000)
-            .arg("TOKEN")
-            .arg("follower")
-            .arg("WAIT")
-            .arg(4_000)
+        acquire_wait("{asm}queued", 60_000, "follower", 4_000)
             .query::<Option<(String, u64)>>(&mut con)
     });
     wait_until(Duration::from_secs(5), || {

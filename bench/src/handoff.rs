@@ -41,6 +41,18 @@ use crate::load::RetryPolicy;
 use crate::scripts;
 use crate::stats::Spread;
 
+/// `LOCK.ACQUIRE key ttl-ms TOKEN token WAIT wait-ms`: a waiter's request.
+pub(crate) fn acquire_wait(key: &str, ttl_ms: u64, token: &str, wait_ms: u64) -> redis::Cmd {
+    let mut cmd = redis::cmd("LOCK.ACQUIRE");
+    cmd.arg(key)
+        .arg(ttl_ms)
+        .arg("TOKEN")
+        .arg(token)
+        .arg("WAIT")
+        .arg(wait_ms);
+    cmd
+}
+
 /// How a client waits for a lock someone else holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Recipe {
@@ -553,17 +565,8 @@ fn spawn_waiter(
             let granted = match recipe {
                 Recipe::NativeWait | Recipe::ReadersWait => {
                     let wait_ms = ROUND_LIMIT.as_millis() as u64;
-                    let reply: Option<(Vec<u8>, u64)> = query(
-                        &mut conn,
-                        redis::cmd("LOCK.ACQUIRE")
-                            .arg(&lock)
-                            .arg(ttl_ms)
-                            .arg("TOKEN")
-                            .arg("waiter")
-                            .arg("WAIT")
-                            .arg(wait_ms),
-                    )
-                    .await?;
+                    let reply: Option<(Vec<u8>, u64)> =
+                        query(&mut conn, &acquire_wait(&lock, ttl_ms, "waiter", wait_ms)).await?;
                     if reply.is_none() {
                         return Err("the WAIT timed out".into());
                     }

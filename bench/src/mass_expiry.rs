@@ -23,7 +23,7 @@ use tokio::task::JoinSet;
 use tokio::time::{sleep, timeout};
 
 use crate::handoff::{
-    connect, query, unix_us_now, HandoffConfig, HandoffSummary, Recipe, RecipeResult,
+    acquire_wait, connect, query, unix_us_now, HandoffConfig, HandoffSummary, Recipe, RecipeResult,
 };
 
 /// Commands per pipeline when taking, reading and deleting the keys.
@@ -141,17 +141,8 @@ async fn one_round(
         let key = keys[i].clone();
         let ttl_ms = config.ttl_ms;
         tasks.spawn(async move {
-            let reply: Option<(Vec<u8>, u64)> = query(
-                &mut conn,
-                redis::cmd("LOCK.ACQUIRE")
-                    .arg(&key)
-                    .arg(ttl_ms)
-                    .arg("TOKEN")
-                    .arg("waiter")
-                    .arg("WAIT")
-                    .arg(wait_ms),
-            )
-            .await?;
+            let reply: Option<(Vec<u8>, u64)> =
+                query(&mut conn, &acquire_wait(&key, ttl_ms, "waiter", wait_ms)).await?;
             let at = unix_us_now();
             match reply {
                 Some(_) => Ok((i, at)),

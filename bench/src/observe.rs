@@ -46,8 +46,8 @@ use tokio::sync::mpsc;
 use tokio::time::{sleep, timeout, Instant};
 
 use crate::handoff::{
-    connect, lock_info, micros, query, unix_us_now, wait_until_queued, EXPIRY_PHASE_JITTER,
-    ROUND_LIMIT,
+    acquire_wait, connect, lock_info, micros, query, unix_us_now, wait_until_queued,
+    EXPIRY_PHASE_JITTER, ROUND_LIMIT,
 };
 pub use crate::stats::Spread;
 
@@ -424,17 +424,9 @@ fn field_of<'a>(mut pairs: impl Iterator<Item = (&'a Value, &'a Value)>) -> Resu
 
 /// The hand-off's waiter: `LOCK.ACQUIRE … WAIT`, then its fence.
 async fn wait_for_grant(mut conn: MultiplexedConnection, key: String) -> Result<u64, String> {
-    let reply: Option<(Vec<u8>, u64)> = query(
-        &mut conn,
-        redis::cmd("LOCK.ACQUIRE")
-            .arg(&key)
-            .arg(ROUND_LIMIT.as_millis() as u64 * 4)
-            .arg("TOKEN")
-            .arg("b")
-            .arg("WAIT")
-            .arg(ROUND_LIMIT.as_millis() as u64),
-    )
-    .await?;
+    let wait_ms = ROUND_LIMIT.as_millis() as u64;
+    let reply: Option<(Vec<u8>, u64)> =
+        query(&mut conn, &acquire_wait(&key, wait_ms * 4, "b", wait_ms)).await?;
     reply
         .map(|(_, fence)| fence)
         .ok_or_else(|| "the hand-off's WAIT timed out".to_string())

@@ -103,6 +103,18 @@ pub fn acquire(
         .expect("LOCK.ACQUIRE")
 }
 
+/// `LOCK.ACQUIRE key ttl TOKEN token WAIT wait-ms`: a waiter's request.
+pub fn acquire_wait(key: &str, ttl: i64, token: &str, wait_ms: i64) -> redis::Cmd {
+    let mut cmd = redis::cmd("LOCK.ACQUIRE");
+    cmd.arg(key)
+        .arg(ttl)
+        .arg("TOKEN")
+        .arg(token)
+        .arg("WAIT")
+        .arg(wait_ms);
+    cmd
+}
+
 pub fn extend(con: &mut Connection, key: &str, token: &str, ttl: i64) -> i64 {
     redis::cmd("LOCK.EXTEND")
         .arg(key)
