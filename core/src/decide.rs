@@ -376,12 +376,6 @@ pub fn waiter_deadline(now_ms: i64, ttl_ms: i64) -> Result<i64, LockError> {
     rules::deadline_ms(now_ms, ttl_ms)
 }
 
-/// Redis is removing a lock whose deadline was `deadline_ms`: whether that
-/// is its lease running out (an expiry), as opposed to a release or `DEL`.
-pub fn is_expiry(deadline_ms: i64, now_ms: i64) -> bool {
-    deadline_ms >= 0 && !rules::is_live(deadline_ms, now_ms)
-}
-
 /// What a removal of a lease by the server (not by this module) at `now_ms`
 /// can be, by its deadline.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -913,9 +907,8 @@ mod tests {
 
     #[test]
     fn an_expiry_is_a_removal_after_the_deadline_and_starts_the_lock_delay() {
-        assert!(!is_expiry(100, 100));
-        assert!(is_expiry(100, 101));
-        assert!(!is_expiry(-1, 101));
+        assert_ne!(unlinked(100, 100), Unlinked::Over);
+        assert_eq!(unlinked(100, 101), Unlinked::Over);
         assert_eq!(lock_delay(100, 0, 101), None);
         assert_eq!(lock_delay(100, 50, 101), Some(150));
         assert_eq!(lock_delay(100, 50, 150), None);
