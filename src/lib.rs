@@ -30,70 +30,126 @@ pub mod sessions;
 pub mod startup;
 pub mod waiting;
 
-use redis_module::{redis_module, Context, RedisResult, RedisString};
+use redis_module::{redis_module, Context, RedisString, Status};
 
 use commands::{
     acquire, extend, guard, holders, info, observe, queue, release, run, sem_acquire, setstate,
 };
 use events::{on_expired, on_key_event};
+use redis::command::{self, Spec};
 use redis::datatype::LOCK_TYPE;
 use redis::holders_type::{SEMAPHORE_TYPE, SHARED_TYPE};
-use startup::init;
 
-fn lock_acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+fn lock_acquire(ctx: &Context, args: &[RedisString]) {
     run(ctx, args, acquire::run)
 }
 
-fn lock_extend(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+fn lock_extend(ctx: &Context, args: &[RedisString]) {
     run(ctx, args, extend::run)
 }
 
-fn lock_release(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+fn lock_release(ctx: &Context, args: &[RedisString]) {
     run(ctx, args, release::run)
 }
 
-fn lock_guard(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+fn lock_guard(ctx: &Context, args: &[RedisString]) {
     run(ctx, args, guard::run)
 }
 
-fn lock_info(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+fn lock_info(ctx: &Context, args: &[RedisString]) {
     run(ctx, args, info::run)
 }
 
-fn lock_observe(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+fn lock_observe(ctx: &Context, args: &[RedisString]) {
     run(ctx, args, observe::run)
 }
 
-fn lock_queue(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+fn lock_queue(ctx: &Context, args: &[RedisString]) {
     run(ctx, args, queue::run)
 }
 
-fn lock_setholder(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+fn lock_setholder(ctx: &Context, args: &[RedisString]) {
     run(ctx, args, holders::run_set)
 }
 
-fn lock_delholder(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+fn lock_delholder(ctx: &Context, args: &[RedisString]) {
     run(ctx, args, holders::run_del)
 }
 
-fn sem_acquire_cmd(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+fn sem_acquire_cmd(ctx: &Context, args: &[RedisString]) {
     run(ctx, args, sem_acquire::run)
 }
 
-fn sem_extend(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+fn sem_extend(ctx: &Context, args: &[RedisString]) {
     run(ctx, args, extend::run_sem)
 }
 
-fn sem_release(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+fn sem_release(ctx: &Context, args: &[RedisString]) {
     run(ctx, args, release::run_sem)
 }
 
-fn sem_info(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+fn sem_info(ctx: &Context, args: &[RedisString]) {
     run(ctx, args, info::run_sem)
 }
 
-fn lock_setstate(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+fn lock_setstate(ctx: &Context, args: &[RedisString]) {
     run(ctx, args, setstate::run)
+}
+
+/// Every command: its name, its flags and its body. Each command's key is
+/// argument 1 (first 1, last 1, step 1: Cluster routing, ACL key patterns),
+/// and each is entered through `redis/command.rs`, which lends the body the
+/// arguments as the server holds them.
+///
+/// RELEASE has no deny-oom, so a lock can always be given back under
+/// maxmemory. GUARD reports the guarded command's keys too (getkeys-api),
+/// and has neither deny-oom (a guarded read works under maxmemory; a guarded
+/// write is refused as the bare write would be) nor fast (the guarded command
+/// may be slow). ACQUIRE (with WAIT) and OBSERVE block like BLPOP, so they
+/// are `blocking`, which tells clients and proxies to wait longer; in MULTI
+/// and scripts they answer at once all the same. `startup.rs` sets each
+/// command's ACL categories (COMMAND_CATEGORIES), with `@lock` where the
+/// server has it.
+const COMMANDS: &[Spec] = &[
+    spec(
+        c"lock.acquire",
+        c"write deny-oom fast blocking",
+        lock_acquire,
+    ),
+    spec(c"lock.extend", c"write deny-oom fast", lock_extend),
+    spec(c"lock.release", c"write fast", lock_release),
+    spec(c"lock.info", c"readonly fast", lock_info),
+    spec(c"lock.guard", c"write getkeys-api", lock_guard),
+    spec(c"lock.queue", c"readonly fast", lock_queue),
+    spec(c"lock.observe", c"readonly blocking", lock_observe),
+    spec(c"lock.setstate", c"write fast", lock_setstate),
+    spec(c"lock.setholder", c"write fast", lock_setholder),
+    spec(c"lock.delholder", c"write fast", lock_delholder),
+    spec(
+        c"sem.acquire",
+        c"write deny-oom fast blocking",
+        sem_acquire_cmd,
+    ),
+    spec(c"sem.extend", c"write deny-oom fast", sem_extend),
+    spec(c"sem.release", c"write fast", sem_release),
+    spec(c"sem.info", c"readonly fast", sem_info),
+];
+
+const fn spec(
+    name: &'static std::ffi::CStr,
+    flags: &'static std::ffi::CStr,
+    body: command::Body,
+) -> Spec {
+    Spec { name, flags, body }
+}
+
+/// Create the commands, then everything else (`startup.rs`).
+fn init(ctx: &Context, args: &[RedisString]) -> Status {
+    if let Err(e) = command::create_all(ctx, COMMANDS) {
+        ctx.log_warning(&format!("redis-lock: {e}: not loading"));
+        return Status::Err;
+    }
+    startup::init(ctx, args)
 }
 
 // Redis' allocator inside the server; the system one where no server runs
@@ -108,39 +164,12 @@ type Allocator = std::alloc::System;
 #[cfg(any(test, not(feature = "redis-allocator")))]
 const ALLOCATOR: Allocator = std::alloc::System;
 
-// Each command declares its key as first 1, last 1, step 1 (cluster routing,
-// ACL key patterns). RELEASE has no deny-oom, so a lock can always be given
-// back under maxmemory. GUARD reports the guarded command's keys too
-// (getkeys-api), and has neither deny-oom (a guarded read works under
-// maxmemory; a guarded write is refused as the bare write would be) nor
-// fast (the guarded command may be slow). ACQUIRE (with WAIT) and OBSERVE
-// block like BLPOP, so they are `blocking`, which tells clients and proxies
-// to wait longer; in MULTI and scripts they answer at once all the same.
-// The 7th field (mandatory ACL categories) must stay "" on Redis 7.0; the
-// optional 8th is not used: `startup.rs` sets each command's categories
-// (COMMAND_CATEGORIES), with `@lock` where the server has it.
 redis_module! {
     name: "lock",
     version: 1,
     allocator: (Allocator, ALLOCATOR),
     data_types: [LOCK_TYPE, SHARED_TYPE, SEMAPHORE_TYPE],
     init: init,
-    commands: [
-        ["lock.acquire", lock_acquire, "write deny-oom fast blocking", 1, 1, 1, ""],
-        ["lock.extend", lock_extend, "write deny-oom fast", 1, 1, 1, ""],
-        ["lock.release", lock_release, "write fast", 1, 1, 1, ""],
-        ["lock.info", lock_info, "readonly fast", 1, 1, 1, ""],
-        ["lock.guard", lock_guard, "write getkeys-api", 1, 1, 1, ""],
-        ["lock.queue", lock_queue, "readonly fast", 1, 1, 1, ""],
-        ["lock.observe", lock_observe, "readonly blocking", 1, 1, 1, ""],
-        ["lock.setstate", lock_setstate, "write fast", 1, 1, 1, ""],
-        ["lock.setholder", lock_setholder, "write fast", 1, 1, 1, ""],
-        ["lock.delholder", lock_delholder, "write fast", 1, 1, 1, ""],
-        ["sem.acquire", sem_acquire_cmd, "write deny-oom fast blocking", 1, 1, 1, ""],
-        ["sem.extend", sem_extend, "write deny-oom fast", 1, 1, 1, ""],
-        ["sem.release", sem_release, "write fast", 1, 1, 1, ""],
-        ["sem.info", sem_info, "readonly fast", 1, 1, 1, ""],
-    ],
     event_handlers: [
         [@GENERIC @EVICTED: on_key_event],
         [@EXPIRED: on_expired],

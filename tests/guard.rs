@@ -43,6 +43,59 @@ fn counter(con: &mut Connection, name: &str) -> i64 {
         .unwrap()
 }
 
+/// The module lends a command's arguments from the stack up to 16 and from
+/// the heap past that, and passes a guarded command's arguments one by one
+/// up to 8 and as a vector past that: every length on both sides of both
+/// limits reaches the command whole and in order.
+#[test]
+fn guarded_commands_of_every_length_get_every_argument_in_order() {
+    let server = Server::start();
+    let mut con = server.conn();
+    acquire(&mut con, "lk", 60_000, Some("me")).unwrap();
+    // No argument at all: the command's own reply.
+    assert_eq!(
+        guard(&mut con, "lk", "me", &["PING"]).unwrap(),
+        Value::SimpleString("PONG".into())
+    );
+    // RPUSH l 1 … n: 1 to 20 arguments after the command's name, so
+    // LOCK.GUARD itself has up to 24.
+    for n in 0..20usize {
+        let list = format!("l{n}");
+        let items: Vec<String> = (1..=n).map(|i| format!("{n}-{i}")).collect();
+        let mut command = vec!["RPUSH", list.as_str()];
+        command.extend(items.iter().map(String::as_str));
+        if n == 0 {
+            // RPUSH needs an element: the command's own arity error.
+            let error = guard_error(&mut con, "lk", "me", &command);
+            assert!(error.contains("wrong number of arguments"), "{error}");
+            continue;
+        }
+        assert_eq!(
+            guard(&mut con, "lk", "me", &command).unwrap(),
+            Value::Int(n as i64),
+            "{n} elements"
+        );
+        let stored: Vec<String> = redis::cmd("LRANGE")
+            .arg(&list)
+            .arg(0)
+            .arg(-1)
+            .query(&mut con)
+            .unwrap();
+        assert_eq!(stored, items, "{n} elements");
+    }
+    // A long command of the module itself (past 16 arguments) is parsed
+    // whole: garbage at its end is still refused, and nothing changes.
+    let mut cmd = redis::cmd("LOCK.ACQUIRE");
+    cmd.arg("other").arg(1000);
+    for _ in 0..8 {
+        cmd.arg("TOKEN").arg("t");
+    }
+    cmd.arg("NOSUCHOPTION");
+    let error = error_of(&mut con, &cmd);
+    assert!(error.starts_with("ERR"), "{error}");
+    assert!(!exists(&mut con, "other"));
+}
+
 #[test]
 fn the_holder_writes_and_gets_the_commands_own_reply() {
     let server = Server::start();

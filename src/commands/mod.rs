@@ -15,7 +15,7 @@ pub mod sem_acquire;
 pub mod setstate;
 
 use redis_lock_core::errors::LockError;
-use redis_module::{Context, RedisResult, RedisString, RedisValue};
+use redis_module::{Context, RedisString};
 
 use crate::redis::guard::guarded;
 use crate::redis::{replicate, reply, server};
@@ -35,14 +35,13 @@ pub type Command = fn(&Context, &[RedisString]) -> Result<(), LockError>;
 /// Run a command so that nothing escapes into Redis: its error becomes the
 /// reply, and a panic (a bug) becomes `ERR internal error` instead of
 /// aborting the server (the panic hook has already logged it).
-pub fn run(ctx: &Context, args: Vec<RedisString>, command: Command) -> RedisResult {
+pub fn run(ctx: &Context, args: &[RedisString], command: Command) {
     // Its effects may be left unbuilt while nothing reads them (`replicate.rs`).
-    match replicate::in_command(ctx, || guarded(|| command(ctx, &args))) {
+    match replicate::in_command(ctx, || guarded(|| command(ctx, args))) {
         Some(Ok(())) => {}
         Some(Err(error)) => reply::error(ctx, error),
         None => reply::error(ctx, LockError::Internal),
     }
-    Ok(RedisValue::NoReply)
 }
 
 /// Lock writes on a replica come only from its master. Redis already refuses

@@ -13,6 +13,7 @@ pub mod acl;
 pub mod blocked;
 pub mod call;
 pub mod client;
+pub mod command;
 pub mod datatype;
 pub mod events;
 pub mod guard;

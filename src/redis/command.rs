@@ -1,0 +1,154 @@
+//! Registering the module's commands, and the entry every call of one goes
+//! through.
+//!
+//! `redis-module`'s own command wrapper copies the arguments into a `Vec`,
+//! taking a reference on each one and giving it back after the command
+//! (`decode_args`): a heap allocation and two calls into the server per
+//! argument, on every request, about 750 instructions of a `SEM.ACQUIRE`'s
+//! 12,700 (callgrind, `bench/profile.sh`). The server keeps a command's
+//! arguments alive until the command returns, and a command body only
+//! borrows them (`&[RedisString]`: anything kept longer is copied), so here
+//! they are lent as they are, from the stack.
+
+use std::ffi::CStr;
+use std::mem::MaybeUninit;
+use std::os::raw::c_int;
+use std::sync::OnceLock;
+
+use redis_module::{raw, Context, RedisString};
+
+/// A command body: it replies itself and catches its own panics
+/// (`commands::run`).
+pub type Body = fn(&Context, &[RedisString]);
+
+/// A command of the module: its name, flags and body; its key is argument
+/// 1 (first 1, last 1, step 1), for Cluster routing and ACL key patterns.
+pub struct Spec {
+    pub name: &'static CStr,
+    pub flags: &'static CStr,
+    pub body: Body,
+}
+
+/// The bodies, by the index of their command's entry in [`ENTRIES`]; set
+/// once, while the module loads.
+static BODIES: OnceLock<Vec<Body>> = OnceLock::new();
+
+/// The entry the server calls for the command of index `I`.
+extern "C" fn entry<const I: usize>(
+    ctx: *mut raw::RedisModuleCtx,
+    argv: *mut *mut raw::RedisModuleString,
+    argc: c_int,
+) -> c_int {
+    if let Some(body) = BODIES.get().and_then(|bodies| bodies.get(I)) {
+        // SAFETY: the server's own arguments of this call.
+        unsafe { dispatch(ctx, argv, argc, *body) };
+    }
+    raw::REDISMODULE_OK as c_int
+}
+
+type Entry =
+    extern "C" fn(*mut raw::RedisModuleCtx, *mut *mut raw::RedisModuleString, c_int) -> c_int;
+
+/// One entry per command, at most this many commands.
+const ENTRIES: [Entry; 16] = [
+    entry::<0>,
+    entry::<1>,
+    entry::<2>,
+    entry::<3>,
+    entry::<4>,
+    entry::<5>,
+    entry::<6>,
+    entry::<7>,
+    entry::<8>,
+    entry::<9>,
+    entry::<10>,
+    entry::<11>,
+    entry::<12>,
+    entry::<13>,
+    entry::<14>,
+    entry::<15>,
+];
+
+/// Create every command of `specs` (once, while the module loads).
+pub fn create_all(ctx: &Context, specs: &[Spec]) -> Result<(), String> {
+    if specs.len() > ENTRIES.len() {
+        return Err(format!("more than {} commands", ENTRIES.len()));
+    }
+    BODIES
+        .set(specs.iter().map(|spec| spec.body).collect())
+        .map_err(|_| "the commands were already created".to_string())?;
+    let create = unsafe { raw::RedisModule_CreateCommand }
+        .ok_or("the server has no RedisModule_CreateCommand")?;
+    for (spec, entry) in specs.iter().zip(ENTRIES) {
+        let status = unsafe {
+            create(
+                ctx.get_raw(),
+                spec.name.as_ptr(),
+                Some(entry),
+                spec.flags.as_ptr(),
+                1,
+                1,
+                1,
+            )
+        };
+        if status != raw::REDISMODULE_OK as c_int {
+            return Err(format!(
+                "could not create the command {}",
+                spec.name.to_string_lossy()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Most arguments lent from the stack; a longer command (a `LOCK.GUARD` of
+/// a long `MSET`) has them in a `Vec`.
+const STACK_ARGS: usize = 16;
+
+/// Run `body` with the command's context and its arguments, borrowed: no
+/// reference is taken on them and none given back.
+///
+/// # Safety
+/// `argv` must be the server's `argc` arguments of the command it is running
+/// on `ctx`.
+unsafe fn dispatch(
+    ctx: *mut raw::RedisModuleCtx,
+    argv: *mut *mut raw::RedisModuleString,
+    argc: c_int,
+    body: Body,
+) {
+    let context = Context::new(ctx);
+    let count = usize::try_from(argc).unwrap_or(0);
+    let raw_args: &[*mut raw::RedisModuleString] = if argv.is_null() || count == 0 {
+        &[]
+    } else {
+        // SAFETY: the server passes `argc` valid argument pointers.
+        unsafe { std::slice::from_raw_parts(argv, count) }
+    };
+    // `from_redis_module_string` takes no reference; `MaybeUninit` (and
+    // `ManuallyDrop` below) never drop, so none is given back either.
+    let borrow =
+        |arg: &*mut raw::RedisModuleString| RedisString::from_redis_module_string(ctx, *arg);
+    if raw_args.len() <= STACK_ARGS {
+        let mut on_stack: [MaybeUninit<RedisString>; STACK_ARGS] =
+            [const { MaybeUninit::uninit() }; STACK_ARGS];
+        for (slot, arg) in on_stack.iter_mut().zip(raw_args) {
+            slot.write(borrow(arg));
+        }
+        // SAFETY: the first `raw_args.len()` slots were written just above.
+        let args = unsafe {
+            std::slice::from_raw_parts(on_stack.as_ptr().cast::<RedisString>(), raw_args.len())
+        };
+        body(&context, args);
+    } else {
+        let on_heap: Vec<std::mem::ManuallyDrop<RedisString>> = raw_args
+            .iter()
+            .map(|arg| std::mem::ManuallyDrop::new(borrow(arg)))
+            .collect();
+        // SAFETY: `ManuallyDrop<T>` is `repr(transparent)` over `T`.
+        let args = unsafe {
+            std::slice::from_raw_parts(on_heap.as_ptr().cast::<RedisString>(), on_heap.len())
+        };
+        body(&context, args);
+    }
+}
