@@ -111,8 +111,8 @@ pub fn note_unlinked(
 /// integration suite saw more than a millisecond pass, and that real expiry
 /// went uncounted and unannounced with a 1 ms bound. A note that outlives
 /// this is one whose event never came: an overwrite by `SET` and the like,
-/// whose events the module does not hear (a later event of any key the
-/// module hears drops it sooner).
+/// whose events the module does not hear (a later generic event of any
+/// key, `del`, `rename` and the like, drops it sooner: `events.rs`).
 const NOTE_LIFETIME_MS: i64 = 1000;
 
 /// What was just noted, if it was `key` in `db`: its lease ran out while
