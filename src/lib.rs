@@ -33,73 +33,17 @@ pub mod waiting;
 use redis_module::{redis_module, Context, RedisString, Status};
 
 use commands::{
-    acquire, extend, guard, holders, info, observe, queue, release, run, sem_acquire, setstate,
+    acquire, extend, guard, holders, info, observe, queue, release, sem_acquire, setstate,
 };
 use events::{on_expired, on_key_event};
 use redis::command::{self, Spec};
 use redis::datatype::LOCK_TYPE;
 use redis::holders_type::{SEMAPHORE_TYPE, SHARED_TYPE};
 
-fn lock_acquire(ctx: &Context, args: &[RedisString]) {
-    run(ctx, args, acquire::run)
-}
-
-fn lock_extend(ctx: &Context, args: &[RedisString]) {
-    run(ctx, args, extend::run)
-}
-
-fn lock_release(ctx: &Context, args: &[RedisString]) {
-    run(ctx, args, release::run)
-}
-
-fn lock_guard(ctx: &Context, args: &[RedisString]) {
-    run(ctx, args, guard::run)
-}
-
-fn lock_info(ctx: &Context, args: &[RedisString]) {
-    run(ctx, args, info::run)
-}
-
-fn lock_observe(ctx: &Context, args: &[RedisString]) {
-    run(ctx, args, observe::run)
-}
-
-fn lock_queue(ctx: &Context, args: &[RedisString]) {
-    run(ctx, args, queue::run)
-}
-
-fn lock_setholder(ctx: &Context, args: &[RedisString]) {
-    run(ctx, args, holders::run_set)
-}
-
-fn lock_delholder(ctx: &Context, args: &[RedisString]) {
-    run(ctx, args, holders::run_del)
-}
-
-fn sem_acquire_cmd(ctx: &Context, args: &[RedisString]) {
-    run(ctx, args, sem_acquire::run)
-}
-
-fn sem_extend(ctx: &Context, args: &[RedisString]) {
-    run(ctx, args, extend::run_sem)
-}
-
-fn sem_release(ctx: &Context, args: &[RedisString]) {
-    run(ctx, args, release::run_sem)
-}
-
-fn sem_info(ctx: &Context, args: &[RedisString]) {
-    run(ctx, args, info::run_sem)
-}
-
-fn lock_setstate(ctx: &Context, args: &[RedisString]) {
-    run(ctx, args, setstate::run)
-}
-
 /// Every command: its name, its flags and its body. Each command's key is
 /// argument 1 (first 1, last 1, step 1: Cluster routing, ACL key patterns),
 /// and each is entered through `redis/command.rs`, which lends the body the
-/// arguments as the server holds them.
+/// arguments as the server holds them, and replies its error or a panic.
 ///
 /// RELEASE has no deny-oom, so a lock can always be given back under
 /// maxmemory. GUARD reports the guarded command's keys too (getkeys-api),
@@ -114,25 +58,25 @@ const COMMANDS: &[Spec] = &[
     spec(
         c"lock.acquire",
         c"write deny-oom fast blocking",
-        lock_acquire,
+        acquire::run,
     ),
-    spec(c"lock.extend", c"write deny-oom fast", lock_extend),
-    spec(c"lock.release", c"write fast", lock_release),
-    spec(c"lock.info", c"readonly fast", lock_info),
-    spec(c"lock.guard", c"write getkeys-api", lock_guard),
-    spec(c"lock.queue", c"readonly fast", lock_queue),
-    spec(c"lock.observe", c"readonly blocking", lock_observe),
-    spec(c"lock.setstate", c"write fast", lock_setstate),
-    spec(c"lock.setholder", c"write fast", lock_setholder),
-    spec(c"lock.delholder", c"write fast", lock_delholder),
+    spec(c"lock.extend", c"write deny-oom fast", extend::run),
+    spec(c"lock.release", c"write fast", release::run),
+    spec(c"lock.info", c"readonly fast", info::run),
+    spec(c"lock.guard", c"write getkeys-api", guard::run),
+    spec(c"lock.queue", c"readonly fast", queue::run),
+    spec(c"lock.observe", c"readonly blocking", observe::run),
+    spec(c"lock.setstate", c"write fast", setstate::run),
+    spec(c"lock.setholder", c"write fast", holders::run_set),
+    spec(c"lock.delholder", c"write fast", holders::run_del),
     spec(
         c"sem.acquire",
         c"write deny-oom fast blocking",
-        sem_acquire_cmd,
+        sem_acquire::run,
     ),
-    spec(c"sem.extend", c"write deny-oom fast", sem_extend),
-    spec(c"sem.release", c"write fast", sem_release),
-    spec(c"sem.info", c"readonly fast", sem_info),
+    spec(c"sem.extend", c"write deny-oom fast", extend::run_sem),
+    spec(c"sem.release", c"write fast", release::run_sem),
+    spec(c"sem.info", c"readonly fast", info::run_sem),
 ];
 
 const fn spec(

@@ -15,10 +15,9 @@ pub mod sem_acquire;
 pub mod setstate;
 
 use redis_lock_core::errors::LockError;
-use redis_module::{Context, RedisString};
+use redis_module::Context;
 
-use crate::redis::guard::guarded;
-use crate::redis::{replicate, reply, server};
+use crate::redis::server;
 
 /// Which family of commands a shared body serves: `LOCK.*` (exclusive and
 /// shared locks) or `SEM.*` (semaphores); each refuses the other's keys with
@@ -27,21 +26,6 @@ use crate::redis::{replicate, reply, server};
 pub enum Family {
     Lock,
     Semaphore,
-}
-
-/// A command body: it replies itself on success; an `Err` is replied here.
-pub type Command = fn(&Context, &[RedisString]) -> Result<(), LockError>;
-
-/// Run a command so that nothing escapes into Redis: its error becomes the
-/// reply, and a panic (a bug) becomes `ERR internal error` instead of
-/// aborting the server (the panic hook has already logged it).
-pub fn run(ctx: &Context, args: &[RedisString], command: Command) {
-    // Its effects may be left unbuilt while nothing reads them (`replicate.rs`).
-    match replicate::in_command(ctx, || guarded(|| command(ctx, args))) {
-        Some(Ok(())) => {}
-        Some(Err(error)) => reply::error(ctx, error),
-        None => reply::error(ctx, LockError::Internal),
-    }
 }
 
 /// Lock writes on a replica come only from its master. Redis already refuses

@@ -15,11 +15,15 @@ use std::mem::MaybeUninit;
 use std::os::raw::c_int;
 use std::sync::OnceLock;
 
+use redis_lock_core::errors::LockError;
 use redis_module::{raw, Context, RedisString};
 
-/// A command body: it replies itself and catches its own panics
-/// (`commands::run`).
-pub type Body = fn(&Context, &[RedisString]);
+use super::guard::guarded;
+use super::{replicate, reply};
+
+/// A command body (`commands/*.rs`): it replies itself on success; an `Err`
+/// is replied here.
+pub type Body = fn(&Context, &[RedisString]) -> Result<(), LockError>;
 
 /// A command of the module: its name, flags and body; its key is argument
 /// 1 (first 1, last 1, step 1), for Cluster routing and ACL key patterns.
@@ -106,7 +110,10 @@ pub fn create_all(ctx: &Context, specs: &[Spec]) -> Result<(), String> {
 const STACK_ARGS: usize = 16;
 
 /// Run `body` with the command's context and its arguments, borrowed: no
-/// reference is taken on them and none given back.
+/// reference is taken on them and none given back. Nothing escapes into
+/// Redis: its error becomes the reply, and a panic (a bug) becomes `ERR
+/// internal error` instead of aborting the server (the panic hook has
+/// already logged it).
 ///
 /// # Safety
 /// `argv` must be the server's `argc` arguments of the command it is running
@@ -139,7 +146,7 @@ unsafe fn dispatch(
         let args = unsafe {
             std::slice::from_raw_parts(on_stack.as_ptr().cast::<RedisString>(), raw_args.len())
         };
-        body(&context, args);
+        run(&context, args, body);
     } else {
         let on_heap: Vec<std::mem::ManuallyDrop<RedisString>> = raw_args
             .iter()
@@ -149,6 +156,15 @@ unsafe fn dispatch(
         let args = unsafe {
             std::slice::from_raw_parts(on_heap.as_ptr().cast::<RedisString>(), on_heap.len())
         };
-        body(&context, args);
+        run(&context, args, body);
+    }
+}
+
+fn run(ctx: &Context, args: &[RedisString], body: Body) {
+    // Its effects may be left unbuilt while nothing reads them (`replicate.rs`).
+    match replicate::in_command(ctx, || guarded(|| body(ctx, args))) {
+        Some(Ok(())) => {}
+        Some(Err(error)) => reply::error(ctx, error),
+        None => reply::error(ctx, LockError::Internal),
     }
 }
