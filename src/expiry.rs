@@ -108,8 +108,9 @@ pub fn note_unlinked(
 /// How long a note waits for its event. Redis fires a removal's event in
 /// the same call as the removal, microseconds later, but the server's
 /// thread can be descheduled in between: on a loaded 2-core machine the
-/// integration suite saw more than a millisecond pass, and that real expiry
-/// went uncounted and unannounced with a 1 ms bound. A note that outlives
+/// integration suite, with a 1 ms bound, once counted 99 expiries of 100
+/// (nothing else drops a note of a lease that ran out), so that expiry went
+/// uncounted and unannounced. A note that outlives
 /// this is one whose event never came: an overwrite by `SET` and the like,
 /// whose events the module does not hear (a later generic event of any
 /// key, `del`, `rename` and the like, drops it sooner: `events.rs`).
