@@ -17,7 +17,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-COLORS = ["#3b6ea8", "#e07b39", "#5a9e4b", "#9b59b6", "#c0392b", "#7f8c8d"]
+COLORS = ["#3b6ea8", "#e07b39", "#5a9e4b", "#9b59b6", "#c0392b", "#7f8c8d", "#17becf", "#d4a017"]
 
 
 def throughput_ratios(summary, out):
