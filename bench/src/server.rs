@@ -102,6 +102,13 @@ impl Server {
         })
     }
 
+    /// The allocator it was built with (`INFO memory` `mem_allocator`,
+    /// e.g. `jemalloc-5.3.0` or `libc`).
+    pub fn allocator(&self) -> Result<String, String> {
+        Ok(info_field(&mut self.conn()?, "memory", "mem_allocator")?
+            .unwrap_or_else(|| "allocator unknown".into()))
+    }
+
     pub fn is_valkey(&self) -> bool {
         self.label.starts_with("Valkey")
     }

@@ -35,6 +35,12 @@ struct Args {
     /// A valkey-server binary: also run throughput and memory on it
     #[arg(long)]
     valkey_server: Option<PathBuf>,
+    /// More server binaries to measure memory on (per lock and per holder),
+    /// and nothing else: another build of a server above, with its
+    /// allocator named in its label (memory depends on the allocator's
+    /// size classes). Repeatable
+    #[arg(long)]
+    memory_server: Vec<PathBuf>,
     /// Where the Markdown report goes
     #[arg(long)]
     report: PathBuf,
@@ -162,6 +168,7 @@ fn run(args: &Args) -> Result<(), String> {
             contention_and_scale: true,
             observe: true,
             replica: false,
+            allocator_in_label: false,
         },
         ServerSpec {
             binary: args.redis_server.clone(),
@@ -172,6 +179,7 @@ fn run(args: &Args) -> Result<(), String> {
             contention_and_scale: false,
             observe: false,
             replica: false,
+            allocator_in_label: false,
         },
         ServerSpec {
             binary: args.redis_server.clone(),
@@ -182,6 +190,7 @@ fn run(args: &Args) -> Result<(), String> {
             contention_and_scale: false,
             observe: false,
             replica: true,
+            allocator_in_label: false,
         },
     ];
     if let Some(valkey) = &args.valkey_server {
@@ -194,6 +203,20 @@ fn run(args: &Args) -> Result<(), String> {
             contention_and_scale: false,
             observe: true,
             replica: false,
+            allocator_in_label: false,
+        });
+    }
+    for binary in &args.memory_server {
+        specs.push(ServerSpec {
+            binary: binary.clone(),
+            extra: &[],
+            suffix: "",
+            groups: &[],
+            memory: true,
+            contention_and_scale: false,
+            observe: false,
+            replica: false,
+            allocator_in_label: true,
         });
     }
     for spec in &specs {
@@ -214,13 +237,16 @@ fn run(args: &Args) -> Result<(), String> {
         if !wants_any {
             continue;
         }
-        let server = Server::start_with(
+        let mut server = Server::start_with(
             &spec.binary,
             &module,
             &args.work_dir,
             spec.extra,
             spec.suffix,
         )?;
+        if spec.allocator_in_label {
+            server.label = format!("{} ({})", server.label, server.allocator()?);
+        }
         progress(&format!("{} on port {}", server.label, server.port()));
         // A replica on the same machine, synced before the runs: it takes
         // the master's stream (and a core's share) for both sides alike.
@@ -333,6 +359,8 @@ struct ServerSpec {
     /// Run with a replica attached.
     replica: bool,
     observe: bool,
+    /// Its label names its allocator (`INFO memory` `mem_allocator`).
+    allocator_in_label: bool,
 }
 
 fn write(path: &PathBuf, text: &str) -> Result<(), String> {
