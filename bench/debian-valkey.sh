@@ -7,11 +7,17 @@
 #
 #   bench/debian-valkey.sh DIR    -> DIR/valkey-server (a wrapper), DIR/root
 #
-# Reuses DIR/root when it is there. Needs mmdebstrap (installed with apt when
-# run as root) and Debian's package mirror.
+# Reuses DIR/root when it is there. Needs x86_64, Debian's package mirror and
+# mmdebstrap (installed with apt when run as root; as another user it needs
+# user namespaces). `make bench` goes on without this server if it fails.
 set -euo pipefail
 
 dir=${1:?usage: bench/debian-valkey.sh DIR}
+# The wrapper below names amd64's loader and library directory.
+if [ "$(uname -m)" != x86_64 ]; then
+  echo "bench/debian-valkey.sh: x86_64 only (this is $(uname -m))" >&2
+  exit 1
+fi
 mkdir -p "$dir"
 dir=$(cd "$dir" && pwd)
 root=$dir/root
@@ -25,12 +31,15 @@ if [ ! -x "$root/usr/bin/valkey-server" ]; then
       exit 1
     fi
   fi
-  rm -rf "$root"
+  # Made aside and moved into place whole: a root that is there is complete.
+  partial=$dir/root.partial
+  rm -rf "$partial"
   mmdebstrap --quiet --variant=minbase --include=valkey-server \
     --dpkgopt='path-exclude=/usr/share/doc/*' \
     --dpkgopt='path-exclude=/usr/share/man/*' \
     --aptopt='Acquire::Languages "none"' \
-    trixie "$root"
+    trixie "$partial"
+  mv "$partial" "$root"
 fi
 
 cat >"$dir/valkey-server" <<EOF

@@ -70,7 +70,10 @@ class Conn:
             if n < 0:
                 return None
             while len(self.buf) < n + 2:
-                self.buf += self.sock.recv(65536)
+                data = self.sock.recv(65536)
+                if not data:
+                    raise EOFError("server closed the connection")
+                self.buf += data
             value, self.buf = self.buf[:n], self.buf[n + 2 :]
             return value
         if kind == b"*":
@@ -105,6 +108,16 @@ def waiting(conn, key):
     return dict(zip(info[::2], info[1::2]))[b"waiters"]
 
 
+def await_waiting(control, key, count):
+    """Until `count` clients wait for `key`; fails after 120 s (a waiter
+    refused, say), rather than hang."""
+    deadline = time.monotonic() + 120
+    while waiting(control, key) != count:
+        if time.monotonic() > deadline:
+            raise RuntimeError("%s: %d waiters expected, %d seen" % (key, count, waiting(control, key)))
+        time.sleep(0.001)
+
+
 def drive(port, length, releases):
     key = "queue:%d" % length
     control = Conn(port)
@@ -112,24 +125,23 @@ def drive(port, length, releases):
     tokens = ["w0.0"] + ["w%d.0" % i for i in range(1, length + 1)]
     grant = conns[0].call("LOCK.ACQUIRE", key, 3_600_000, "TOKEN", tokens[0])
     assert isinstance(grant, list), grant
+    # One at a time, so the queue's order is the connections' order.
     for i in range(1, length + 1):
         conns[i].send("LOCK.ACQUIRE", key, 3_600_000, "TOKEN", tokens[i], "WAIT", 3_600_000)
-    # Every waiter queued, in order, before the first RELEASE.
-    while waiting(control, key) < length:
-        time.sleep(0.05)
+        await_waiting(control, key, i)
     queue = collections.deque(range(1, length + 1))
     holder = 0
     for round_ in range(1, releases + 1):
         assert control.call("LOCK.RELEASE", key, tokens[holder]) == 1
         head = queue.popleft()
         assert isinstance(conns[head].reply(), list)
+        # The previous holder queues again at the tail (an ACQUIRE of its
+        # own, not counted), before the next RELEASE.
         tokens[holder] = "w%d.%d" % (holder, round_)
         conns[holder].send("LOCK.ACQUIRE", key, 3_600_000, "TOKEN", tokens[holder], "WAIT", 3_600_000)
+        await_waiting(control, key, length)
         queue.append(holder)
         holder = head
-        # The previous holder is queued before the next RELEASE.
-        while waiting(control, key) < length:
-            pass
 
 
 def profile(server, module, length, releases, port, workdir):
@@ -164,10 +176,13 @@ def main():
     args = parser.parse_args()
     server = os.environ.get("LOCK_TEST_SERVER", "redis-server")
     module = os.environ.get("LOCK_MODULE", os.path.join(ROOT, "target/release/libredis_lock.so"))
+    # A connection per waiter, in this process and in the server.
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     need = max(args.lengths) + 256
-    if soft < need:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (min(need, hard), hard))
+    if hard != resource.RLIM_INFINITY and hard < need:
+        sys.exit("%d waiters need %d open files; the hard limit is %d" % (max(args.lengths), need, hard))
+    if soft != resource.RLIM_INFINITY and soft < need:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
     print("| Waiters on the key | RELEASEs | Instructions per RELEASE |")
     print("| --- | --- | --- |")
     with tempfile.TemporaryDirectory() as workdir:

@@ -919,10 +919,10 @@ fn goals_section(md: &mut String, results: &Results, summary: &Summary) {
         );
     }
     // O(1): the longest queue's RELEASE against a queue a hundred times
-    // shorter (100 waiters), where each hand-off also wakes a client the
-    // server has not touched since it queued; the 2-waiter key (whose two
-    // clients take turns, and stay in the CPU's caches) and the 1-waiter
-    // key are shown beside it.
+    // shorter ([`o1_baseline`]), where each hand-off also wakes a client the
+    // server has not touched since it queued; the 2-waiter key (whose three
+    // connections take turns, and can stay in the CPU's caches) and the
+    // 1-waiter key are shown beside it.
     let release = |queue: u64| summary.scale_release.iter().find(|r| r.queue == queue);
     let queues: Vec<u64> = summary.scale_release.iter().map(|r| r.queue).collect();
     let longest = summary.scale_release.iter().max_by_key(|r| r.queue);
@@ -1545,11 +1545,12 @@ fn scale_section(md: &mut String, results: &Results, summary: &Summary, img: &st
              hand-off inside the command (the grant, its fence, its effect and event, \
              unblocking the waiter), and with more than one it then looks at the next \
              waiter (is the key free for it, when to look again): the 2-waiter key \
-             does every step. Its two clients take turns, so the server finds both \
-             in the CPU's caches; from 100 waiters on, each hand-off wakes a client \
-             untouched since it queued. So O(1) is judged against a queue a hundred \
-             times shorter than the longest, where both do (2 waiters when the run \
-             has none): the longest queue should cost what it does.\n",
+             does every step. Its three connections take turns, so the server can \
+             find them in the CPU's caches; from 100 waiters on, each hand-off wakes \
+             a client untouched since it queued. So O(1) is judged against a queue a hundred \
+             times shorter than the longest, whose hand-offs also wake clients gone \
+             cold (2 waiters when the run has none): the longest queue should cost \
+             what it does.\n",
             settings.release_rounds, settings.release_samples
         );
         let _ = writeln!(
