@@ -17,7 +17,7 @@ use crate::redis::datatype::{self, Hooks};
 use crate::redis::events::ServerEvent;
 use crate::redis::guard::guarded;
 use crate::redis::key::{Held, LockKey};
-use crate::redis::{replicate, server};
+use crate::redis::{replicate, server, timer};
 use crate::{config, expiry, fence, lease, observers, sessions, waiting};
 
 /// The data type's hooks: the fence high-water mark in the RDB, and the
@@ -125,7 +125,7 @@ pub fn on_key_event(ctx: &Context, _class: NotifyEvent, event: &str, key: &[u8])
     guarded(|| {
         match event {
             "restore" => {
-                let name = ctx.create_string(key);
+                let name = crate::redis::string(ctx, key);
                 let lock_key = LockKey::open_read(ctx, &name);
                 match lock_key.held() {
                     Ok(Held::Exclusive(lock)) => fence::observe(lock.fence),
@@ -135,12 +135,13 @@ pub fn on_key_event(ctx: &Context, _class: NotifyEvent, event: &str, key: &[u8])
                         .for_each(|holder| fence::observe(holder.fence)),
                     _ => {}
                 }
-                lock_key.mirror_deadline();
+                follow_ttl(ctx, &lock_key, key);
             }
             // A TTL changed by a client (`PEXPIRE`, `PERSIST`; also Redis'
             // own `PEXPIREAT` after each lock in a rewritten AOF).
             "expire" | "persist" => {
-                LockKey::open_read(ctx, &ctx.create_string(key)).mirror_deadline();
+                let name = crate::redis::string(ctx, key);
+                follow_ttl(ctx, &LockKey::open_read(ctx, &name), key);
             }
             _ => {}
         }
@@ -159,9 +160,40 @@ pub fn on_key_event(ctx: &Context, _class: NotifyEvent, event: &str, key: &[u8])
             // Observers hear of it after the hand-off (see `waiting.rs`).
             waiting::look_again(ctx, db, key);
         } else if observers::total() > 0 {
-            observers::changed(ctx, db, &ctx.create_string(key));
+            observers::changed(ctx, db, &crate::redis::string(ctx, key));
         }
     });
+}
+
+/// A client changed the TTL of a lock key (`PEXPIRE`, `PERSIST`, `RESTORE`
+/// with a TTL of its own). A lock's value takes the key's TTL as its
+/// deadline (see `redis/key.rs`). A key with several holders keeps a
+/// deadline per holder, and its TTL must stay the latest of them, or an
+/// empty holder set would outlive its last lease (after a `PERSIST`, for
+/// good): a key written from inside an event is not allowed, so a timer due
+/// now puts it back.
+fn follow_ttl(ctx: &Context, key: &LockKey, name: &[u8]) {
+    key.mirror_deadline();
+    if let Ok(Held::Shared(h) | Held::Semaphore(h)) = key.held() {
+        if key.deadline() != h.latest_deadline() && server::is_master(ctx) {
+            let db = server::selected_db(ctx);
+            timer::start(ctx, 0, (db, Box::<[u8]>::from(name)), holders_ttl);
+        }
+    }
+}
+
+/// The timer of [`follow_ttl`]: holders whose lease ran out go, and the
+/// key's TTL is its latest holder's deadline again, replicated as
+/// `PEXPIREAT`.
+fn holders_ttl(ctx: &Context, (db, key): (i32, Box<[u8]>)) {
+    if !server::is_master(ctx) {
+        return;
+    }
+    server::select_db(ctx, db);
+    let name = crate::redis::string(ctx, &key);
+    let mut lock_key = LockKey::open_write(ctx, &name);
+    lease::expire_holders(ctx, &mut lock_key, &name, server::now_ms());
+    lease::follow_latest_holder(ctx, &mut lock_key, &name);
 }
 
 /// Redis' `expired` keyspace event, for any key: if it is the lock just
@@ -174,7 +206,7 @@ pub fn on_expired(ctx: &Context, _class: NotifyEvent, _event: &str, key: &[u8]) 
         let Some(removed) = expiry::take_note(db, key, server::now_ms()) else {
             return;
         };
-        let name = ctx.create_string(key);
+        let name = crate::redis::string(ctx, key);
         match removed {
             Removed::Lock { .. } => {
                 metrics::count(Counter::Expiries);

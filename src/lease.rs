@@ -269,6 +269,21 @@ pub fn release_holder(
     }
 }
 
+/// Put the TTL of `name` (open as `key`), a key with several holders, back
+/// to its latest holder's deadline if a client moved it, replicated as
+/// `PEXPIREAT`.
+pub fn follow_latest_holder(ctx: &Context, key: &mut LockKey, name: &RedisString) {
+    let Some(latest) = key.holders_mut().and_then(|h| h.latest_deadline()) else {
+        return;
+    };
+    if key.deadline() == Some(latest) {
+        return;
+    }
+    key.holders_changed();
+    replicate::touched(ctx, name);
+    replicate::expire_at(ctx, name, latest);
+}
+
 /// Take out of `name` the holders whose lease ran out by `now_ms` (a master
 /// does this when it opens the key, and on the hand-off timer), each
 /// replicated as `LOCK.DELHOLDER` (`DEL` for the last), counted and

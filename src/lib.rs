@@ -16,6 +16,17 @@
 //! `docs/architecture.md` draws the floors and follows one request through
 //! them.
 
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::panic,
+        clippy::unreachable,
+        clippy::todo
+    )
+)]
+
 pub mod commands;
 pub mod config;
 pub mod events;
@@ -64,6 +75,7 @@ const COMMANDS: &[Spec] = &[
     spec(c"lock.release", c"write fast", release::run),
     spec(c"lock.info", c"readonly fast", info::run),
     spec(c"lock.guard", c"write getkeys-api", guard::run),
+    spec(c"lock.guard_ro", c"readonly getkeys-api", guard::run_ro),
     spec(c"lock.queue", c"readonly fast", queue::run),
     spec(c"lock.observe", c"readonly blocking", observe::run),
     spec(c"lock.setstate", c"write fast", setstate::run),

@@ -149,7 +149,7 @@ fn on_deadline(ctx: &Context, (db, key): DbKey) {
         return;
     }
     server::select_db(ctx, db);
-    let name = ctx.create_string(&*key);
+    let name = crate::redis::string(ctx, &key);
     // On a master, opening the key expires a lease that ran out, and the
     // `expired` event tells observers (after the hand-off when clients
     // wait, see `events.rs`): telling them here as well could answer
@@ -213,7 +213,7 @@ pub fn changed(ctx: &Context, db: i32, name: &RedisString) {
 pub fn changed_in(ctx: &Context, db: Option<i32>) {
     for (db, key) in with_observers(|o| o.keys_with_waiters(db)) {
         server::select_db(ctx, db);
-        changed(ctx, db, &ctx.create_string(&*key));
+        changed(ctx, db, &crate::redis::string(ctx, &key));
     }
 }
 
@@ -294,7 +294,7 @@ impl Waits for Observers {
     fn reply(ctx: &Context, look: &Look) {
         match &look.moved {
             Some(error) => reply::error_text(ctx, error),
-            None => reply_holder(ctx, &ctx.create_string(&*look.key)),
+            None => reply_holder(ctx, &crate::redis::string(ctx, &look.key)),
         }
     }
 

@@ -78,7 +78,7 @@ fn prune(ctx: &Context, client: u64) {
         .into_iter()
         .filter(|b| {
             server::select_db(ctx, b.db);
-            let name = ctx.create_string(&*b.key);
+            let name = crate::redis::string(ctx, &b.key);
             match LockKey::open_read(ctx, &name).held() {
                 Ok(Held::Exclusive(l)) => l.fence == b.fence,
                 Ok(Held::Shared(h) | Held::Semaphore(h)) => h.by_fence(b.fence).is_some(),

@@ -44,7 +44,7 @@ use std::collections::HashSet;
 use std::ffi::CString;
 
 use redis_lock_core::cluster;
-use redis_lock_core::decide::{self, KeyState, Serve, Want};
+use redis_lock_core::decide::{self, KeyState, MyHold, Serve, Want};
 use redis_lock_core::errors::LockError;
 use redis_lock_core::token::{self, UUID_LEN};
 use redis_lock_core::waitqueue::{WaitQueues, WaiterId};
@@ -329,9 +329,9 @@ fn hand_off(ctx: &Context, db: i32, name: &RedisString, cause: Cause) {
     // cluster mode, for a key a timer finds free).
     let mut slot_checked = false;
     loop {
-        let Some(head) = with_queues(|q| q.waiters(db, key).next().map(|w| w.want)) else {
+        if waiters(db, key) == 0 {
             return;
-        };
+        }
         let mut lock_key = LockKey::open_write(ctx, name);
         let now_ms = server::now_ms();
         lease::expire_holders(ctx, &mut lock_key, name, now_ms);
@@ -340,7 +340,22 @@ fn hand_off(ctx: &Context, db: i32, name: &RedisString, cause: Cause) {
             KeyState::Free => expiry::delayed_until(db, key, now_ms),
             _ => None,
         };
-        match decide::serve(state, head, delayed, config::max_holders()) {
+        // The head, and the hold its token already has on the key (two
+        // waiters with one token, the first granted just now): only reads
+        // of the value, no call into Redis, while the queues are borrowed.
+        let held = lock_key.held().ok();
+        let Some((head, mine)) = with_queues(|q| {
+            q.waiters(db, key).next().map(|w| {
+                let mine = held
+                    .as_ref()
+                    .and_then(|h| h.hold_of(w.token.as_deref(), now_ms));
+                (w.want, mine)
+            })
+        }) else {
+            return;
+        };
+        drop(held);
+        match decide::serve_head(state, head, mine, delayed, config::max_holders()) {
             Serve::Idle => return,
             Serve::WakeAt(at) => {
                 drop(lock_key);
@@ -357,6 +372,11 @@ fn hand_off(ctx: &Context, db: i32, name: &RedisString, cause: Cause) {
                 if let Some((id, waiter)) = with_queues(|q| q.pop_front(db, key)) {
                     dismiss(ctx, &waiter);
                     blocked::unblock::<Queue>(id, Outcome::Failed(error));
+                }
+            }
+            Serve::Renew => {
+                if let Some(mine) = mine {
+                    renew_head(ctx, db, &mut lock_key, name, mine, now_ms);
                 }
             }
             Serve::Grant => {
@@ -473,6 +493,54 @@ fn grant_to_head(
         },
     );
     true
+}
+
+/// The head of the queue's token already holds the key as it asks (`mine`):
+/// renew that hold, with the head's ttl and label, within the hold policy,
+/// and answer it with the same fence, as a direct `ACQUIRE` by the holder is
+/// answered.
+fn renew_head(
+    ctx: &Context,
+    db: i32,
+    lock_key: &mut LockKey,
+    name: &RedisString,
+    mine: MyHold,
+    now_ms: i64,
+) {
+    let key = name.as_slice();
+    let Some((id, waiter)) = with_queues(|q| q.pop_front(db, key)) else {
+        return;
+    };
+    dismiss(ctx, &waiter);
+    let Some(token) = waiter.token.as_deref() else {
+        return blocked::unblock::<Queue>(id, Outcome::Failed(LockError::Internal));
+    };
+    let renewed = decide::renew_hold(mine, waiter.ttl_ms, now_ms, config::hold_policy()).and_then(
+        |renewal| {
+            let owner = waiter.owner.as_deref();
+            match mine.want {
+                Want::Exclusive => lease::renew(ctx, lock_key, name, token, &renewal, owner),
+                _ => lease::renew_holder(ctx, lock_key, name, token, &renewal, owner),
+            }
+            .map(|()| renewal)
+        },
+    );
+    match renewed {
+        Ok(renewal) => {
+            metrics::count(Counter::Renewals);
+            if let Some(client) = waiter.session {
+                sessions::bind(ctx, client, db, key, renewal.fence);
+            }
+            let granted = Outcome::Granted {
+                db,
+                key: key.into(),
+                token: token.into(),
+                fence: renewal.fence,
+            };
+            blocked::unblock::<Queue>(id, granted);
+        }
+        Err(error) => blocked::unblock::<Queue>(id, Outcome::Failed(error)),
+    }
 }
 
 /// Make sure `key`'s queue is served at `at_ms` (unix ms) at the latest:
@@ -648,12 +716,12 @@ fn on_wake(ctx: &Context, wake: Wake) {
             // release or an ACQUIRE ran on this node, so the server checked
             // the slot then; a timer is not checked by anyone else.
             if let Some(error) = migration::moved_from_here(ctx, &key) {
-                let name = ctx.create_string(&*key);
+                let name = crate::redis::string(ctx, &key);
                 redirect_waiters_of(ctx, db, key, &error);
                 observers::changed_here(ctx, &name);
                 return;
             }
-            let name = ctx.create_string(&*key);
+            let name = crate::redis::string(ctx, &key);
             hand_off(ctx, db, &name, Cause::Timer);
             // The key's observers were not told of an expiry or a delete
             // while clients waited: tell them now, with the key handed over.
@@ -716,7 +784,7 @@ fn release_held(
     still_holds: impl Fn(u64, &dyn Fn(&[u8]) -> bool) -> bool,
 ) {
     server::select_db(ctx, db);
-    let name = ctx.create_string(key);
+    let name = crate::redis::string(ctx, key);
     let lock_key = LockKey::open_write(ctx, &name);
     let mut token = [0u8; UUID_LEN];
     let holder: Option<Option<Vec<u8>>> = match lock_key.held() {

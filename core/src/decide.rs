@@ -7,6 +7,9 @@
 //! differential test and the fuzz targets run the same functions without a
 //! server ([`crate::sim`]).
 
+use std::ffi::CStr;
+
+use crate::args::ArgBytes;
 use crate::errors::LockError;
 use crate::lock::Lock;
 use crate::rules::{self, HoldPolicy};
@@ -173,6 +176,10 @@ pub enum KeyState {
 pub enum Serve {
     /// Grant the key to the head of the queue (then ask again for the next).
     Grant,
+    /// The head's token already holds the key, as the head asks for it (two
+    /// waiters with one token, granted one after the other): renew that
+    /// hold (same fence), as a direct `ACQUIRE` by the holder would.
+    Renew,
     /// Not yet: look again at this time (unix ms).
     WakeAt(i64),
     /// Held without expiry: a release or delete will tell.
@@ -230,6 +237,33 @@ pub fn serve(
                 wake(earliest_ms)
             }
         }
+    }
+}
+
+/// A hand-off's decision for the head of the queue, whose token may
+/// already hold the key (`mine`): then it is renewed if it asks for the same
+/// hold, and fails (`ModeConflict`, `CountMismatch`) if it asks for another,
+/// exactly as a direct `ACQUIRE` with that token would; otherwise
+/// [`serve`].
+pub fn serve_head(
+    key: KeyState,
+    head: Want,
+    mine: Option<MyHold>,
+    delayed_until_ms: Option<i64>,
+    max_holders: usize,
+) -> Serve {
+    match mine {
+        Some(mine) if mine.want == head => Serve::Renew,
+        Some(mine) => Serve::FailHead(mismatch(mine.want, head)),
+        None => serve(key, head, delayed_until_ms, max_holders),
+    }
+}
+
+/// The error for a token that holds a key as `held` and asks for `wanted`.
+fn mismatch(held: Want, wanted: Want) -> LockError {
+    match (held, wanted) {
+        (Want::Permits { .. }, Want::Permits { .. }) => LockError::CountMismatch,
+        _ => LockError::ModeConflict,
     }
 }
 
@@ -330,10 +364,7 @@ pub fn acquire_shared(case: &SharedCase) -> Result<Acquire, LockError> {
     }
     if let Some(mine) = case.mine {
         if mine.want != case.want {
-            return Err(match (mine.want, case.want) {
-                (Want::Permits { .. }, Want::Permits { .. }) => LockError::CountMismatch,
-                _ => LockError::ModeConflict,
-            });
+            return Err(mismatch(mine.want, case.want));
         }
         return renew_hold(mine, case.ttl_ms, case.now_ms, case.hold).map(Acquire::Renew);
     }
@@ -364,6 +395,8 @@ pub fn acquire_shared(case: &SharedCase) -> Result<Acquire, LockError> {
     }
     match serve(case.key, case.want, case.delayed_until_ms, case.max_holders) {
         Serve::Grant => grant(),
+        // `mine` was handled above: `serve` never renews.
+        Serve::Renew => Err(LockError::Internal),
         Serve::WakeAt(at) => Ok(busy(Some(at))),
         Serve::Idle => Ok(busy(None)),
         Serve::FailAll(e) | Serve::FailHead(e) => Err(e),
@@ -465,31 +498,71 @@ pub struct GuardedRun {
     /// `EVALSHA` and `FCALL`, which are themselves not allowed in scripts
     /// but run a script of their own under one check.
     pub script_mode: bool,
+    /// The read-only twin of a script command (`EVAL` → `EVAL_RO`,
+    /// `EVALSHA` → `EVALSHA_RO`, `FCALL` → `FCALL_RO`), which a reader's
+    /// guard runs instead: the server's refusal of write commands (`RM_Call`'s
+    /// `W`) looks at a command's own flags, and the script commands are not
+    /// flagged `write`, whatever their script does. The twin refuses every
+    /// write the script tries, and a script that declares writes.
+    pub read_only_twin: Option<&'static CStr>,
+}
+
+impl GuardedRun {
+    /// The name to run for a caller that may only read (a reader of a
+    /// shared lock, or `LOCK.GUARD_RO`): the read-only twin of a script
+    /// command, else the command's own.
+    pub fn name_for_reader(&self) -> Option<&'static CStr> {
+        self.read_only_twin
+    }
 }
 
 /// Script commands: allowed in `LOCK.GUARD`, although Redis flags them
-/// `noscript`, so that several keys change under one check.
-const SCRIPT_COMMANDS: [&[u8]; 6] = [
-    b"eval",
-    b"evalsha",
-    b"eval_ro",
-    b"evalsha_ro",
-    b"fcall",
-    b"fcall_ro",
+/// `noscript`, so that several keys change under one check; each with its
+/// read-only twin (none: it is read-only itself).
+const SCRIPT_COMMANDS: [(&[u8], Option<&CStr>); 6] = [
+    (b"eval", Some(c"EVAL_RO")),
+    (b"evalsha", Some(c"EVALSHA_RO")),
+    (b"eval_ro", None),
+    (b"evalsha_ro", None),
+    (b"fcall", Some(c"FCALL_RO")),
+    (b"fcall_ro", None),
 ];
 
-/// Whether `LOCK.GUARD` may run the command named `name` (any case), whose
+/// Whether the command `name` with these arguments blocks. The server flags
+/// `XREAD` and `XREADGROUP` `blocking`, but only their `BLOCK` form blocks
+/// (an option before `STREAMS`); every other command flagged `blocking`
+/// blocks.
+fn blocks<A: ArgBytes>(name: &[u8], flags: CommandFlags, args: &[A]) -> bool {
+    if !flags.blocking {
+        return false;
+    }
+    if !name.eq_ignore_ascii_case(b"xread") && !name.eq_ignore_ascii_case(b"xreadgroup") {
+        return true;
+    }
+    args.iter()
+        .map(ArgBytes::bytes)
+        .take_while(|a| !a.eq_ignore_ascii_case(b"streams"))
+        .any(|a| a.eq_ignore_ascii_case(b"block"))
+}
+
+/// Whether `LOCK.GUARD` may run the command `name args…` (any case), whose
 /// flags the server reported (`None`: the server does not know it; it will
-/// say so itself). Refused: the module's own commands, commands that block,
-/// and commands Redis refuses in scripts (transactions, `WATCH`, pub/sub
-/// subscriptions, …), except the script commands, which are refused only
-/// when `LOCK.GUARD` itself runs in a script (`in_script`): a script cannot
+/// say so itself). Refused: a name with a NUL byte (no command has one, and
+/// the server reads a command's name up to its first NUL: `SET\0x` would
+/// run `SET`), the module's own commands, commands that block, and commands
+/// Redis refuses in scripts (transactions, `WATCH`, pub/sub subscriptions,
+/// …), except the script commands, which are refused only when
+/// `LOCK.GUARD` itself runs in a script (`in_script`): a script cannot
 /// start another (Redis asserts).
-pub fn guarded_command(
+pub fn guarded_command<A: ArgBytes>(
     name: &[u8],
+    args: &[A],
     flags: Option<CommandFlags>,
     in_script: bool,
 ) -> Result<GuardedRun, LockError> {
+    if name.contains(&0) {
+        return Err(LockError::GuardUnknownCommand);
+    }
     let starts = |prefix: &[u8]| {
         name.len() > prefix.len() && name[..prefix.len()].eq_ignore_ascii_case(prefix)
     };
@@ -497,18 +570,21 @@ pub fn guarded_command(
         return Err(LockError::GuardLockCommand);
     }
     let flags = flags.unwrap_or_default();
-    if flags.blocking {
+    if blocks(name, flags, args) {
         return Err(LockError::GuardBlocking);
     }
-    let script = SCRIPT_COMMANDS.iter().any(|s| name.eq_ignore_ascii_case(s));
-    if script && in_script {
+    let script = SCRIPT_COMMANDS
+        .iter()
+        .find(|(s, _)| name.eq_ignore_ascii_case(s));
+    if script.is_some() && in_script {
         return Err(LockError::GuardScriptInScript);
     }
-    if flags.noscript && !script {
+    if flags.noscript && script.is_none() {
         return Err(LockError::GuardNoScript);
     }
     Ok(GuardedRun {
-        script_mode: !script,
+        script_mode: script.is_none(),
+        read_only_twin: script.and_then(|(_, twin)| *twin),
     })
 }
 
@@ -774,6 +850,48 @@ mod tests {
         );
     }
 
+    #[test]
+    fn a_head_whose_token_holds_the_key_is_renewed_or_told_of_the_mismatch() {
+        let permits = |count| Want::Permits { limit: 3, count };
+        let mine = |want| {
+            Some(MyHold {
+                want,
+                fence: 7,
+                granted_ms: 0,
+                extends: 0,
+            })
+        };
+        // Even with no room left: the renewal takes none.
+        assert_eq!(
+            serve_head(sem(3, 3, 2), permits(1), mine(permits(1)), None, 10),
+            Serve::Renew
+        );
+        assert_eq!(
+            serve_head(sem(3, 1, 1), permits(2), mine(permits(1)), None, 10),
+            Serve::FailHead(LockError::CountMismatch)
+        );
+        assert_eq!(
+            serve_head(shared(2, 50), Want::Shared, mine(Want::Shared), None, 2),
+            Serve::Renew
+        );
+        let writer = KeyState::Held {
+            deadline_ms: Some(80),
+        };
+        assert_eq!(
+            serve_head(writer, Want::Exclusive, mine(Want::Exclusive), None, 10),
+            Serve::Renew
+        );
+        assert_eq!(
+            serve_head(shared(1, 50), Want::Exclusive, mine(Want::Shared), None, 10),
+            Serve::FailHead(LockError::ModeConflict)
+        );
+        // No hold of its own: as `serve`.
+        assert_eq!(
+            serve_head(sem(3, 1, 1), permits(2), None, None, 10),
+            Serve::Grant
+        );
+    }
+
     fn shared_case(key: KeyState, want: Want) -> SharedCase<'static> {
         SharedCase {
             key,
@@ -957,18 +1075,29 @@ mod tests {
 
     #[test]
     fn guarded_commands_exclude_blocking_transactions_and_lock_commands() {
+        const NO_ARGS: [&[u8]; 0] = [];
         let plain = Some(CommandFlags::default());
-        let run = Ok(GuardedRun { script_mode: true });
-        assert_eq!(guarded_command(b"SET", plain, false), run);
-        assert_eq!(guarded_command(b"get", plain, false), run);
+        let run = Ok(GuardedRun {
+            script_mode: true,
+            read_only_twin: None,
+        });
+        assert_eq!(guarded_command(b"SET", &NO_ARGS, plain, false), run);
+        assert_eq!(guarded_command(b"get", &NO_ARGS, plain, false), run);
         // Unknown to the server: it answers for itself.
-        assert_eq!(guarded_command(b"NOSUCH", None, false), run);
+        assert_eq!(guarded_command(b"NOSUCH", &NO_ARGS, None, false), run);
+        // ... but a NUL byte would make the server run another command.
+        for name in [&b"SET\0"[..], b"\0", b"S\0ET", b"EVAL\0"] {
+            assert_eq!(
+                guarded_command(name, &NO_ARGS, None, false),
+                Err(LockError::GuardUnknownCommand)
+            );
+        }
         let blocking = Some(CommandFlags {
             blocking: true,
             noscript: false,
         });
         assert_eq!(
-            guarded_command(b"BLPOP", blocking, false),
+            guarded_command(b"BLPOP", &NO_ARGS, blocking, false),
             Err(LockError::GuardBlocking)
         );
         let noscript = Some(CommandFlags {
@@ -977,29 +1106,82 @@ mod tests {
         });
         for name in [&b"MULTI"[..], b"exec", b"WATCH", b"SUBSCRIBE"] {
             assert_eq!(
-                guarded_command(name, noscript, false),
+                guarded_command(name, &NO_ARGS, noscript, false),
                 Err(LockError::GuardNoScript)
             );
         }
-        for name in [&b"EVALSHA"[..], b"eval", b"FCALL", b"fcall_ro"] {
+        for (name, twin) in [
+            (&b"EVALSHA"[..], Some(c"EVALSHA_RO")),
+            (b"eval", Some(c"EVAL_RO")),
+            (b"FCALL", Some(c"FCALL_RO")),
+            (b"fcall_ro", None),
+            (b"EVAL_RO", None),
+        ] {
             assert_eq!(
-                guarded_command(name, noscript, false),
-                Ok(GuardedRun { script_mode: false })
+                guarded_command(name, &NO_ARGS, noscript, false),
+                Ok(GuardedRun {
+                    script_mode: false,
+                    read_only_twin: twin
+                })
             );
         }
         for name in [&b"LOCK.RELEASE"[..], b"lock.guard", b"SEM.ACQUIRE"] {
             assert_eq!(
-                guarded_command(name, plain, false),
+                guarded_command(name, &NO_ARGS, plain, false),
                 Err(LockError::GuardLockCommand)
             );
         }
         // Not from a script: a script cannot start another.
         assert_eq!(
-            guarded_command(b"EVALSHA", noscript, true),
+            guarded_command(b"EVALSHA", &NO_ARGS, noscript, true),
             Err(LockError::GuardScriptInScript)
         );
-        assert_eq!(guarded_command(b"SET", plain, true), run);
+        assert_eq!(guarded_command(b"SET", &NO_ARGS, plain, true), run);
         // A key-like name is not a lock command.
-        assert_eq!(guarded_command(b"lock", plain, false), run);
+        assert_eq!(guarded_command(b"lock", &NO_ARGS, plain, false), run);
+    }
+
+    #[test]
+    fn only_the_block_form_of_xread_blocks() {
+        let blocking = Some(CommandFlags {
+            blocking: true,
+            noscript: false,
+        });
+        let run = Ok(GuardedRun {
+            script_mode: true,
+            read_only_twin: None,
+        });
+        let reads: [&[&[u8]]; 3] = [
+            &[b"STREAMS", b"s", b"0"],
+            &[b"COUNT", b"5", b"STREAMS", b"block", b"0"],
+            &[b"count", b"1", b"streams", b"s", b"BLOCK"],
+        ];
+        for args in reads {
+            assert_eq!(guarded_command(b"XREAD", args, blocking, false), run);
+        }
+        let group: &[&[u8]] = &[b"GROUP", b"g", b"c", b"STREAMS", b"s", b">"];
+        assert_eq!(guarded_command(b"xreadgroup", group, blocking, false), run);
+        let blocked: [&[&[u8]]; 2] = [
+            &[b"BLOCK", b"0", b"STREAMS", b"s", b"$"],
+            &[b"COUNT", b"1", b"block", b"10", b"STREAMS", b"s", b"$"],
+        ];
+        for args in blocked {
+            assert_eq!(
+                guarded_command(b"XREAD", args, blocking, false),
+                Err(LockError::GuardBlocking)
+            );
+        }
+        let group_blocked: &[&[u8]] =
+            &[b"GROUP", b"g", b"c", b"BLOCK", b"5", b"STREAMS", b"s", b">"];
+        assert_eq!(
+            guarded_command(b"XREADGROUP", group_blocked, blocking, false),
+            Err(LockError::GuardBlocking)
+        );
+        // Any other blocking command blocks whatever its arguments.
+        let args: &[&[u8]] = &[b"list", b"0"];
+        assert_eq!(
+            guarded_command(b"BLPOP", args, blocking, false),
+            Err(LockError::GuardBlocking)
+        );
     }
 }

@@ -21,6 +21,17 @@
 //! Imports go one way: `decide` uses `rules`, `lock` and `errors`; nothing
 //! here uses `decide`.
 
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::panic,
+        clippy::unreachable,
+        clippy::todo
+    )
+)]
+
 pub mod args;
 pub mod cluster;
 pub mod decide;

@@ -6,7 +6,7 @@
 //! the lock is also released when the connection closes (see `sessions.rs`).
 
 use redis_lock_core::args::{parse_acquire, AcquireArgs};
-use redis_lock_core::decide::{self, Acquire, AcquireCase, KeyState, MyHold, SharedCase, Want};
+use redis_lock_core::decide::{self, Acquire, AcquireCase, KeyState, SharedCase, Want};
 use redis_lock_core::errors::LockError;
 use redis_lock_core::token::{self, UUID_LEN};
 use redis_module::{Context, RedisString};
@@ -81,33 +81,6 @@ pub(super) fn session_of(ctx: &Context, session: bool) -> Result<Option<u64>, Lo
     }
 }
 
-/// The caller's own live hold on `held`, if `token` is one of its holders.
-pub(super) fn my_hold(held: &Held, token: Option<&[u8]>, now_ms: i64) -> Option<MyHold> {
-    let token = token?;
-    match held {
-        Held::Exclusive(lock) if lock.held_by(token) => Some(MyHold {
-            want: Want::Exclusive,
-            fence: lock.fence,
-            granted_ms: lock.granted_ms,
-            extends: lock.extends,
-        }),
-        Held::Shared(h) | Held::Semaphore(h) => h.find(token, now_ms).map(|mine| MyHold {
-            want: if h.limit == 0 {
-                Want::Shared
-            } else {
-                Want::Permits {
-                    limit: h.limit,
-                    count: mine.count,
-                }
-            },
-            fence: mine.fence,
-            granted_ms: mine.granted_ms,
-            extends: mine.extends,
-        }),
-        _ => None,
-    }
-}
-
 /// `LOCK.ACQUIRE … SHARED`, `SEM.ACQUIRE`, and `LOCK.ACQUIRE` of a key held
 /// in shared mode: the caller wants `want` of `name` (open as `key`).
 pub(super) fn acquire_hold(
@@ -124,7 +97,7 @@ pub(super) fn acquire_hold(
         lease::expire_holders(ctx, &mut key, name, now_ms);
     }
     let state = waiting::key_state(&key, now_ms);
-    let mine = my_hold(&key.held()?, parsed.token, now_ms);
+    let mine = key.held()?.hold_of(parsed.token, now_ms);
     let decision = decide::acquire_shared(&SharedCase {
         key: state,
         mine,

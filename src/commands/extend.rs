@@ -10,7 +10,6 @@ use redis_lock_core::decide::{self, Extend};
 use redis_lock_core::errors::LockError;
 use redis_module::{Context, RedisString};
 
-use super::acquire::my_hold;
 use super::Family;
 use crate::metrics::{self, Counter};
 use crate::redis::key::{Held, LockKey};
@@ -53,7 +52,7 @@ fn extend(ctx: &Context, args: &[RedisString], family: Family) -> Result<(), Loc
             if server::is_master(ctx) {
                 lease::expire_holders(ctx, &mut key, name, now_ms);
             }
-            let mine = my_hold(&key.held()?, Some(parsed.token), now_ms);
+            let mine = key.held()?.hold_of(Some(parsed.token), now_ms);
             (
                 true,
                 decide::extend_hold(mine, parsed.ttl_ms, now_ms, policy),

@@ -8,6 +8,7 @@
 
 use std::os::raw::c_int;
 
+use redis_lock_core::decide::{MyHold, Want};
 use redis_lock_core::errors::LockError;
 use redis_lock_core::holders::Holders;
 use std::borrow::Cow;
@@ -25,6 +26,36 @@ pub enum Held<'a> {
     Shared(&'a Holders),
     /// A semaphore (`redissema`).
     Semaphore(&'a Holders),
+}
+
+impl Held<'_> {
+    /// The live hold that `token` has on the key, if it has one: what the
+    /// core's decisions call `mine`.
+    pub fn hold_of(&self, token: Option<&[u8]>, now_ms: i64) -> Option<MyHold> {
+        let token = token?;
+        match self {
+            Held::Exclusive(lock) if lock.held_by(token) => Some(MyHold {
+                want: Want::Exclusive,
+                fence: lock.fence,
+                granted_ms: lock.granted_ms,
+                extends: lock.extends,
+            }),
+            Held::Shared(h) | Held::Semaphore(h) => h.find(token, now_ms).map(|mine| MyHold {
+                want: if h.limit == 0 {
+                    Want::Shared
+                } else {
+                    Want::Permits {
+                        limit: h.limit,
+                        count: mine.count,
+                    }
+                },
+                fence: mine.fence,
+                granted_ms: mine.granted_ms,
+                extends: mine.extends,
+            }),
+            _ => None,
+        }
+    }
 }
 
 pub struct LockKey {

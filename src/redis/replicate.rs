@@ -146,6 +146,25 @@ pub fn del(ctx: &Context, key: &RedisString) {
     }
 }
 
+/// `PEXPIREAT key at-ms`: a key's TTL put back by the module (a key with
+/// several holders follows its latest one).
+pub fn expire_at(ctx: &Context, key: &RedisString, at_ms: i64) {
+    if unread(ctx) {
+        return count_only(ctx);
+    }
+    unsafe {
+        if let Some(replicate) = raw::RedisModule_Replicate {
+            replicate(
+                ctx.get_raw(),
+                c"PEXPIREAT".as_ptr(),
+                c"sl".as_ptr(),
+                key.inner,
+                at_ms as std::os::raw::c_longlong,
+            );
+        }
+    }
+}
+
 /// The command as it came (an effect received from the master or read from
 /// the AOF), to this node's AOF and its own replicas.
 pub fn verbatim(ctx: &Context) {
