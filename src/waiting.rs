@@ -44,16 +44,17 @@ use std::collections::HashSet;
 use std::ffi::CString;
 
 use redis_lock_core::cluster;
-use redis_lock_core::decide::{self, KeyState, MyHold, Serve, Want};
+use redis_lock_core::decide::{self, Serve};
 use redis_lock_core::errors::LockError;
+use redis_lock_core::hold::{Event, KeyState, Kind, MyHold, Want};
 use redis_lock_core::token::{self, UUID_LEN};
 use redis_lock_core::waitqueue::{WaitQueues, WaiterId};
 use redis_module::{Context, RedisString};
 
-use crate::lease::{self, Grantee, HolderGrant, ReleasedBy};
+use crate::lease::{self, Grantee, ReleasedBy};
 use crate::metrics::{self, Counter};
 use crate::redis::blocked::{self, BlockedId, Waits};
-use crate::redis::key::{Held, LockKey};
+use crate::redis::key::LockKey;
 use crate::redis::timer::{self, DueId, TimerId};
 use crate::redis::{client, migration, replicate, reply, server};
 use crate::sessions::{self, Bound};
@@ -265,27 +266,22 @@ pub fn enqueue(
     Ok(())
 }
 
-/// The one release-and-hand-off path: the lock on `name` (open as `key`,
-/// checked by the caller) is deleted and replicated as `DEL`, then handed to
-/// the first waiter within the same call, so the next grant replicates right
-/// after the release and the key is never free while someone waits.
-pub fn release(ctx: &Context, db: i32, mut key: LockKey, name: &RedisString, by: ReleasedBy) {
-    lease::release(ctx, &mut key, name, by);
-    drop(key);
-    hand_off(ctx, db, name, Cause::Release);
-}
-
-/// The same for one holder (`token`) of a shared lock or a semaphore: its
-/// place goes to the queue as soon as it fits.
-pub fn release_holder(
+/// The one release-and-hand-off path: `token`'s hold on `name` (open as
+/// `key`, of `kind`, checked by the caller) goes, replicated as `DEL` (or
+/// `LOCK.DELHOLDER`, while others hold the key), then the freed place goes to
+/// the head of the queue as soon as it fits, within the same call, so the
+/// next grant replicates right after the release and the key is never free
+/// while someone waits.
+pub fn release(
     ctx: &Context,
     db: i32,
     mut key: LockKey,
     name: &RedisString,
+    kind: Kind,
     token: &[u8],
     by: ReleasedBy,
 ) {
-    lease::release_holder(ctx, &mut key, name, token, by);
+    lease::release(ctx, &mut key, name, kind, token, by);
     drop(key);
     hand_off(ctx, db, name, Cause::Release);
 }
@@ -293,20 +289,7 @@ pub fn release_holder(
 /// `key` as the core's decisions see it at `now_ms`.
 pub fn key_state(key: &LockKey, now_ms: i64) -> KeyState {
     match key.held() {
-        Ok(Held::Free) => KeyState::Free,
-        Ok(Held::Exclusive(_)) => KeyState::Held {
-            deadline_ms: key.deadline(),
-        },
-        Ok(Held::Shared(h)) => KeyState::Shared {
-            earliest_ms: h.earliest_deadline(now_ms),
-            holders: h.count_live(now_ms),
-        },
-        Ok(Held::Semaphore(h)) => KeyState::Semaphore {
-            limit: h.limit,
-            used: h.used(now_ms),
-            holders: h.count_live(now_ms),
-            earliest_ms: h.earliest_deadline(now_ms),
-        },
+        Ok(holds) => holds.state(now_ms),
         Err(_) => KeyState::WrongType,
     }
 }
@@ -334,7 +317,7 @@ fn hand_off(ctx: &Context, db: i32, name: &RedisString, cause: Cause) {
         }
         let mut lock_key = LockKey::open_write(ctx, name);
         let now_ms = server::now_ms();
-        lease::expire_holders(ctx, &mut lock_key, name, now_ms);
+        lease::expire(ctx, &mut lock_key, name, now_ms);
         let state = key_state(&lock_key, now_ms);
         let delayed = match state {
             KeyState::Free => expiry::delayed_until(db, key, now_ms),
@@ -348,7 +331,7 @@ fn hand_off(ctx: &Context, db: i32, name: &RedisString, cause: Cause) {
             q.waiters(db, key).next().map(|w| {
                 let mine = held
                     .as_ref()
-                    .and_then(|h| h.hold_of(w.token.as_deref(), now_ms));
+                    .and_then(|h| h.mine(w.token.as_deref(), now_ms));
                 (w.want, mine)
             })
         }) else {
@@ -444,29 +427,7 @@ fn grant_to_head(
             now_ms,
             deadline_ms,
         };
-        match waiter.want {
-            Want::Exclusive => lease::grant(ctx, lock_key, name, &grantee),
-            Want::Shared => lease::grant_holder(
-                ctx,
-                lock_key,
-                name,
-                &HolderGrant {
-                    grantee,
-                    limit: 0,
-                    count: 1,
-                },
-            ),
-            Want::Permits { limit, count } => lease::grant_holder(
-                ctx,
-                lock_key,
-                name,
-                &HolderGrant {
-                    grantee,
-                    limit,
-                    count,
-                },
-            ),
-        }
+        lease::grant(ctx, lock_key, name, &grantee, waiter.want)
     });
     let fence = match granted {
         Ok(fence) => fence,
@@ -478,11 +439,7 @@ fn grant_to_head(
     if let Some(client) = waiter.session {
         sessions::bind(ctx, client, db, key, fence);
     }
-    let handoff = match waiter.want {
-        Want::Permits { .. } => c"sem.handoff",
-        _ => c"lock.handoff",
-    };
-    replicate::notify(ctx, handoff, name);
+    replicate::notify(ctx, waiter.want.kind().event(Event::Handoff), name);
     blocked::unblock::<Queue>(
         id,
         Outcome::Granted {
@@ -515,16 +472,11 @@ fn renew_head(
     let Some(token) = waiter.token.as_deref() else {
         return blocked::unblock::<Queue>(id, Outcome::Failed(LockError::Internal));
     };
-    let renewed = decide::renew_hold(mine, waiter.ttl_ms, now_ms, config::hold_policy()).and_then(
-        |renewal| {
+    let renewed =
+        decide::renew(mine, waiter.ttl_ms, now_ms, config::hold_policy()).and_then(|renewal| {
             let owner = waiter.owner.as_deref();
-            match mine.want {
-                Want::Exclusive => lease::renew(ctx, lock_key, name, token, &renewal, owner),
-                _ => lease::renew_holder(ctx, lock_key, name, token, &renewal, owner),
-            }
-            .map(|()| renewal)
-        },
-    );
+            lease::renew(ctx, lock_key, name, token, &renewal, owner).map(|()| renewal)
+        });
     match renewed {
         Ok(renewal) => {
             metrics::count(Counter::Renewals);
@@ -743,9 +695,7 @@ fn on_wake(ctx: &Context, wake: Wake) {
                 return;
             }
             for b in &bound {
-                release_held(ctx, b.db, &b.key, ReleasedBy::Session, |lock_fence, _| {
-                    lock_fence == b.fence
-                });
+                release_held(ctx, b.db, &b.key, b.fence, None, ReleasedBy::Session);
             }
         }
     }
@@ -764,43 +714,36 @@ fn time_out(waiter: WaiterId) {
 }
 
 /// A waiter that disconnected between its grant and its reply would strand
-/// the lock: give it back if it still holds it, and hand it on.
+/// the key: give its hold back if it still has it, and hand it on.
 fn reclaim(ctx: &Context, db: i32, key: &[u8], token: &[u8], fence: u64) {
     if !server::is_master(ctx) {
         return;
     }
-    release_held(ctx, db, key, ReleasedBy::Reclaim, |lock_fence, held_by| {
-        lock_fence == fence && held_by(token)
-    });
+    release_held(ctx, db, key, fence, Some(token), ReleasedBy::Reclaim);
 }
 
-/// Release `key` in `db` if `still_holds(fence, held_by)` says the lock
-/// there is still the one the caller means, through [`release`].
+/// Release the hold on `key` in `db` with `fence` (and `token`, when given)
+/// if it is still there, through [`release`].
 fn release_held(
     ctx: &Context,
     db: i32,
     key: &[u8],
+    fence: u64,
+    token: Option<&[u8]>,
     by: ReleasedBy,
-    still_holds: impl Fn(u64, &dyn Fn(&[u8]) -> bool) -> bool,
 ) {
     server::select_db(ctx, db);
     let name = crate::redis::string(ctx, key);
     let lock_key = LockKey::open_write(ctx, &name);
-    let mut token = [0u8; UUID_LEN];
-    let holder: Option<Option<Vec<u8>>> = match lock_key.held() {
-        Ok(Held::Exclusive(lock)) if still_holds(lock.fence, &|t| lock.held_by(t)) => Some(None),
-        // One holder of several: the one with that fence (and token).
-        Ok(Held::Shared(h) | Held::Semaphore(h)) => h
-            .list
-            .iter()
-            .find(|x| still_holds(x.fence, &|t| x.held_by(t)))
-            .map(|x| Some(x.token(&mut token).to_vec())),
-        _ => None,
+    let mut buffer = [0u8; UUID_LEN];
+    let bound = match lock_key.held() {
+        Ok(holds) => holds
+            .bound(fence, token)
+            .map(|hold| (holds.kind(), hold.token(&mut buffer).to_vec())),
+        Err(_) => None,
     };
-    match holder {
-        Some(None) => release(ctx, db, lock_key, &name, by),
-        Some(Some(token)) => release_holder(ctx, db, lock_key, &name, &token, by),
-        None => {}
+    if let Some((Some(kind), token)) = bound {
+        release(ctx, db, lock_key, &name, kind, &token, by);
     }
 }
 

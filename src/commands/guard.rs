@@ -9,10 +9,11 @@
 use redis_lock_core::args::{parse_guard, GUARDED_COMMAND};
 use redis_lock_core::decide;
 use redis_lock_core::errors::LockError;
+use redis_lock_core::hold::{self, Family};
 use redis_module::{Context, RedisString};
 
 use crate::metrics::{self, Counter};
-use crate::redis::key::{Held, LockKey};
+use crate::redis::key::LockKey;
 use crate::redis::{self, call, server};
 
 pub fn run(ctx: &Context, args: &[RedisString]) -> Result<(), LockError> {
@@ -54,16 +55,14 @@ fn guard(ctx: &Context, args: &[RedisString], access: Access) -> Result<(), Lock
 
     let key = LockKey::open_read(ctx, &args[1]);
     let now_ms = server::now_ms();
-    let allowed = match key.held()? {
-        // A reader of a key held in shared mode may only read.
-        Held::Shared(h) => decide::guard_shared(
-            Held::Shared(h).hold_of(Some(parsed.token), now_ms),
-            h.count_live(now_ms),
-        ),
-        Held::Semaphore(_) => return Err(LockError::WrongType),
-        Held::Free => decide::guard(None, parsed.token).map(|()| false),
-        Held::Exclusive(lock) => decide::guard(Some(&lock), parsed.token).map(|()| false),
-    };
+    let holds = key.held()?;
+    // A semaphore's permits guard nothing: WRONGTYPE.
+    hold::admits(Family::Lock, holds.kind())?;
+    let allowed = decide::guard(
+        holds.mine(Some(parsed.token), now_ms),
+        holds.count_live(now_ms),
+    );
+    drop(holds);
     let read_only = match allowed {
         Ok(read_only) => read_only || access == Access::Read,
         Err(lost) => {

@@ -11,15 +11,14 @@
 //! holders, oldest grant first, each with its own fence, ttl, grant time,
 //! extensions, permits and label. Never a token.
 
-use redis_lock_core::args::parse_info_as;
-use redis_lock_core::errors::LockError;
 use std::ffi::CStr;
 
-use redis_lock_core::holders::{Holder, Holders};
+use redis_lock_core::args::parse_info_as;
+use redis_lock_core::errors::LockError;
+use redis_lock_core::hold::{self, Family, Hold, Holds, Kind};
 use redis_module::{Context, RedisString};
 
-use super::Family;
-use crate::redis::key::{Held, LockKey};
+use crate::redis::key::LockKey;
 use crate::redis::reply::{self, Field};
 use crate::redis::{self, server};
 use crate::waiting;
@@ -39,143 +38,97 @@ fn info(ctx: &Context, args: &[RedisString], family: Family) -> Result<(), LockE
     };
     let parsed = parse_info_as(redis::args(args), arity)?;
     let key = LockKey::open_read(ctx, &args[1]);
+    let holds = key.held()?;
+    hold::admits(family, holds.kind())?;
     let now_ms = server::now_ms();
+    let Some(newest) = holds.newest(now_ms) else {
+        reply::null(ctx);
+        return Ok(());
+    };
     let waiters = waiting::waiters(server::selected_db(ctx), &args[1]) as i64;
-    let deadline = key.deadline();
-    let ttl = deadline.map_or(-1, |d| (d - now_ms).max(0));
-    match (key.held()?, family) {
-        (Held::Free, _) => reply::null(ctx),
-        (Held::Exclusive(lock), Family::Lock) => {
-            let mut fields = vec![
-                (c"fence", Field::Int(lock.fence as i64)),
+    let listed = parsed
+        .holds
+        .map_or_else(Vec::new, |n| listing(&holds, now_ms, n));
+    let mut fields: Vec<(&'static CStr, Field)> = Vec::with_capacity(12);
+    match holds.kind() {
+        Some(Kind::Semaphore { limit }) => {
+            let deadline = holds.latest_deadline(now_ms).unwrap_or(-1);
+            fields.extend([
+                (c"limit", Field::Int(i64::from(limit))),
+                (c"used", Field::Int(used(&holds, now_ms))),
+                (c"holders", Field::Int(holds.count_live(now_ms) as i64)),
+                (c"waiters", Field::Int(waiters)),
+                (c"fence", Field::Int(newest.fence as i64)),
+                (c"ttl", Field::Int((deadline - now_ms).max(0))),
+                (c"deadline", Field::Int(deadline)),
+            ]);
+        }
+        kind => {
+            // A lock's TTL is its key's; readers' is the latest lease.
+            let deadline = match kind {
+                Some(Kind::Exclusive) => key.deadline(),
+                _ => holds.latest_deadline(now_ms),
+            };
+            let ttl = deadline.map_or(-1, |d| (d - now_ms).max(0));
+            let mode: &[u8] = match kind {
+                Some(Kind::Shared) => b"shared",
+                _ => b"exclusive",
+            };
+            fields.extend([
+                (c"fence", Field::Int(newest.fence as i64)),
                 (c"ttl", Field::Int(ttl)),
                 (c"deadline", Field::Int(deadline.unwrap_or(-1))),
-                (c"granted", Field::Int(lock.granted_ms)),
-                (c"extends", Field::Int(i64::from(lock.extends))),
+                (c"granted", Field::Int(newest.granted_ms)),
+                (c"extends", Field::Int(i64::from(newest.extends))),
                 (c"waiters", Field::Int(waiters)),
-                (c"mode", Field::Bytes(b"exclusive")),
-                (c"holders", Field::Int(1)),
-            ];
-            // `owner` only when there is one.
-            let owner = lock.owner.get();
-            if let Some(owner) = owner {
+                (c"mode", Field::Bytes(mode)),
+                (c"holders", Field::Int(holds.count_live(now_ms) as i64)),
+            ]);
+            // `owner` only when there is one: the newest holder's, as
+            // `LOCK.OBSERVE` shows it.
+            if let Some(owner) = newest.owner.get() {
                 fields.push((c"owner", Field::Bytes(owner)));
             }
-            // With `HOLDS`, its one hold, listed as a key with several holders
-            // lists each of them.
-            let one = [hold(
-                lock.fence,
-                ttl,
-                lock.granted_ms,
-                lock.extends,
-                None,
-                owner,
-            )];
-            if parsed.holds.is_some() {
-                fields.push((c"holds", Field::Maps(&one)));
-            }
-            reply::map(ctx, &fields);
         }
-        (Held::Shared(h), Family::Lock) => shared_info(ctx, h, now_ms, waiters, parsed.holds),
-        (Held::Semaphore(h), Family::Semaphore) => sem_info(ctx, h, now_ms, waiters, parsed.holds),
-        _ => return Err(LockError::WrongType),
     }
+    if parsed.holds.is_some() {
+        fields.push((c"holds", Field::Maps(&listed)));
+    }
+    reply::map(ctx, &fields);
     Ok(())
+}
+
+/// Permits out (readers, for a shared lock), of live holds.
+fn used(holds: &Holds, now_ms: i64) -> i64 {
+    holds.live(now_ms).map(|h| i64::from(h.count)).sum()
 }
 
 type Fields<'a> = Vec<(&'static CStr, Field<'a>)>;
 
-/// One hold as `HOLDS` lists it: `fence`, `ttl`, `granted`, `extends`,
-/// `count` (a semaphore's permits) and `owner` (when it gave one). Never a
-/// token.
-fn hold(
-    fence: u64,
-    ttl: i64,
-    granted_ms: i64,
-    extends: u32,
-    count: Option<u32>,
-    owner: Option<&[u8]>,
-) -> Fields<'_> {
-    let mut fields = vec![
-        (c"fence", Field::Int(fence as i64)),
-        (c"ttl", Field::Int(ttl)),
-        (c"granted", Field::Int(granted_ms)),
-        (c"extends", Field::Int(i64::from(extends))),
-    ];
-    if let Some(count) = count {
-        fields.push((c"count", Field::Int(i64::from(count))));
-    }
-    if let Some(owner) = owner {
-        fields.push((c"owner", Field::Bytes(owner)));
-    }
-    fields
-}
-
-/// The first `count` live holds of `h`, oldest grant (lowest fence) first.
-fn holds(h: &Holders, now_ms: i64, count: usize) -> Vec<Fields<'_>> {
-    let mut live: Vec<&Holder> = h.live(now_ms).collect();
-    live.sort_unstable_by_key(|x| x.fence);
+/// The first `count` live holds, oldest grant (lowest fence) first, each a
+/// map of `fence`, `ttl`, `granted`, `extends`, `count` (a semaphore's
+/// permits) and `owner` (when it gave one). Never a token.
+fn listing<'a>(holds: &'a Holds, now_ms: i64, count: usize) -> Vec<Fields<'a>> {
+    let semaphore = matches!(holds.kind(), Some(Kind::Semaphore { .. }));
+    let mut live: Vec<&Hold> = holds.live(now_ms).collect();
+    live.sort_unstable_by_key(|h| h.fence);
     live.into_iter()
         .take(count)
-        .map(|x| {
-            let permits = (h.limit > 0).then_some(x.count);
-            let ttl = (x.deadline_ms - now_ms).max(0);
-            hold(
-                x.fence,
-                ttl,
-                x.granted_ms,
-                x.extends,
-                permits,
-                x.owner.get(),
-            )
+        .map(|h| {
+            let ttl = h.deadline().map_or(-1, |d| (d - now_ms).max(0));
+            let mut fields = vec![
+                (c"fence", Field::Int(h.fence as i64)),
+                (c"ttl", Field::Int(ttl)),
+                (c"granted", Field::Int(h.granted_ms)),
+                (c"extends", Field::Int(i64::from(h.extends))),
+            ];
+            if semaphore {
+                fields.push((c"count", Field::Int(i64::from(h.count))));
+            }
+            if let Some(owner) = h.owner.get() {
+                fields.push((c"owner", Field::Bytes(owner)));
+            }
+            fields
         })
         .collect()
-}
-
-/// A key held in shared mode: its live readers, as a whole, then each.
-fn shared_info(ctx: &Context, h: &Holders, now_ms: i64, waiters: i64, listed: Option<usize>) {
-    let Some(newest) = h.live(now_ms).max_by_key(|x| x.fence) else {
-        return reply::null(ctx);
-    };
-    let deadline = h.live(now_ms).map(|x| x.deadline_ms).max().unwrap_or(-1);
-    let listed = holds(h, now_ms, listed.unwrap_or(0));
-    let mut fields = vec![
-        (c"fence", Field::Int(newest.fence as i64)),
-        (c"ttl", Field::Int((deadline - now_ms).max(0))),
-        (c"deadline", Field::Int(deadline)),
-        (c"granted", Field::Int(newest.granted_ms)),
-        (c"extends", Field::Int(i64::from(newest.extends))),
-        (c"waiters", Field::Int(waiters)),
-        (c"mode", Field::Bytes(b"shared")),
-        (c"holders", Field::Int(h.count_live(now_ms) as i64)),
-    ];
-    // The newest reader's label, as `LOCK.OBSERVE` shows it.
-    if let Some(owner) = newest.owner.get() {
-        fields.push((c"owner", Field::Bytes(owner)));
-    }
-    if !listed.is_empty() {
-        fields.push((c"holds", Field::Maps(&listed)));
-    }
-    reply::map(ctx, &fields);
-}
-
-fn sem_info(ctx: &Context, h: &Holders, now_ms: i64, waiters: i64, listed: Option<usize>) {
-    if h.count_live(now_ms) == 0 {
-        return reply::null(ctx);
-    }
-    let deadline = h.live(now_ms).map(|x| x.deadline_ms).max().unwrap_or(-1);
-    let listed = holds(h, now_ms, listed.unwrap_or(0));
-    let mut fields = vec![
-        (c"limit", Field::Int(i64::from(h.limit))),
-        (c"used", Field::Int(h.used(now_ms) as i64)),
-        (c"holders", Field::Int(h.count_live(now_ms) as i64)),
-        (c"waiters", Field::Int(waiters)),
-        (c"fence", Field::Int(h.max_fence(now_ms) as i64)),
-        (c"ttl", Field::Int((deadline - now_ms).max(0))),
-        (c"deadline", Field::Int(deadline)),
-    ];
-    if !listed.is_empty() {
-        fields.push((c"holds", Field::Maps(&listed)));
-    }
-    reply::map(ctx, &fields);
 }

@@ -17,7 +17,6 @@ pub mod command;
 pub mod datatype;
 pub mod events;
 pub mod guard;
-pub mod holders_type;
 pub mod info;
 pub mod key;
 pub mod migration;
