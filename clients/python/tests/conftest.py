@@ -3,18 +3,22 @@
 LOCK_MODULE       the module (default: target/debug/libredis_lock.so at the repo root)
 LOCK_TEST_SERVER  the server binary (default: redis-server; make test-python
                   also runs the suite on Valkey 8.1's valkey-server)
+LOCK_PACKAGE      "wheel": the package under test must be installed from a
+                  wheel file (make test-python installs target/dist's)
 """
 
 from __future__ import annotations
 
 import contextlib
 import importlib
+import json
 import os
 import signal
 import socket
 import subprocess
 import time
 from collections.abc import Callable, Iterator
+from importlib.metadata import distribution
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -24,6 +28,24 @@ import pytest
 REPO = Path(__file__).resolve().parents[3]
 MODULE = str(Path(os.environ.get("LOCK_MODULE", REPO / "target/debug/libredis_lock.so")).resolve())
 SERVER = os.environ.get("LOCK_TEST_SERVER", "redis-server")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """With LOCK_PACKAGE=wheel, refuses to test anything but a package
+    installed from a wheel file (pip's direct_url.json names the file)."""
+    if os.environ.get("LOCK_PACKAGE") != "wheel":
+        return
+    import redis_lock_client
+
+    origin = json.loads(distribution("redis-lock-client").read_text("direct_url.json") or "{}")
+    source = REPO / "clients/python/src"
+    if not origin.get("url", "").endswith(".whl") or Path(
+        redis_lock_client.__file__
+    ).resolve().is_relative_to(source):
+        raise pytest.UsageError(
+            f"LOCK_PACKAGE=wheel, but redis_lock_client comes from {redis_lock_client.__file__} "
+            f"(installed from {origin.get('url')}): make dist-python, then pip install the wheel"
+        )
 
 
 def wait_until(condition: Callable[[], object], timeout: float = 5.0) -> None:
