@@ -547,7 +547,9 @@ class Renewing:
         self.leases: set[LeaseFacts] = set()
 
     def past_deadline(self, now: float) -> list[LeaseFacts]:
-        return [lease for lease in self.leases if now >= lease._clock.lost_at]
+        return [
+            lease for lease in self.leases if now >= lease._clock.lost_at and not lease._stopped
+        ]
 
     def due(self, now: float) -> list[tuple[LeaseFacts, int]]:
         """The leases to extend now, each with the ttl to extend it by."""
@@ -557,6 +559,8 @@ class Renewing:
         """The next deadline or (when `extending`) next extend of any lease."""
         wake = math.inf
         for lease in self.leases:
+            if lease._stopped:
+                continue  # being released: leaves the set at once
             wake = min(wake, lease._clock.lost_at)
             if extending and lease._extending and not lease._clock.limit_reached:
                 wake = min(wake, lease._clock.next_extend_at)

@@ -13,6 +13,7 @@ themselves, so they are right the moment a paused process runs again.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import threading
 from collections.abc import Callable, Iterator
@@ -142,18 +143,22 @@ class _Watchdog:
                     for lease in self._renewing.past_deadline(now):
                         lease._lost_by_clock()
                     if not self._renewing.leases:
-                        self._running = False
+                        self._running = False  # decided under the lock: add() starts another
                         return
                     due = self._renewing.due(now) if batch is None else []
                     wake = self._renewing.next_wake(now, extending=batch is None)
                     deadline = self._renewing.next_wake(now, extending=False)
                     if batch is None and not due:
-                        self._wake.wait(max(wake - now, 0.0))
+                        self._wake.wait(None if math.isinf(wake) else max(wake - now, 0.0))
                         continue
                 if batch is None:
                     batch = self._send(link, due, deadline)
                 if batch is not None:
                     batch = self._read(link, batch, min(wake, common.now() + _WATCH_SLICE_S))
+        except BaseException:
+            with self.lock:  # a bug or an interpreter shutdown: the next lease starts another
+                self._running = False
+            raise
         finally:
             link.close()
 
@@ -439,7 +444,7 @@ class Lease(common.LeaseFacts):
             if self._released:
                 return False
             self._stopped = True
-        self._watchdog.remove(self)
+            self._watchdog.remove(self)
         try:
             reply = self._locks._call(
                 self._locks.client, self._commands.release, self.key, self.token
