@@ -30,6 +30,13 @@ APT_PACKAGES := redis-server redis-tools libclang-dev python3 python3-venv
 # The Go and Node billing examples: real clients from Debian, no registry.
 EXAMPLES_APT_PACKAGES := golang-go golang-github-gomodule-redigo-dev nodejs node-redis
 PORT ?= 6379
+# The repository's public URL: the one place to set it. `make dist` stamps it
+# into the packages' metadata and READMEs (where the sources carry the
+# placeholder https://github.com/OWNER/redis-lock).
+REPOSITORY_URL ?= https://github.com/OWNER/redis-lock
+REPOSITORY_PLACEHOLDER := https://github.com/OWNER/redis-lock
+# Packages built by `make dist`.
+DIST_DIR := target/dist
 # Benchmarks: the harness crate (bench/) and matplotlib for the charts.
 BENCH_VENV := target/bench-venv
 BENCH_PYTHON := $(BENCH_VENV)/bin/python
@@ -42,7 +49,10 @@ MODULE_DEBUG := target/debug/libredis_lock.so
 # The Python package (clients/python/): its tools and the client libraries it is
 # tested with, pinned; the billing example runs on CLIENT_VENV's older redis-py.
 PYTHON_VENV := target/python-venv
-PYTHON_TOOLS := ruff==0.17.6 mypy==2.4.1 pytest==9.2.0 redis==8.1.0 valkey==6.2.0
+PYTHON_TOOLS := ruff==0.17.6 mypy==2.4.1 pytest==9.2.0 redis==8.1.0 valkey==6.2.0 build==1.6.1 setuptools==84.2.1
+# The package's sources, copied with the repository URL stamped in, are built from here.
+PYTHON_DIST_STAGE := target/dist-stage/python
+PYTHON_WHEEL = $$(ls $(CURDIR)/$(DIST_DIR)/redis_lock_client-*-py3-none-any.whl)
 PYTHON_RUN := cd clients/python && export MYPY_CACHE_DIR=$(CURDIR)/target/mypy-cache RUFF_CACHE_DIR=$(CURDIR)/target/ruff-cache
 # The fault-injection harness (chaos/); e.g. CHAOS_ARGS="--seed 7 --scenarios 2".
 CHAOS := target/release/lock-chaos
@@ -50,7 +60,7 @@ CHAOS_ARGS ?=
 
 .PHONY: help deps deps-examples build run test test-redis test-valkey test-client test-examples valkey servers unit lint layers fmt clean \
 	test-matrix test-cluster-matrix \
-	python-venv lint-python test-python \
+	python-venv lint-python test-python dist dist-python dist-rust \
 	bench bench-quick bench-build bench-venv bench-profile debian-valkey test-cluster cluster-long fuzz \
 	chaos chaos-quick chaos-build
 
@@ -175,22 +185,49 @@ lint: lint-python ## rustfmt check, clippy with warnings as errors, no import cy
 	@if grep -rnE 'redis_module|redis-module' core/src core/Cargo.toml; then \
 	  echo "lint: the core crate must not depend on Redis (above)"; exit 1; fi
 
-python-venv: ## Install ruff, mypy, pytest, redis-py, valkey-py and the package (clients/python) into target/python-venv
+python-venv: ## Install ruff, mypy, pytest, build, setuptools, redis-py and valkey-py into target/python-venv
 	@grep -qxF '$(PYTHON_TOOLS)' $(PYTHON_VENV)/tools.txt 2>/dev/null || { \
 	  python3 -m venv $(PYTHON_VENV) && $(PYTHON_VENV)/bin/pip install --quiet $(PYTHON_TOOLS) && \
 	  echo '$(PYTHON_TOOLS)' > $(PYTHON_VENV)/tools.txt; }
-	$(PYTHON_VENV)/bin/pip install --quiet --no-deps ./clients/python
+
+dist: dist-python dist-rust ## Build the packages into target/dist/: the Python wheel and sdist, the Rust crates
+
+# The sources are copied (the LICENSE link resolved), REPOSITORY_URL is
+# stamped in, and the sdist and the wheel (built from the sdist) go to
+# target/dist/; their metadata is checked.
+dist-python: python-venv ## Build the Python package's wheel and sdist into target/dist/ (REPOSITORY_URL stamped in)
+	rm -rf $(PYTHON_DIST_STAGE) $(DIST_DIR)/redis_lock_client-* && mkdir -p $(PYTHON_DIST_STAGE) $(DIST_DIR)
+	cp -rL clients/python/pyproject.toml clients/python/README.md clients/python/LICENSE clients/python/src $(PYTHON_DIST_STAGE)/
+	find $(PYTHON_DIST_STAGE) -name __pycache__ -prune -exec rm -rf {} + ; rm -rf $(PYTHON_DIST_STAGE)/src/*.egg-info
+	sed -i 's|$(REPOSITORY_PLACEHOLDER)|$(REPOSITORY_URL)|g' $(PYTHON_DIST_STAGE)/pyproject.toml $(PYTHON_DIST_STAGE)/README.md
+	$(PYTHON_VENV)/bin/python -m build --no-isolation --outdir $(DIST_DIR) $(PYTHON_DIST_STAGE) > target/dist-python.log 2>&1 || \
+	  { cat target/dist-python.log; exit 1; }
+	@$(PYTHON_VENV)/bin/python -c 'import sys, zipfile; \
+	  w = zipfile.ZipFile(sys.argv[1]); n = w.namelist(); \
+	  meta = w.read(next(f for f in n if f.endswith(".dist-info/METADATA"))).decode(); \
+	  need = ["License-Expression: MIT", "License-File: LICENSE", "Project-URL: Repository, " + sys.argv[2], "Description-Content-Type: text/markdown"]; \
+	  missing = [x for x in need if x not in meta] + [f for f in ("redis_lock_client/py.typed",) if f not in n]; \
+	  missing += [] if any(f.endswith("licenses/LICENSE") for f in n) else ["the LICENSE file"]; \
+	  sys.exit("dist-python: missing from the wheel: " + ", ".join(missing)) if missing else None' \
+	  $$(ls $(DIST_DIR)/redis_lock_client-*-py3-none-any.whl) '$(REPOSITORY_URL)'
+	@ls $(DIST_DIR)/redis_lock_client-*
+
+# Stub: the Rust client's packaging (cargo package) lands with clients/rust.
+dist-rust: ## Package the Rust crates into target/dist/ (cargo package)
+	@echo "dist-rust: not on this branch yet (the Rust client's packaging replaces this stub)"
 
 lint-python: python-venv ## ruff (lint and format check) and mypy --strict on the Python package and its tests
 	$(PYTHON_RUN) && $(CURDIR)/$(PYTHON_VENV)/bin/ruff check . && $(CURDIR)/$(PYTHON_VENV)/bin/ruff format --check .
 	$(PYTHON_RUN) && $(CURDIR)/$(PYTHON_VENV)/bin/mypy src tests
 
-# A fresh server per test; every test runs with redis-py and with valkey-py.
-test-python: deps valkey lint-python ## The Python package's tests (pytest) on Redis 7.0, then on Valkey 8.1 (~20 s each)
+# A fresh server per test; every test runs with redis-py and with valkey-py,
+# on the package installed from its wheel (LOCK_PACKAGE=wheel: conftest checks it).
+test-python: deps valkey lint-python dist-python ## The Python package's tests (pytest), installed from its wheel, on Redis 7.0, then on Valkey 8.1 (~55 s each)
 	cargo build --locked --lib -p redis-lock
-	$(PYTHON_RUN) && LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) \
+	$(PYTHON_VENV)/bin/pip install --quiet --no-deps --force-reinstall $(PYTHON_WHEEL)
+	$(PYTHON_RUN) && LOCK_PACKAGE=wheel LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) \
 	  $(CURDIR)/$(PYTHON_VENV)/bin/pytest -p no:cacheprovider -q tests
-	$(PYTHON_RUN) && LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) LOCK_TEST_SERVER=$$(ls $(CURDIR)/$(VALKEY_SERVER)) \
+	$(PYTHON_RUN) && LOCK_PACKAGE=wheel LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) LOCK_TEST_SERVER=$$(ls $(CURDIR)/$(VALKEY_SERVER)) \
 	  $(CURDIR)/$(PYTHON_VENV)/bin/pytest -p no:cacheprovider -q tests
 
 layers: ## Print each crate's graph of top-level modules and any import cycle (scripts/check-layers.py)
@@ -204,7 +241,7 @@ test-client: deps valkey ## The Rust client crate: its tests on Redis and on Val
 	RUSTDOCFLAGS="-D warnings" cargo doc --locked --quiet -p redis-lock-client --no-deps
 	@$(CLIENT_VENV)/bin/python -c 'import redis' >/dev/null 2>&1 || { \
 	  python3 -m venv $(CLIENT_VENV) && $(CLIENT_VENV)/bin/pip install --quiet '$(CLIENT_REDIS_PY)'; }
-	$(CLIENT_VENV)/bin/pip install --quiet --no-deps ./clients/python
+	$(MAKE) --no-print-directory dist-python && $(CLIENT_VENV)/bin/pip install --quiet --no-deps --force-reinstall $(PYTHON_WHEEL)
 	LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) EXAMPLES_PYTHON=$(CLIENT_VENV)/bin/python bash examples/run-billing.sh rust python
 
 test-examples: deps-examples ## The Go (redigo) and Node (node-redis) billing examples, from Debian's packages, offline (~6 s)

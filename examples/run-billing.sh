@@ -9,7 +9,8 @@
 #   examples/run-billing.sh [rust] [python] [go] [node]    (default: all four)
 #   LOCK_MODULE       the module (default: target/debug/libredis_lock.so)
 #   LOCK_TEST_SERVER  the server binary (default: redis-server)
-#   EXAMPLES_PYTHON   a python with redis-py and the package clients/python (default: python3)
+#   EXAMPLES_PYTHON   a python with redis-py and the package installed from its wheel
+#                     (make dist-python; pip install target/dist/*.whl) (default: python3)
 # Go and Node use Debian's packages, offline: golang-go with
 # golang-github-gomodule-redigo-dev (GOPATH mode on /usr/share/gocode), nodejs
 # with node-redis (/usr/share/nodejs).
