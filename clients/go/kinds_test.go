@@ -210,15 +210,3 @@ func TestObserverReportsAndSurvivesAConnectionError(t *testing.T) {
 		}
 	}
 }
-
-// observers is INFO lock's lock_observers.
-func observers(s *server) int {
-	text := string(s.do("INFO", "lock").([]byte))
-	var n int
-	for _, line := range splitLines(text) {
-		if _, err := fmtSscanf(line, "lock_observers:%d", &n); err == nil {
-			return n
-		}
-	}
-	return -1
-}
