@@ -107,7 +107,8 @@ func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 		return classify(err)
 	}
 	if !renewed {
-		return l.markLost(LostRefused)
+		l.markLost(LostRefused)
+		return &LostError{Reason: LostRefused}
 	}
 	l.mu.Lock()
 	l.extended(sent, ttl)
@@ -163,7 +164,8 @@ func (l *Lock) Guard(ctx context.Context, command string, args ...interface{}) (
 	full := append([]interface{}{"LOCK.GUARD", l.req.key, l.req.token, command}, args...)
 	reply, err := l.client.driver.Do(ctx, full...)
 	if isLost(err) {
-		return nil, l.markLost(LostRefused)
+		l.markLost(LostRefused)
+		return nil, &LostError{Reason: LostRefused} // what the server said, whatever was noticed first
 	}
 	if err != nil {
 		return nil, classify(err)

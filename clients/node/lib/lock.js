@@ -62,7 +62,10 @@ class Lock {
     const ttlMs = checkMs("ttl", ttl, 1);
     const sent = now();
     const renewed = await this._sendExtend(ttlMs, this._locks.commandTimeout);
-    if (!renewed) throw this._markLost("refused");
+    if (!renewed) {
+      this._markLost("refused");
+      throw new LostError("refused");
+    }
     this._extended(sent, ttlMs);
     if (this._keepalive) this._keepalive.moved();
   }
@@ -96,7 +99,8 @@ class Lock {
       return await this._locks._send(this.key, args, "LOCK.GUARD");
     } catch (err) {
       if (err instanceof ServerError && err.code === "LOST") {
-        throw this._markLost("refused");
+        this._markLost("refused");
+        throw new LostError("refused"); // what the server said, whatever was noticed first
       }
       throw err;
     }
