@@ -47,6 +47,7 @@ function startKeepalive(lock) {
     try {
       // Bounded by the time left: a hung extend cannot outlive the lease.
       const renewed = await lock._sendExtend(ttlMs, Math.max(1, lock._lostAt - sent));
+      if (stopped) return; // released meanwhile
       if (!renewed) {
         lock._markLost("refused");
         return;

@@ -111,6 +111,10 @@ class Locks {
   // timeout is longer than the wait; then pins the lease with one extend.
   async _acquireWaiting(request, signal) {
     const conn = await this.driver.dedicated(request.key);
+    if (signal && signal.aborted) {
+      await conn.close();
+      throw signal.reason;
+    }
     const sent = now();
     const reply = conn.send(request.args);
     reply.catch(() => {}); // rejected by the close when the wait is abandoned
