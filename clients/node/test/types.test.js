@@ -8,6 +8,7 @@ const { test } = require("node:test");
 const assert = require("node:assert/strict");
 const { spawnSync } = require("child_process");
 const fs = require("fs");
+const os = require("os");
 const path = require("path");
 
 const hasTsc = spawnSync("tsc", ["--version"], { encoding: "utf8" }).status === 0;
@@ -26,12 +27,13 @@ test("index.d.ts types the package's API (tsc --strict)", { skip }, () => {
 });
 
 test("the type check fails on the misuses", { skip }, (t) => {
-  const dir = fs.mkdtempSync(path.join(__dirname, "types/.unmarked-"));
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "redis-lock-types-"));
   t.after(() => fs.rmSync(dir, { recursive: true, force: true }));
   const source = fs.readFileSync(path.join(__dirname, "types/usage.ts"), "utf8");
   const misuses = source.match(/^\s*\/\/ @ts-expect-error/gm).length;
   const unmarked = path.join(dir, "usage.ts");
-  fs.writeFileSync(unmarked, source.replace(/\/\/ @ts-expect-error.*\n/g, "").replace('"../../index"', '"../../../index"'));
+  const index = path.resolve(__dirname, "../index");
+  fs.writeFileSync(unmarked, source.replace(/\/\/ @ts-expect-error.*\n/g, "").replace('"../../index"', JSON.stringify(index)));
   const run = tsc(unmarked);
   assert.notEqual(run.status, 0);
   assert.equal((run.stdout.match(/error TS/g) || []).length, misuses, run.stdout);
