@@ -109,7 +109,7 @@ func (c *Client) Info(ctx context.Context, key string) (*Info, error) {
 		return nil, err
 	}
 	info := &Info{Holders: 1}
-	for name, value := range fields {
+	for name, value := range fields { // fields of later versions are skipped
 		switch name {
 		case "owner":
 			info.Owner, err = replyString(value)
@@ -117,7 +117,7 @@ func (c *Client) Info(ctx context.Context, key string) (*Info, error) {
 			var mode string
 			mode, err = replyString(value)
 			info.Shared = mode == "shared"
-		default:
+		case "fence", "ttl", "deadline", "granted", "extends", "waiters", "holders":
 			var n int64
 			if n, err = replyInt(value); err != nil {
 				break
