@@ -27,8 +27,13 @@ CLUSTER_MATRIX := $(MATRIX)
 SERVER ?=
 MATRIX_LOG := target/matrix
 APT_PACKAGES := redis-server redis-tools libclang-dev python3 python3-venv
-# The Go and Node billing examples: real clients from Debian, no registry.
-EXAMPLES_APT_PACKAGES := golang-go golang-github-gomodule-redigo-dev nodejs node-redis
+# The Go and Node packages (clients/go, clients/node) and their billing
+# examples: real clients from Debian, no registry (redisc for Redis Cluster,
+# tsc to check the Node package's types).
+EXAMPLES_APT_PACKAGES := golang-go golang-github-gomodule-redigo-dev golang-github-mna-redisc-dev nodejs node-redis node-typescript
+# The Go package builds offline against Debian's sources (clients/go/vendor.sh).
+GO_OFFLINE := GOFLAGS=-mod=vendor GOPROXY=off
+NODE_OFFLINE := NODE_PATH=/usr/share/nodejs
 PORT ?= 6379
 # The repository's public URL: the one place to set it. `make dist` stamps it
 # into the packages' metadata and READMEs (where the sources carry the
@@ -58,7 +63,7 @@ PYTHON_RUN := cd clients/python && export MYPY_CACHE_DIR=$(CURDIR)/target/mypy-c
 CHAOS := target/release/lock-chaos
 CHAOS_ARGS ?=
 
-.PHONY: help deps deps-examples build run test test-redis test-valkey test-client test-examples valkey servers unit lint layers fmt clean \
+.PHONY: help deps deps-examples build run test test-redis test-valkey test-client test-examples test-go-node valkey servers unit lint layers fmt clean \
 	test-matrix test-cluster-matrix \
 	python-venv lint-python test-python dist dist-python dist-rust \
 	bench bench-quick bench-build bench-venv bench-profile debian-valkey test-cluster cluster-long fuzz \
@@ -89,12 +94,14 @@ deps: ## Install redis-server, redis-cli, libclang and python3-venv if missing (
 	python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || missing="$$missing python3 python3-venv"; \
 	$(call install-missing,$(APT_PACKAGES))
 
-deps-examples: deps ## Install Go with redigo and Node with node-redis if missing (apt, as root), for test-examples
+deps-examples: deps ## Install Go with redigo and redisc, Node with node-redis and tsc if missing (apt, as root), for test-examples and test-go-node
 	@missing=""; \
 	command -v go >/dev/null || missing="$$missing golang-go"; \
 	test -d /usr/share/gocode/src/github.com/gomodule/redigo/redis || missing="$$missing golang-github-gomodule-redigo-dev"; \
+	test -d /usr/share/gocode/src/github.com/mna/redisc || missing="$$missing golang-github-mna-redisc-dev"; \
 	command -v node >/dev/null || missing="$$missing nodejs"; \
 	test -f /usr/share/nodejs/redis/package.json || missing="$$missing node-redis"; \
+	command -v tsc >/dev/null || missing="$$missing node-typescript"; \
 	$(call install-missing,$(EXAMPLES_APT_PACKAGES))
 
 build: deps ## Build the module in release mode (target/release/libredis_lock.so)
@@ -244,13 +251,29 @@ test-client: deps valkey ## The Rust client crate: its tests on Redis and on Val
 	$(MAKE) --no-print-directory dist-python && $(CLIENT_VENV)/bin/pip install --quiet --no-deps --force-reinstall $(PYTHON_WHEEL)
 	LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) EXAMPLES_PYTHON=$(CLIENT_VENV)/bin/python bash examples/run-billing.sh rust python
 
-test-examples: deps-examples ## The Go (redigo) and Node (node-redis) billing examples, from Debian's packages, offline (~6 s)
+test-examples: deps-examples ## The Go and Node billing examples, users of clients/go and clients/node, from Debian's packages, offline (~6 s)
 	cargo build --locked --lib -p redis-lock
 	LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) bash examples/run-billing.sh go node
 
+# The Go and Node packages: gofmt, go vet and node --check, then each
+# package's tests (a fresh server per test, a 3-master cluster per run) on
+# Redis 7.0, then on Valkey 8.1; the Node types are checked once (tsc).
+test-go-node: deps-examples valkey ## The Go (clients/go) and Node (clients/node) packages: gofmt, vet, their tests on Redis 7.0 and Valkey 8.1 with a cluster each, tsc on index.d.ts; offline (~50 s)
+	cargo build --locked --lib -p redis-lock
+	bash clients/go/vendor.sh >/dev/null
+	@cd clients/go && unformatted=$$(gofmt -l .) && test -z "$$unformatted" || { echo "gofmt: $$unformatted"; exit 1; }
+	cd clients/go && $(GO_OFFLINE) go vet ./...
+	@for f in clients/node/index.js clients/node/lib/*.js clients/node/test/*.js examples/node/*.js; do node --check $$f || exit 1; done
+	cd clients/go && LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) $(GO_OFFLINE) go test -count=1 ./...
+	cd clients/go && LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) LOCK_TEST_SERVER=$$(ls $(CURDIR)/$(VALKEY_SERVER)) \
+	  $(GO_OFFLINE) go test -count=1 ./...
+	cd clients/node && LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) $(NODE_OFFLINE) node --test --test-reporter=spec test/*.test.js
+	cd clients/node && LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) LOCK_TEST_SERVER=$$(ls $(CURDIR)/$(VALKEY_SERVER)) \
+	  $(NODE_OFFLINE) node --test --test-reporter=spec test/locks.test.js test/kinds.test.js test/cluster.test.js
+
 # The parts of `make test`, in order; each one's time goes to target/test-times.txt.
-TEST_PARTS := lint unit test-matrix test-cluster test-client test-examples test-python bench-quick chaos-quick test-docker
-test: deps ## Everything CI runs: lint, unit (core), integration on Redis 7.0 and 8.2 and Valkey 8.1 and 9.1, Redis Cluster on the same four, the client crate, the Go and Node examples, the Python package, bench-quick, chaos-quick, the Docker image
+TEST_PARTS := lint unit test-matrix test-cluster test-client test-examples test-go-node test-python bench-quick chaos-quick test-docker
+test: deps ## Everything CI runs: lint, unit (core), integration on Redis 7.0 and 8.2 and Valkey 8.1 and 9.1, Redis Cluster on the same four, the client crate, the Go and Node examples and packages, the Python package, bench-quick, chaos-quick, the Docker image
 	@mkdir -p target && rm -f target/test-times.txt; started=$$(date +%s); \
 	for part in $(TEST_PARTS); do \
 	  part_started=$$(date +%s); \
