@@ -10,26 +10,26 @@
 use std::sync::atomic::{AtomicI64, Ordering};
 
 use redis_lock_core::rules::HoldPolicy;
-use redis_lock_core::settings::{self, ALL};
+use redis_lock_core::settings::{self, Setting, ALL};
 use redis_module::{Context, RedisString};
 
 use crate::redis;
 
-static MAX_TTL_MS: AtomicI64 = AtomicI64::new(ALL[0].1);
-static MAX_HOLD_MS: AtomicI64 = AtomicI64::new(ALL[1].1);
-static MAX_EXTENDS: AtomicI64 = AtomicI64::new(ALL[2].1);
-static EXPIRY_DELAY_MS: AtomicI64 = AtomicI64::new(ALL[3].1);
-static MAX_WAITERS: AtomicI64 = AtomicI64::new(ALL[4].1);
-static MAX_HOLDERS: AtomicI64 = AtomicI64::new(ALL[5].1);
+static MAX_TTL_MS: AtomicI64 = AtomicI64::new(settings::MAX_TTL.default);
+static MAX_HOLD_MS: AtomicI64 = AtomicI64::new(settings::MAX_HOLD.default);
+static MAX_EXTENDS: AtomicI64 = AtomicI64::new(settings::MAX_EXTENDS.default);
+static EXPIRY_DELAY_MS: AtomicI64 = AtomicI64::new(settings::EXPIRY_DELAY.default);
+static MAX_WAITERS: AtomicI64 = AtomicI64::new(settings::MAX_WAITERS.default);
+static MAX_HOLDERS: AtomicI64 = AtomicI64::new(settings::MAX_HOLDERS.default);
 
-/// The atomic of each setting of [`ALL`], in its order.
-const VALUES: [&AtomicI64; 6] = [
-    &MAX_TTL_MS,
-    &MAX_HOLD_MS,
-    &MAX_EXTENDS,
-    &EXPIRY_DELAY_MS,
-    &MAX_WAITERS,
-    &MAX_HOLDERS,
+/// Each setting with the atomic that holds it, in the order of [`ALL`].
+const VALUES: [(Setting, &AtomicI64); 6] = [
+    (settings::MAX_TTL, &MAX_TTL_MS),
+    (settings::MAX_HOLD, &MAX_HOLD_MS),
+    (settings::MAX_EXTENDS, &MAX_EXTENDS),
+    (settings::EXPIRY_DELAY, &EXPIRY_DELAY_MS),
+    (settings::MAX_WAITERS, &MAX_WAITERS),
+    (settings::MAX_HOLDERS, &MAX_HOLDERS),
 ];
 
 /// Register every setting with Redis, starting from the module arguments,
@@ -39,8 +39,8 @@ pub fn register(ctx: &Context, args: &[RedisString]) -> Result<(), String> {
     let args: Vec<&[u8]> = args.iter().map(|a| a.as_slice()).collect();
     let starting = settings::starting_values(&args)?;
     let mut table = Vec::with_capacity(ALL.len());
-    for ((setting, variable), start) in ALL.iter().zip(VALUES).zip(starting) {
-        table.push((*setting, variable, start));
+    for ((setting, variable), start) in VALUES.into_iter().zip(starting) {
+        table.push((setting, variable, start));
     }
     redis::settings::register(ctx, &table)
 }
@@ -76,7 +76,9 @@ mod tests {
 
     #[test]
     fn each_setting_starts_at_its_default() {
-        assert_eq!(max_ttl_ms(), settings::MAX_TTL.1);
+        assert_eq!(max_ttl_ms(), settings::MAX_TTL.default);
+        // VALUES lists every setting, in the order of ALL.
+        assert_eq!(VALUES.map(|(setting, _)| setting), ALL);
         assert_eq!(hold_policy(), HoldPolicy::default());
         assert_eq!((expiry_delay_ms(), max_waiters()), (0, 0));
     }

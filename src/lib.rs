@@ -48,52 +48,58 @@ use events::{on_expired, on_key_event};
 use redis::command::{self, Spec};
 use redis::datatype::{LOCK_TYPE, SEMAPHORE_TYPE, SHARED_TYPE};
 
-/// Every command: its name, its flags and its body. Each command's key is
-/// argument 1 (first 1, last 1, step 1: Cluster routing, ACL key patterns),
-/// and each is entered through `redis/command.rs`, which lends the body the
-/// arguments as the server holds them, and replies its error or a panic.
+/// Every command, one row each: its name, its flags, its ACL categories
+/// (`+ @lock`: also in the module's own category, where the server has one),
+/// and its body. Each command's key is argument 1 (first 1, last 1, step 1:
+/// Cluster routing, ACL key patterns); GUARD reports the guarded command's
+/// keys too (`getkeys-api`). Each is entered through `redis/command.rs`,
+/// which lends the body the arguments as the server holds them, and replies
+/// its error or a panic.
 ///
 /// RELEASE has no deny-oom, so a lock can always be given back under
-/// maxmemory. GUARD reports the guarded command's keys too (getkeys-api),
-/// and has neither deny-oom (a guarded read works under maxmemory; a guarded
-/// write is refused as the bare write would be) nor fast (the guarded command
-/// may be slow). ACQUIRE (with WAIT) and OBSERVE block like BLPOP, so they
-/// are `blocking`, which tells clients and proxies to wait longer; in MULTI
-/// and scripts they answer at once all the same. `startup.rs` sets each
-/// command's ACL categories (COMMAND_CATEGORIES), with `@lock` where the
-/// server has it.
+/// maxmemory. GUARD has neither deny-oom (a guarded read works under
+/// maxmemory; a guarded write is refused as the bare write would be) nor
+/// fast (the guarded command may be slow). ACQUIRE (with WAIT) and OBSERVE
+/// block like BLPOP, so they are `blocking`, which tells clients and proxies
+/// to wait longer; in MULTI and scripts they answer at once all the same.
+/// The categories follow Redis' own: each command in `@read` or `@write`,
+/// `@fast` or `@slow`; the internal effects (`SETSTATE`, `SETHOLDER`,
+/// `DELHOLDER`) are `@dangerous` like `RESTORE`, which can forge a key's
+/// state the same way, and not in `@lock`.
+#[rustfmt::skip]
 const COMMANDS: &[Spec] = &[
-    spec(
-        c"lock.acquire",
-        c"write deny-oom fast blocking",
-        acquire::run,
-    ),
-    spec(c"lock.extend", c"write deny-oom fast", extend::run),
-    spec(c"lock.release", c"write fast", release::run),
-    spec(c"lock.info", c"readonly fast", info::run),
-    spec(c"lock.guard", c"write getkeys-api", guard::run),
-    spec(c"lock.guard_ro", c"readonly getkeys-api", guard::run_ro),
-    spec(c"lock.queue", c"readonly fast", queue::run),
-    spec(c"lock.observe", c"readonly blocking", observe::run),
-    spec(c"lock.setstate", c"write fast", effects::run_setstate),
-    spec(c"lock.setholder", c"write fast", effects::run_setholder),
-    spec(c"lock.delholder", c"write fast", effects::run_delholder),
-    spec(
-        c"sem.acquire",
-        c"write deny-oom fast blocking",
-        sem_acquire::run,
-    ),
-    spec(c"sem.extend", c"write deny-oom fast", extend::run_sem),
-    spec(c"sem.release", c"write fast", release::run_sem),
-    spec(c"sem.info", c"readonly fast", info::run_sem),
+    //   name               flags                             categories              @lock  body
+    spec(c"lock.acquire",   c"write deny-oom fast blocking",  "write fast blocking",  true,  acquire::run),
+    spec(c"lock.extend",    c"write deny-oom fast",           "write fast",           true,  extend::run),
+    spec(c"lock.release",   c"write fast",                    "write fast",           true,  release::run),
+    spec(c"lock.info",      c"readonly fast",                 "read fast",            true,  info::run),
+    spec(c"lock.guard",     c"write getkeys-api",             "write slow",           true,  guard::run),
+    spec(c"lock.guard_ro",  c"readonly getkeys-api",          "read slow",            true,  guard::run_ro),
+    spec(c"lock.queue",     c"readonly fast",                 "read fast",            true,  queue::run),
+    spec(c"lock.observe",   c"readonly blocking",             "read slow blocking",   true,  observe::run),
+    spec(c"sem.acquire",    c"write deny-oom fast blocking",  "write fast blocking",  true,  sem_acquire::run),
+    spec(c"sem.extend",     c"write deny-oom fast",           "write fast",           true,  extend::run_sem),
+    spec(c"sem.release",    c"write fast",                    "write fast",           true,  release::run_sem),
+    spec(c"sem.info",       c"readonly fast",                 "read fast",            true,  info::run_sem),
+    spec(c"lock.setstate",  c"write fast",                    "write fast dangerous", false, effects::run_setstate),
+    spec(c"lock.setholder", c"write fast",                    "write fast dangerous", false, effects::run_setholder),
+    spec(c"lock.delholder", c"write fast",                    "write fast dangerous", false, effects::run_delholder),
 ];
 
 const fn spec(
     name: &'static std::ffi::CStr,
     flags: &'static std::ffi::CStr,
+    categories: &'static str,
+    in_lock_category: bool,
     body: command::Body,
 ) -> Spec {
-    Spec { name, flags, body }
+    Spec {
+        name,
+        flags,
+        categories,
+        in_lock_category,
+        body,
+    }
 }
 
 /// Create the commands, then everything else (`startup.rs`).
@@ -102,7 +108,38 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
         ctx.log_warning(&format!("redis-lock: {e}: not loading"));
         return Status::Err;
     }
-    startup::init(ctx, args)
+    startup::init(ctx, args, COMMANDS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::COMMANDS;
+
+    #[test]
+    fn every_client_command_is_in_lock_and_the_internal_ones_are_not() {
+        let internal = [c"lock.setstate", c"lock.setholder", c"lock.delholder"];
+        for spec in COMMANDS {
+            let name = spec.name;
+            assert_eq!(spec.in_lock_category, !internal.contains(&name), "{name:?}");
+            let words: Vec<&str> = spec.categories.split(' ').collect();
+            assert!(
+                words.contains(&"read") != words.contains(&"write"),
+                "{name:?}: read or write"
+            );
+            assert!(
+                words.contains(&"fast") != words.contains(&"slow"),
+                "{name:?}: fast or slow"
+            );
+            // The categories say what the flags say.
+            let flags = spec.flags.to_string_lossy();
+            assert_eq!(words.contains(&"write"), flags.contains("write"), "{name:?}");
+            assert_eq!(
+                words.contains(&"blocking"),
+                flags.contains("blocking"),
+                "{name:?}"
+            );
+        }
+    }
 }
 
 // Redis' allocator inside the server; the system one where no server runs

@@ -3,6 +3,7 @@
 use redis_module::{Context, ModuleOptions, RedisString, Status};
 
 use crate::redis::acl::{self, AclSupport};
+use crate::redis::command::Spec;
 use crate::redis::{datatype, events, guard, info, server, timer};
 use crate::{config, events as handlers, migration};
 
@@ -13,31 +14,7 @@ const MIN_SERVER: (i32, i32, i32) = (7, 0, 0);
 /// The module's own ACL category, `@lock`, on servers that can add one.
 const LOCK_CATEGORY: &str = "lock";
 
-/// Each command's ACL categories (its flags are in `lib.rs`' table), and
-/// whether it is in `@lock` too. Redis puts each of its own commands in
-/// `@fast` or `@slow`; so do these. `LOCK.SETSTATE`, `LOCK.SETHOLDER` and
-/// `LOCK.DELHOLDER` are internal (replication and the AOF): they are not in
-/// `@lock`, and they are `@dangerous` like `RESTORE`, which can forge a key's
-/// state the same way.
-const COMMAND_CATEGORIES: &[(&str, &str, bool)] = &[
-    ("lock.acquire", "write fast blocking", true),
-    ("lock.extend", "write fast", true),
-    ("lock.release", "write fast", true),
-    ("lock.guard", "write slow", true),
-    ("lock.guard_ro", "read slow", true),
-    ("lock.info", "read fast", true),
-    ("lock.queue", "read fast", true),
-    ("lock.observe", "read slow blocking", true),
-    ("sem.acquire", "write fast blocking", true),
-    ("sem.extend", "write fast", true),
-    ("sem.release", "write fast", true),
-    ("sem.info", "read fast", true),
-    ("lock.setstate", "write fast dangerous", false),
-    ("lock.setholder", "write fast dangerous", false),
-    ("lock.delholder", "write fast dangerous", false),
-];
-
-pub fn init(ctx: &Context, args: &[RedisString]) -> Status {
+pub fn init(ctx: &Context, args: &[RedisString], commands: &[Spec]) -> Status {
     match server::version(ctx) {
         Ok(v) if is_supported(v) => {}
         Ok(v) => {
@@ -60,7 +37,7 @@ pub fn init(ctx: &Context, args: &[RedisString]) -> Status {
         return Status::Err;
     }
 
-    declare_acl_categories(ctx);
+    declare_acl_categories(ctx, commands);
 
     datatype::set_hooks(handlers::TYPE_HOOKS);
     info::register(ctx, handlers::info_fields);
@@ -97,12 +74,12 @@ pub fn init(ctx: &Context, args: &[RedisString]) -> Status {
     Status::Ok
 }
 
-/// Put the commands in their ACL categories, as far as the server can:
-/// [`COMMAND_CATEGORIES`] with `@lock` where it can add that category, without
-/// it where it can only set the standard ones (Redis 7.2), none on Redis 7.0,
-/// where the lock commands are granted by name only. A refusal is logged, not
-/// fatal: the module then runs as it does on 7.0.
-fn declare_acl_categories(ctx: &Context) {
+/// Put the commands in their ACL categories (the table in `lib.rs`), as far
+/// as the server can: with `@lock` where it can add that category, without
+/// it where it can only set the standard ones (Redis 7.2), none on Redis
+/// 7.0, where the lock commands are granted by name only. A refusal is
+/// logged, not fatal: the module then runs as it does on 7.0.
+fn declare_acl_categories(ctx: &Context, commands: &[Spec]) {
     let support = acl::support();
     if support == AclSupport::None {
         server::log_notice(
@@ -120,9 +97,10 @@ fn declare_acl_categories(ctx: &Context) {
                 false
             }
         };
-    for (command, categories, in_lock) in COMMAND_CATEGORIES {
-        let categories = categories_for(categories, *in_lock && module_category);
-        if let Err(e) = acl::set_command_categories(ctx, command, &categories) {
+    for spec in commands {
+        let categories = categories_for(spec.categories, spec.in_lock_category && module_category);
+        let name = spec.name.to_string_lossy();
+        if let Err(e) = acl::set_command_categories(ctx, &name, &categories) {
             server::log_warning(&format!("redis-lock: {e}"));
         }
     }
@@ -146,7 +124,7 @@ fn is_supported(version: (i32, i32, i32)) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::{categories_for, is_supported, COMMAND_CATEGORIES};
+    use super::{categories_for, is_supported};
 
     #[test]
     fn refuses_servers_older_than_7_0() {
@@ -163,22 +141,5 @@ mod tests {
     fn lock_category_is_added_only_where_the_server_has_it() {
         assert_eq!(categories_for("write fast", true), "write fast lock");
         assert_eq!(categories_for("write fast", false), "write fast");
-    }
-
-    #[test]
-    fn every_client_command_is_in_lock_and_the_internal_one_is_not() {
-        for (command, categories, in_lock) in COMMAND_CATEGORIES {
-            let internal = ["lock.setstate", "lock.setholder", "lock.delholder"];
-            assert_eq!(*in_lock, !internal.contains(command), "{command}");
-            let words: Vec<&str> = categories.split(' ').collect();
-            assert!(
-                words.contains(&"read") != words.contains(&"write"),
-                "{command}: read or write"
-            );
-            assert!(
-                words.contains(&"fast") != words.contains(&"slow"),
-                "{command}: fast or slow"
-            );
-        }
     }
 }

@@ -96,6 +96,12 @@ impl Hold {
     pub fn heap_len(&self) -> usize {
         self.holder_token.heap_len() + self.owner.heap_len()
     }
+
+    /// Whether a hold read from an RDB payload is whole: a grant time, and
+    /// a deadline or none (-1).
+    pub fn is_whole(&self) -> bool {
+        self.granted_ms >= 0 && self.deadline_ms >= -1
+    }
 }
 
 /// A holder's public label: one pointer wide inside the hold, so a hold
@@ -148,6 +154,23 @@ impl Want {
         match self {
             Want::Permits { count, .. } => count,
             _ => 1,
+        }
+    }
+
+    /// Which commands ask for this: `SEM.*` for permits, `LOCK.*` else.
+    pub fn family(self) -> Family {
+        match self {
+            Want::Permits { .. } => Family::Semaphore,
+            _ => Family::Lock,
+        }
+    }
+
+    /// Its name in `LOCK.QUEUE`'s `mode`.
+    pub fn mode(self) -> &'static [u8] {
+        match self {
+            Want::Exclusive => b"exclusive",
+            Want::Shared => b"shared",
+            Want::Permits { .. } => b"permits",
         }
     }
 

@@ -6,7 +6,7 @@
 //! `redisshrd` and `redissema` types, and the key's TTL is the latest
 //! holder's deadline. Callers read it through [`crate::hold::Holds`].
 
-use crate::hold::Hold;
+use crate::hold::{Hold, Kind};
 
 /// The holds of one key. `limit` is a semaphore's number of permits, 0 for
 /// a shared lock (any number of readers, up to `lock.max-holders`).
@@ -24,6 +24,35 @@ impl Holders {
         }
     }
 
+    /// The kind of key these holds make: a shared lock (limit 0) or a
+    /// semaphore of `limit` permits.
+    pub fn kind(&self) -> Kind {
+        Kind::of_limit(self.limit)
+    }
+
+    /// Whether holds loaded from an RDB payload for a key of `kind` are
+    /// whole: the limit the kind's (0 for a shared lock, at least 1 for a
+    /// semaphore), at least one hold, `n` of them with distinct tokens, each
+    /// with a deadline and a grant time, one permit per reader and at least
+    /// one per permit holder, no more permits than the limit.
+    pub fn is_whole(&self, kind: Kind, n: u64) -> bool {
+        let shared = self.limit == 0;
+        let fits = match kind {
+            Kind::Shared => shared,
+            Kind::Semaphore { .. } => !shared,
+            Kind::Exclusive => false,
+        };
+        let holds_fit = self.list.iter().all(|h| {
+            let count_fits = if shared { h.count == 1 } else { h.count >= 1 };
+            h.deadline_ms >= 0 && h.granted_ms >= 0 && count_fits
+        });
+        let used: u64 = self.list.iter().map(|h| u64::from(h.count)).sum();
+        fits && holds_fit
+            && n > 0
+            && self.list.len() as u64 == n
+            && (shared || used <= u64::from(self.limit))
+    }
+
     /// The live holder that `token` is, if any.
     pub fn find(&self, token: &[u8], now_ms: i64) -> Option<&Hold> {
         self.list
@@ -33,11 +62,6 @@ impl Holders {
 
     pub fn find_mut(&mut self, token: &[u8]) -> Option<&mut Hold> {
         self.list.iter_mut().find(|h| h.held_by(token))
-    }
-
-    /// The holder with `fence`, live or not (a SESSION's binding).
-    pub fn by_fence(&self, fence: u64) -> Option<&Hold> {
-        self.list.iter().find(|h| h.fence == fence)
     }
 
     pub fn live(&self, now_ms: i64) -> impl Iterator<Item = &Hold> {
@@ -52,11 +76,6 @@ impl Holders {
     /// Permits out (readers, for a shared lock), counting live holders only.
     pub fn used(&self, now_ms: i64) -> u64 {
         self.live(now_ms).map(|h| u64::from(h.count)).sum()
-    }
-
-    /// The highest fence of a live holder (0: none).
-    pub fn max_fence(&self, now_ms: i64) -> u64 {
-        self.live(now_ms).map(|h| h.fence).max().unwrap_or(0)
     }
 
     /// The latest deadline of any holder: the key's TTL.
@@ -116,7 +135,7 @@ mod tests {
         let mut h = Holders::new(3);
         h.put(Hold::granted(b"a", 10, 0, 100));
         h.put(Hold::granted(b"b", 11, 0, 200).with_count(2));
-        assert_eq!((h.used(50), h.max_fence(50)), (3, 11));
+        assert_eq!(h.used(50), 3);
         assert_eq!(h.latest_deadline(), Some(200));
         assert_eq!(h.earliest_deadline(50), Some(100));
         assert_eq!(h.find(b"a", 100).map(|x| x.fence), Some(10));
@@ -134,5 +153,30 @@ mod tests {
         assert_eq!(h.remove(b"b").map(|x| x.extends), Some(1));
         assert_eq!(h.remove(b"b"), None);
         assert_eq!(h.latest_deadline(), None);
+    }
+
+    #[test]
+    fn loaded_holds_are_whole_only_as_their_kind_says() {
+        let shared = Kind::Shared;
+        let sem = Kind::Semaphore { limit: 3 };
+        let mut readers = Holders::new(0);
+        readers.put(Hold::granted(b"a", 1, 0, 100));
+        readers.put(Hold::granted(b"b", 2, 0, 100));
+        assert!(readers.is_whole(shared, 2));
+        assert!(!readers.is_whole(sem, 2), "a shared lock in a semaphore's type");
+        assert!(!readers.is_whole(shared, 3), "a token given twice");
+        assert!(!Holders::new(0).is_whole(shared, 0), "no holder");
+        let mut permits = Holders::new(3);
+        permits.put(Hold::granted(b"a", 1, 0, 100).with_count(2));
+        assert!(permits.is_whole(sem, 1));
+        assert!(!permits.is_whole(shared, 1));
+        permits.put(Hold::granted(b"b", 2, 0, 100).with_count(2));
+        assert!(!permits.is_whole(sem, 2), "more permits than the limit");
+        let mut odd = Holders::new(0);
+        odd.put(Hold::granted(b"a", 1, 0, 100).with_count(2));
+        assert!(!odd.is_whole(shared, 1), "a reader holds one permit");
+        let mut undated = Holders::new(0);
+        undated.put(Hold::granted(b"a", 1, 0, -1));
+        assert!(!undated.is_whole(shared, 1), "every holder has a deadline");
     }
 }

@@ -6,22 +6,38 @@
 use crate::args::parse_i64;
 use crate::rules;
 
-/// (name, default, min, max): the name without the `lock.` prefix.
-pub type Setting = (&'static str, i64, i64, i64);
+/// A setting: its name (without the `lock.` prefix), its default and its
+/// bounds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Setting {
+    pub name: &'static str,
+    pub default: i64,
+    pub min: i64,
+    pub max: i64,
+}
 
-pub const MAX_TTL: Setting = (
+const fn setting(name: &'static str, default: i64, min: i64, max: i64) -> Setting {
+    Setting {
+        name,
+        default,
+        min,
+        max,
+    }
+}
+
+pub const MAX_TTL: Setting = setting(
     "max-ttl-ms",
     rules::DEFAULT_MAX_TTL_MS,
     1,
     rules::CEILING_MS,
 );
-pub const MAX_HOLD: Setting = ("max-hold-ms", 0, 0, rules::CEILING_MS);
-pub const MAX_EXTENDS: Setting = ("max-extends", 0, 0, u32::MAX as i64);
-pub const EXPIRY_DELAY: Setting = ("expiry-delay-ms", 0, 0, rules::CEILING_MS);
-pub const MAX_WAITERS: Setting = ("max-waiters", 0, 0, u32::MAX as i64);
+pub const MAX_HOLD: Setting = setting("max-hold-ms", 0, 0, rules::CEILING_MS);
+pub const MAX_EXTENDS: Setting = setting("max-extends", 0, 0, u32::MAX as i64);
+pub const EXPIRY_DELAY: Setting = setting("expiry-delay-ms", 0, 0, rules::CEILING_MS);
+pub const MAX_WAITERS: Setting = setting("max-waiters", 0, 0, u32::MAX as i64);
 /// Holders of one shared lock or semaphore at once (`LIMIT` past it), so
 /// one key cannot grow without end.
-pub const MAX_HOLDERS: Setting = ("max-holders", 1000, 1, 1_000_000);
+pub const MAX_HOLDERS: Setting = setting("max-holders", 1000, 1, 1_000_000);
 
 /// Every setting, in the order [`starting_values`] returns them.
 pub const ALL: [Setting; 6] = [
@@ -37,17 +53,17 @@ pub const ALL: [Setting; 6] = [
 /// module arguments (`name value` pairs, `lock.` prefix optional) say. An
 /// unknown name or a bad value is an error that says which.
 pub fn starting_values(args: &[&[u8]]) -> Result<[i64; 6], String> {
-    let mut values = ALL.map(|(_, default, _, _)| default);
+    let mut values = ALL.map(|setting| setting.default);
     for pair in args.chunks(2) {
         let [name, value] = pair else {
             return Err("module arguments are name value pairs, e.g. max-ttl-ms 60000".into());
         };
         let name = String::from_utf8_lossy(name);
         let name = name.strip_prefix("lock.").unwrap_or(&name);
-        let Some(i) = ALL.iter().position(|(n, ..)| *n == name) else {
+        let Some(i) = ALL.iter().position(|setting| setting.name == name) else {
             return Err(format!("unknown module argument '{name}'"));
         };
-        let (_, _, min, max) = ALL[i];
+        let Setting { min, max, .. } = ALL[i];
         match parse_i64(value) {
             Some(v) if (min..=max).contains(&v) => values[i] = v,
             _ => return Err(format!("{name} must be an integer from {min} to {max}")),
@@ -111,7 +127,13 @@ mod tests {
 
     #[test]
     fn defaults_are_within_their_bounds() {
-        for (name, default, min, max) in ALL {
+        for Setting {
+            name,
+            default,
+            min,
+            max,
+        } in ALL
+        {
             assert!(min <= default && default <= max, "{name}");
         }
     }

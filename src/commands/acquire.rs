@@ -10,7 +10,7 @@
 use redis_lock_core::args::{parse_acquire, AcquireArgs};
 use redis_lock_core::decide::{self, Acquire, AcquireCase};
 use redis_lock_core::errors::LockError;
-use redis_lock_core::hold::{self, Family, KeyState, Want};
+use redis_lock_core::hold::{self, KeyState, Want};
 use redis_lock_core::token::{self, UUID_LEN};
 use redis_module::{Context, RedisString};
 
@@ -44,11 +44,7 @@ pub(super) fn acquire(
     let db = server::selected_db(ctx);
     let (key, now_ms) = super::open_write(ctx, name);
     let holds = key.held()?;
-    let family = match want {
-        Want::Permits { .. } => Family::Semaphore,
-        _ => Family::Lock,
-    };
-    hold::admits(family, holds.kind())?;
+    hold::admits(want.family(), holds.kind())?;
     let state = holds.state(now_ms);
     let case = AcquireCase {
         key: state,

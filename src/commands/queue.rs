@@ -23,11 +23,7 @@ pub fn run(ctx: &Context, args: &[RedisString]) -> Result<(), LockError> {
     let now_ms = server::now_ms();
     reply::array(ctx, queued.len());
     for waiter in &queued {
-        let (mode, count): (&[u8], u32) = match waiter.want {
-            Want::Exclusive => (b"exclusive", 1),
-            Want::Shared => (b"shared", 1),
-            Want::Permits { count, .. } => (b"permits", count),
-        };
+        let (mode, count) = (waiter.want.mode(), waiter.want.count());
         let mut fields = vec![
             (c"ttl", Field::Int(waiter.ttl_ms)),
             (c"waited", Field::Int((now_ms - waiter.queued_ms).max(0))),

@@ -25,11 +25,17 @@ use super::{replicate, reply};
 /// is replied here.
 pub type Body = fn(&Context, &[RedisString]) -> Result<(), LockError>;
 
-/// A command of the module: its name, flags and body; its key is argument
-/// 1 (first 1, last 1, step 1), for Cluster routing and ACL key patterns.
+/// A command of the module: its name, flags, ACL categories and body; its
+/// key is argument 1 (first 1, last 1, step 1), for Cluster routing and ACL
+/// key patterns.
 pub struct Spec {
     pub name: &'static CStr,
     pub flags: &'static CStr,
+    /// Its standard ACL categories, space-separated (`write fast`).
+    pub categories: &'static str,
+    /// Whether it is in the module's own category too, where the server
+    /// can add one.
+    pub in_lock_category: bool,
     pub body: Body,
 }
 
@@ -54,23 +60,13 @@ type Entry =
     extern "C" fn(*mut raw::RedisModuleCtx, *mut *mut raw::RedisModuleString, c_int) -> c_int;
 
 /// One entry per command, at most this many commands.
-const ENTRIES: [Entry; 16] = [
-    entry::<0>,
-    entry::<1>,
-    entry::<2>,
-    entry::<3>,
-    entry::<4>,
-    entry::<5>,
-    entry::<6>,
-    entry::<7>,
-    entry::<8>,
-    entry::<9>,
-    entry::<10>,
-    entry::<11>,
-    entry::<12>,
-    entry::<13>,
-    entry::<14>,
-    entry::<15>,
+#[rustfmt::skip]
+const ENTRIES: [Entry; 32] = [
+    entry::<0>, entry::<1>, entry::<2>, entry::<3>, entry::<4>, entry::<5>, entry::<6>, entry::<7>,
+    entry::<8>, entry::<9>, entry::<10>, entry::<11>, entry::<12>, entry::<13>, entry::<14>,
+    entry::<15>, entry::<16>, entry::<17>, entry::<18>, entry::<19>, entry::<20>, entry::<21>,
+    entry::<22>, entry::<23>, entry::<24>, entry::<25>, entry::<26>, entry::<27>, entry::<28>,
+    entry::<29>, entry::<30>, entry::<31>,
 ];
 
 /// Create every command of `specs` (once, while the module loads).

@@ -169,42 +169,21 @@ impl Storage for Holders {
         if encver != HOLDERS_ENCODING {
             return None;
         }
-        let limit = u32::try_from(raw::load_unsigned(rdb).ok()?).ok()?;
-        // A shared lock stores no limit (0), a semaphore its number of
-        // permits: the type and the value must say the same.
-        let fits = match of {
-            SHARED => limit == 0,
-            SEMAPHORE => limit >= 1,
-            _ => false,
+        let kind = match of {
+            SHARED => Kind::Shared,
+            SEMAPHORE => Kind::Semaphore { limit: 1 },
+            _ => return None,
         };
-        if !fits {
-            return None;
-        }
+        let limit = u32::try_from(raw::load_unsigned(rdb).ok()?).ok()?;
         let n = raw::load_unsigned(rdb).ok()?;
-        if n == 0 || n > MAX_LOADED_HOLDERS {
+        if n > MAX_LOADED_HOLDERS {
             return None;
         }
         let mut holders = Holders::new(limit);
-        let mut used = 0u64;
         for _ in 0..n {
-            let hold = load_hold(rdb, true, true)?;
-            let count_ok = if limit == 0 {
-                hold.count == 1
-            } else {
-                hold.count >= 1
-            };
-            if hold.deadline_ms < 0 || !count_ok {
-                return None;
-            }
-            used += u64::from(hold.count);
-            holders.put(hold);
+            holders.put(load_hold(rdb, true, true)?);
         }
-        // Two holders with one token, or more permits than the limit: corrupt.
-        let over_limit = limit > 0 && used > u64::from(limit);
-        if holders.list.len() as u64 != n || over_limit {
-            return None;
-        }
-        Some(holders)
+        holders.is_whole(kind, n).then_some(holders)
     }
 
     fn save(&self, rdb: *mut raw::RedisModuleIO) {
@@ -263,14 +242,10 @@ fn load_hold(rdb: *mut raw::RedisModuleIO, with_count: bool, with_owner: bool) -
         None | Some([]) => None,
         Some(label) => Some(rules::check_owner(label).ok()?),
     };
-    if granted_ms < 0 || deadline_ms < -1 {
-        return None;
-    }
-    Some(
-        Hold::new(token, fence, granted_ms, deadline_ms, extends)
-            .with_count(count)
-            .with_owner(owner),
-    )
+    let hold = Hold::new(token, fence, granted_ms, deadline_ms, extends)
+        .with_count(count)
+        .with_owner(owner);
+    hold.is_whole().then_some(hold)
 }
 
 /// A key's holds rewritten into the AOF, each as the text form of its effect

@@ -122,7 +122,7 @@ impl LockKey {
             return Ok(());
         };
         match self.list_mut() {
-            Some(holders) if holders.limit == limit => holders.put(hold),
+            Some(holders) if holders.kind() == kind => holders.put(hold),
             _ => {
                 let mut holders = Holders::new(limit);
                 holders.put(hold);
@@ -183,7 +183,7 @@ impl LockKey {
             .ok_or(LockError::Internal)?;
         self.follow_latest();
         let holders = self.list_mut().ok_or(LockError::Internal)?;
-        let kind = Kind::of_limit(holders.limit);
+        let kind = holders.kind();
         let hold = holders.find_mut(token).ok_or(LockError::Internal)?;
         Ok((kind, Cow::Borrowed(&*hold)))
     }
@@ -222,7 +222,7 @@ impl LockKey {
         if expired.is_empty() {
             return None;
         }
-        let kind = Kind::of_limit(holders.limit);
+        let kind = holders.kind();
         let gone = holders.list.is_empty();
         self.follow_latest();
         Some((kind, expired, gone))
@@ -267,8 +267,9 @@ impl LockKey {
         if self.key.is_null() {
             return None;
         }
-        let deadline = unsafe { raw::RedisModule_GetAbsExpire.map_or(-1, |f| f(self.key)) };
-        (deadline >= 0).then_some(deadline)
+        let no_expire = raw::REDISMODULE_NO_EXPIRE as i64;
+        let deadline = unsafe { raw::RedisModule_GetAbsExpire.map_or(no_expire, |f| f(self.key)) };
+        (deadline != no_expire).then_some(deadline)
     }
 
     fn set_ttl(&self, deadline_ms: Option<i64>) {

@@ -15,14 +15,14 @@ pub fn register(
     ctx: &Context,
     settings: &[(Setting, &'static AtomicI64, i64)],
 ) -> Result<(), String> {
-    for ((name, _, min, max), variable, start) in settings {
+    for (setting, variable, start) in settings {
         register_i64_configuration(
             ctx,
-            name,
+            setting.name,
             *variable,
             *start,
-            *min,
-            *max,
+            setting.min,
+            setting.max,
             ConfigurationFlags::DEFAULT,
             None,
         );
