@@ -26,7 +26,7 @@ DOCKER_BASE_RECIPE := $(shell sha256sum docker/build-base.sh | cut -c1-12)
 DOCKER_TEST_LOGS := target/docker-test
 # Each test script stops on its own well before this many seconds.
 DOCKER_TEST_TIMEOUT := 300
-DOCKER_SCRIPTS := docker/build-base.sh docker/entrypoint.sh docker/healthcheck.sh docker/redis-cli.sh \
+DOCKER_SCRIPTS := docker/build-base.sh docker/entrypoint.sh docker/healthcheck.sh docker/cli.sh \
 	tests/docker/lib.sh tests/docker/image.sh tests/docker/sentinel.sh
 
 .PHONY: docker-deps docker-base docker-test test-docker
