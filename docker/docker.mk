@@ -1,32 +1,35 @@
-# The Docker image and its tests, included by the Makefile.
+# The Docker images and their tests, included by the Makefile.
 #
 # `make docker-test` packages the module built on this machine
-# (docker/Dockerfile --target prebuilt) on two Debian base images that
+# (docker/Dockerfile --target prebuilt) on three Debian base images that
 # docker/build-base.sh makes from Debian's packages, so it needs no registry:
-# trixie with Redis 8.0 (the Dockerfile's default) and bookworm with Redis 7.0.
-# It runs tests/docker/image.sh and tests/docker/sentinel.sh on each image.
+# Redis 8.0 on trixie (the Dockerfile's default), Redis 7.0 on bookworm and
+# Valkey 8.1 on trixie (--build-arg SERVER=valkey). It runs
+# tests/docker/image.sh and tests/docker/sentinel.sh on each image.
 # `make test` runs it through test-docker (skipped without a Docker engine, an
 # error then if CI=true).
 
-# The suites tested (`make docker-test DOCKER_SUITES=bookworm` tests one), and
-# the redis_version each one's server must report: a wrong base fails.
-DOCKER_SUITES ?= trixie bookworm
-DOCKER_REDIS_VERSION_trixie := 8.0.2
-DOCKER_REDIS_VERSION_bookworm := 7.0.15
-# The images under test are $(DOCKER_IMAGE)-<suite>: redis-lock:test-trixie…
+# The images tested, each <server>-<suite> (`make docker-test
+# DOCKER_VARIANTS=valkey-trixie` tests one), and the version each one's server
+# must report (INFO's redis_version or valkey_version): a wrong base fails.
+DOCKER_VARIANTS ?= redis-trixie redis-bookworm valkey-trixie
+DOCKER_VERSION_redis-trixie := 8.0.2
+DOCKER_VERSION_redis-bookworm := 7.0.15
+DOCKER_VERSION_valkey-trixie := 8.1.1
+# The images under test are $(DOCKER_IMAGE)-<variant>: redis-lock:test-redis-trixie…
 DOCKER_IMAGE ?= redis-lock:test
-# Base images are named after their suite and the recipe,
-# redis-lock-base:<suite>-<hash>: a changed docker/build-base.sh builds new
-# ones, existing ones are reused (`docker rmi` them to rebuild).
+# Base images are named after their variant and the recipe,
+# redis-lock-base:<server>-<suite>-<hash>: a changed docker/build-base.sh
+# builds new ones, existing ones are reused (`docker rmi` them to rebuild).
 DOCKER_BASE_RECIPE := $(shell sha256sum docker/build-base.sh | cut -c1-12)
-# docker-test runs the suites side by side, each with its own containers,
+# docker-test runs the variants side by side, each with its own containers,
 # volumes and networks (its base image, then image.sh, then sentinel.sh): the
-# tests mostly wait, on health checks and on Sentinel. Each suite's output goes
-# to a log here, printed when it ends.
+# tests mostly wait, on health checks and on Sentinel. Each variant's output
+# goes to a log here, printed when it ends.
 DOCKER_TEST_LOGS := target/docker-test
 # Each test script stops on its own well before this many seconds.
 DOCKER_TEST_TIMEOUT := 300
-DOCKER_SCRIPTS := docker/build-base.sh docker/entrypoint.sh docker/healthcheck.sh docker/redis-cli.sh \
+DOCKER_SCRIPTS := docker/build-base.sh docker/entrypoint.sh docker/healthcheck.sh docker/cli.sh \
 	tests/docker/lib.sh tests/docker/image.sh tests/docker/sentinel.sh
 
 .PHONY: docker-deps docker-base docker-test test-docker
@@ -46,34 +49,37 @@ docker-deps: ## Check for a Docker engine; install mmdebstrap, docker-compose, s
 	  fi; \
 	fi
 
-docker-base: docker-deps ## The trixie and bookworm base images with redis-server, from Debian's packages (reused if present)
-	@set -e; for suite in $(DOCKER_SUITES); do docker/build-base.sh $$suite redis-lock-base:$$suite-$(DOCKER_BASE_RECIPE); done
+docker-base: docker-deps ## The base images (Redis on trixie and bookworm, Valkey on trixie), from Debian's packages (reused if present)
+	@set -e; for variant in $(DOCKER_VARIANTS); do \
+	  docker/build-base.sh $${variant#*-} redis-lock-base:$$variant-$(DOCKER_BASE_RECIPE) $${variant%%-*}; \
+	done
 
-docker-test: build docker-deps ## Build the trixie (Redis 8.0) and bookworm (Redis 7.0) images from the module and test each: redis-cli inside, restart, replica, Sentinel failover
+docker-test: build docker-deps ## Build the Redis 8.0 (trixie), Redis 7.0 (bookworm) and Valkey 8.1 (trixie) images from the module and test each: the CLI inside, restart, replica, Sentinel failover
 	@set -e; started=$$(date +%s); \
 	for script in $(DOCKER_SCRIPTS); do bash -n $$script; done; \
 	shellcheck -x $(DOCKER_SCRIPTS); \
 	mkdir -p $(DOCKER_TEST_LOGS); pids=(); \
-	for pair in $(foreach suite,$(DOCKER_SUITES),$(suite):$(DOCKER_REDIS_VERSION_$(suite))); do \
-	  suite=$${pair%%:*}; version=$${pair#*:}; \
-	  [ -n "$$version" ] || { echo "docker-test: set DOCKER_REDIS_VERSION_$$suite"; exit 1; }; \
-	  base=redis-lock-base:$$suite-$(DOCKER_BASE_RECIPE); \
+	for pair in $(foreach variant,$(DOCKER_VARIANTS),$(variant):$(DOCKER_VERSION_$(variant))); do \
+	  variant=$${pair%%:*}; version=$${pair#*:}; server=$${variant%%-*}; suite=$${variant#*-}; \
+	  [ -n "$$version" ] || { echo "docker-test: set DOCKER_VERSION_$$variant"; exit 1; }; \
+	  base=redis-lock-base:$$variant-$(DOCKER_BASE_RECIPE); \
 	  ( set -e; \
-	    docker/build-base.sh $$suite $$base; \
-	    echo "docker-test: $$suite base ready after $$(($$(date +%s) - started)) s"; \
+	    docker/build-base.sh $$suite $$base $$server; \
+	    echo "docker-test: $$variant base ready after $$(($$(date +%s) - started)) s"; \
 	    for test in tests/docker/image.sh tests/docker/sentinel.sh; do \
-	      echo; echo "=== $$test on $$suite (Redis $$version)"; \
-	      DOCKER_IMAGE=$(DOCKER_IMAGE)-$$suite DOCKER_BASE_IMAGE=$$base DOCKER_SUITE=$$suite DOCKER_REDIS_VERSION=$$version \
+	      echo; echo "=== $$test on $$variant ($$server $$version)"; \
+	      DOCKER_IMAGE=$(DOCKER_IMAGE)-$$variant DOCKER_BASE_IMAGE=$$base DOCKER_SERVER=$$server \
+	        DOCKER_SUITE=$$suite DOCKER_SERVER_VERSION=$$version \
 	        timeout -k 30 $(DOCKER_TEST_TIMEOUT) $$test; \
 	    done; \
-	    echo "docker-test: $$suite passed after $$(($$(date +%s) - started)) s, its base image included" \
-	  ) >$(DOCKER_TEST_LOGS)/$$suite.log 2>&1 & pids+=($$!); \
-	  echo "docker-test: $$suite started, its output in $(DOCKER_TEST_LOGS)/$$suite.log"; \
+	    echo "docker-test: $$variant passed after $$(($$(date +%s) - started)) s, its base image included" \
+	  ) >$(DOCKER_TEST_LOGS)/$$variant.log 2>&1 & pids+=($$!); \
+	  echo "docker-test: $$variant started, its output in $(DOCKER_TEST_LOGS)/$$variant.log"; \
 	done; \
 	failed=""; i=0; \
-	for suite in $(DOCKER_SUITES); do \
-	  wait $${pids[$$i]} || failed="$$failed $$suite"; i=$$((i + 1)); \
-	  echo; echo "##### docker-test on $$suite ($(DOCKER_TEST_LOGS)/$$suite.log)"; cat $(DOCKER_TEST_LOGS)/$$suite.log; \
+	for variant in $(DOCKER_VARIANTS); do \
+	  wait $${pids[$$i]} || failed="$$failed $$variant"; i=$$((i + 1)); \
+	  echo; echo "##### docker-test on $$variant ($(DOCKER_TEST_LOGS)/$$variant.log)"; cat $(DOCKER_TEST_LOGS)/$$variant.log; \
 	done; \
 	[ -z "$$failed" ] || { echo; echo "docker-test: FAILED on$$failed"; exit 1; }; \
 	echo "docker-test: passed in $$(($$(date +%s) - started)) s, base images included"

@@ -1,9 +1,12 @@
 #!/bin/bash
-# The redis-lock image's entrypoint.
+# The redis-lock image's entrypoint, in the Redis image and in the Valkey one
+# (REDIS_LOCK_SERVER, set by the image: redis or valkey).
 #
 #   docker run redis-lock [redis-server options…]   redis-server with the module
 #   docker run redis-lock sentinel [options…]       a Sentinel (REDIS_SENTINEL_MONITOR)
 #   docker run redis-lock <command> [args…]         runs the command (redis-cli, bash…)
+#
+# The Valkey image runs valkey-server instead, with the same options.
 #
 # Environment:
 #   REDIS_PASSWORD          requirepass and masterauth of the server; for a
@@ -14,14 +17,15 @@
 #   REDIS_SENTINEL_DOWN_AFTER_MS, REDIS_SENTINEL_FAILOVER_TIMEOUT_MS
 set -euo pipefail
 
+readonly SERVER=${REDIS_LOCK_SERVER:-redis}-server
 readonly MODULE=/usr/lib/redis/modules/libredis_lock.so
 readonly CONFIG=/etc/redis-lock/redis.conf
 readonly SENTINEL_CONFIG=/data/sentinel.conf
 
 log() { echo "redis-lock-entrypoint: $*" >&2; }
 
-# A value for a Redis config file, each byte hex-escaped inside double quotes,
-# so that no password can break the line.
+# A value for a Redis (or Valkey) config file, each byte hex-escaped inside
+# double quotes, so that no password can break the line.
 config_quote() {
   printf '"'
   printf '%s' "$1" | od -An -v -tx1 | tr -d ' \n' | sed 's/../\\x&/g'
@@ -44,10 +48,10 @@ start_server() {
     log "no REDIS_PASSWORD: protected mode lets in only clients inside this container (docker exec)." \
       "Set REDIS_PASSWORD, or pass --protected-mode no on a network you trust."
   fi
-  local command=(redis-server "$CONFIG" --loadmodule "$MODULE" "${module_args[@]}" "${auth[@]}" "$@")
+  local command=("$SERVER" "$CONFIG" --loadmodule "$MODULE" "${module_args[@]}" "${auth[@]}" "$@")
   log "${command[*]//"${REDIS_PASSWORD:-}"/***}"
-  # Redis replaces its command line with its title ("redis-server 0.0.0.0:6379"),
-  # so the password does not show in ps either.
+  # The server replaces its command line with its title ("redis-server
+  # 0.0.0.0:6379"), so the password does not show in ps either.
   exec "${command[@]}"
 }
 
@@ -84,9 +88,9 @@ start_sentinel() {
     } >"$SENTINEL_CONFIG"
     chmod 600 "$SENTINEL_CONFIG"
   fi
-  # Redis does not load modules in Sentinel mode: a Sentinel only watches.
-  log "redis-server $SENTINEL_CONFIG --sentinel $*"
-  exec redis-server "$SENTINEL_CONFIG" --sentinel "$@"
+  # No module loads in Sentinel mode: a Sentinel only watches.
+  log "$SERVER $SENTINEL_CONFIG --sentinel $*"
+  exec "$SERVER" "$SENTINEL_CONFIG" --sentinel "$@"
 }
 
 case "${1:-}" in

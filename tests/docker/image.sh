@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The Docker image, tested through redis-cli inside its containers: build, the
-# health check, a redis-cli session, the configuration, a restart on the same
-# volume with the AOF, and a replica on a user-defined network.
+# The Docker image (Redis or Valkey), tested through redis-cli (valkey-cli)
+# inside its containers: build, the health check, a session with the client,
+# the configuration, a restart on the same volume with the AOF, and a replica
+# on a user-defined network.
 #
 # Run by `make docker-test` (which builds the module and the base image first);
 # see tests/docker/lib.sh for the environment. The commands given to `doc` are
@@ -33,17 +34,18 @@ CONTAINERS+=("$NAME")
 doc 'docker run -d --name $NAME --network $NET -v $VOLUME:/data -e REDIS_PASSWORD $IMAGE' >/dev/null
 wait_healthy "$NAME"
 
-step "the image's Debian suite and Redis version: $SUITE, $REDIS_VERSION"
+step "the image's Debian suite and $SERVER_TITLE version: $SUITE, $SERVER_VERSION"
 expect_eq "Debian suite" "$(docker exec "$NAME" sh -c '. /etc/os-release && echo "$VERSION_CODENAME"')" "$SUITE"
-expect_eq "redis_version" "$(info "$NAME" redis_version)" "$REDIS_VERSION"
-expect_eq "redis-cli's version" "$(docker exec "$NAME" redis-cli --version)" "redis-cli $REDIS_VERSION"
+expect_eq "${SERVER}_version" "$(info "$NAME" "${SERVER}_version")" "$SERVER_VERSION"
+expect_eq "$CLI's version" "$(docker exec "$NAME" "$CLI" --version)" "$CLI $SERVER_VERSION"
 
-step "a redis-cli session inside the container (docker/README.md transcript)"
+step "a $CLI session inside the container (docker/README.md transcript)"
 sed -n 's/^redis> //p' tests/docker/transcript.txt >"$WORK/session"
-doc 'docker exec -i $NAME redis-cli --no-raw' <"$WORK/session" >"$WORK/session.out"
-# The transcript is Redis 8.0's. MODULE LIST, its last command, is compared in
-# module name order (Redis' order changes from one start to the next), and
-# holds this server's built-in modules only: vectorset on Redis 8, none on 7.
+doc 'docker exec -i $NAME $CLI --no-raw' <"$WORK/session" >"$WORK/session.out"
+# The transcript is Redis 8.0's, and every reply of Valkey's is the same.
+# MODULE LIST, its last command, is compared in module name order (the
+# server's order changes from one start to the next), and holds this server's
+# built-in modules only: vectorset on Redis 8, none on Redis 7 and Valkey 8.
 tr -d '\r' <"$WORK/session.out" >"$WORK/session.txt"
 replies_before=$(sed '/^redis> MODULE LIST$/,$d' tests/docker/transcript.txt | grep -vc '^redis> ')
 {
@@ -66,7 +68,7 @@ expect_gt "deadline after the grant" "${MILLIS[1]}" "${MILLIS[2]}"
   fail "docker/README.md must contain tests/docker/transcript.txt verbatim"
 
 step "INFO and the configuration"
-expect_eq "redis_mode" "$(info "$NAME" redis_mode)" standalone
+expect_eq "$MODE_FIELD" "$(info "$NAME" "$MODE_FIELD")" standalone
 expect_eq "config_file" "$(info "$NAME" config_file)" /etc/redis-lock/redis.conf
 expect_eq "role" "$(info "$NAME" role)" master
 expect_eq "aof_enabled" "$(info "$NAME" aof_enabled)" 1
@@ -81,7 +83,7 @@ expect_eq "server's uid" "$(docker exec "$NAME" awk '/^Uid:/ { print $2 }' /proc
 # From another address than loopback: the password is needed, and enough.
 expect_eq "PING over the network with the password" "$(cli "$NAME" -h "$NAME" PING)" PONG
 expect_eq "PING over the network without it" \
-  "$(timeout 30 docker exec "$NAME" /usr/bin/redis-cli -h "$NAME" PING | tr -d '\r')" \
+  "$(timeout 30 docker exec "$NAME" "/usr/bin/$CLI" -h "$NAME" PING | tr -d '\r')" \
   "NOAUTH Authentication required."
 
 step "without a password, protected mode lets in only the container itself; module arguments"
@@ -90,14 +92,13 @@ CONTAINERS+=("$OPEN")
 docker run -d --name "$OPEN" --network "$NET" -e REDIS_LOCK_MODULE_ARGS="max-ttl-ms 60000" "$IMAGE" >/dev/null
 wait_healthy "$OPEN"
 expect_eq "PING from another container" \
-  "$(timeout 30 docker exec "$NAME" /usr/bin/redis-cli -h "$OPEN" PING | tr -d '\r' | cut -c1-50)" \
-  "DENIED Redis is running in protected mode because "
+  "$(timeout 30 docker exec "$NAME" "/usr/bin/$CLI" -h "$OPEN" PING | tr -d '\r' | cut -c1-${#DENIED})" "$DENIED"
 expect_eq "module arguments in MODULE LIST" "$(cli "$OPEN" MODULE LIST | module_args lock | paste -sd ' ')" "max-ttl-ms 60000"
 expect_eq "lock.max-ttl-ms set by them" "$(cli "$OPEN" CONFIG GET lock.max-ttl-ms | sed -n 2p)" 60000
 docker rm -f -v "$OPEN" >/dev/null
 
 step "restart on the same volume: the lock, its lease and its fence come back from the AOF"
-doc 'docker exec $NAME redis-cli LOCK.ACQUIRE nightly 120000 TOKEN worker-1' >"$WORK/acquire"
+doc 'docker exec $NAME $CLI LOCK.ACQUIRE nightly 120000 TOKEN worker-1' >"$WORK/acquire"
 expect_eq "nightly's holder" "$(sed -n 1p "$WORK/acquire")" worker-1
 fence=$(sed -n 2p "$WORK/acquire")
 expect_gt "nightly's fence over the session's" "$fence" "${FENCES[1]}"
@@ -110,7 +111,7 @@ wait_healthy "$NAME"
 # can fail the pipeline with SIGPIPE.
 grep -q "DB loaded from incr file appendonly.aof" <<<"$(docker logs "$NAME" 2>&1)" ||
   fail "the new container did not load the AOF: $(docker logs "$NAME" 2>&1 | tail -5)"
-doc 'docker exec $NAME redis-cli LOCK.INFO nightly' >"$WORK/info"
+doc 'docker exec $NAME $CLI LOCK.INFO nightly' >"$WORK/info"
 expect_eq "nightly's fence after the restart" "$(field fence <"$WORK/info")" "$fence"
 expect_eq "nightly's deadline after the restart" "$(field deadline <"$WORK/info")" "$deadline"
 ttl=$(field ttl <"$WORK/info")
@@ -125,12 +126,12 @@ CONTAINERS+=("$REPLICA")
 doc 'docker run -d --name $REPLICA --network $NET -e REDIS_PASSWORD $IMAGE --replicaof $NAME 6379' >/dev/null
 wait_healthy "$REPLICA"
 until_ok 30 "the replica's link to its master" replica_link_is_up
-doc 'docker exec $NAME redis-cli LOCK.ACQUIRE billing 60000 TOKEN worker-1' >"$WORK/acquire"
+doc 'docker exec $NAME $CLI LOCK.ACQUIRE billing 60000 TOKEN worker-1' >"$WORK/acquire"
 expect_eq "billing's holder" "$(sed -n 1p "$WORK/acquire")" worker-1
 fence=$(sed -n 2p "$WORK/acquire")
-doc 'docker exec $NAME redis-cli WAIT 1 5000' >"$WORK/wait"
+doc 'docker exec $NAME $CLI WAIT 1 5000' >"$WORK/wait"
 expect_eq "replicas that acknowledged the grant" "$(tr -d '\r' <"$WORK/wait")" 1
-doc 'docker exec $REPLICA redis-cli LOCK.INFO billing' >"$WORK/info"
+doc 'docker exec $REPLICA $CLI LOCK.INFO billing' >"$WORK/info"
 expect_eq "billing's fence on the replica" "$(field fence <"$WORK/info")" "$fence"
 expect_eq "billing's deadline on the replica" "$(field deadline <"$WORK/info")" \
   "$(cli "$NAME" LOCK.INFO billing | field deadline)"

@@ -4,13 +4,17 @@
 #
 # Environment:
 #   DOCKER_IMAGE       tag of the image under test (default redis-lock:test)
+#   DOCKER_SERVER      the server of the image, the Dockerfile's SERVER build
+#                      argument: redis (the default) or valkey
 #   DOCKER_BASE_IMAGE  BASE_IMAGE build argument (default: the Dockerfile's,
 #                      debian:trixie-slim); `make docker-test` passes the
 #                      images docker/build-base.sh made from Debian packages
 #   DOCKER_SUITE       the Debian suite the image must be on (default trixie)
-#   DOCKER_REDIS_VERSION
-#                      the redis_version its server must report (default
-#                      8.0.2, trixie's; bookworm's is 7.0.15)
+#   DOCKER_SERVER_VERSION
+#                      the version its server must report, INFO's
+#                      redis_version or valkey_version (default trixie's:
+#                      8.0.2 for Redis, 8.1.1 for Valkey; bookworm's Redis is
+#                      7.0.15)
 
 # doc's templates are single-quoted on purpose (doc expands them), and the
 # names below are used by the tests and by those templates.
@@ -25,17 +29,48 @@ cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 # right of README_VALUE; no variable name is a prefix of another.
 RUN_ID=$(od -An -N4 -tx1 /dev/urandom | tr -d ' \n')
 IMAGE=${DOCKER_IMAGE:-redis-lock:test}
-BUILD_OPTS="--network none"
+# The server, and what differs with it: the Valkey image is built with
+# --build-arg SERVER=valkey and documented as redis-lock:valkey, its client is
+# valkey-cli, its INFO names the version valkey_version (its redis_version is
+# the Redis version it is compatible with, 7.2.4) and the mode server_mode (no
+# redis_mode), and its protected mode's message does not name the server.
+SERVER=${DOCKER_SERVER:-redis}
+case $SERVER in
+  redis)
+    SERVER_BUILD_ARG=""
+    README_IMAGE=redis-lock
+    SERVER_TITLE=Redis
+    MODE_FIELD=redis_mode
+    DENIED="DENIED Redis is running in protected mode because "
+    ;;
+  valkey)
+    SERVER_BUILD_ARG="--build-arg SERVER=valkey"
+    README_IMAGE=redis-lock:valkey
+    SERVER_TITLE=Valkey
+    MODE_FIELD=server_mode
+    DENIED="DENIED Running in protected mode because "
+    ;;
+  *)
+    echo "DOCKER_SERVER is redis or valkey, not '$SERVER'" >&2
+    exit 1
+    ;;
+esac
+CLI=$SERVER-cli
+BUILD_OPTS=$SERVER_BUILD_ARG
 if [ -n "${DOCKER_BASE_IMAGE:-}" ]; then
-  BUILD_OPTS="--build-arg BASE_IMAGE=$DOCKER_BASE_IMAGE $BUILD_OPTS"
+  BUILD_OPTS="$BUILD_OPTS --build-arg BASE_IMAGE=$DOCKER_BASE_IMAGE"
 fi
+BUILD_OPTS="$BUILD_OPTS --network none"
 # What the image must run: a wrong base fails the tests instead of passing them.
 SUITE=${DOCKER_SUITE:-trixie}
-REDIS_VERSION=${DOCKER_REDIS_VERSION:-8.0.2}
+case $SERVER in
+  redis) SERVER_VERSION=${DOCKER_SERVER_VERSION:-8.0.2} ;;
+  valkey) SERVER_VERSION=${DOCKER_SERVER_VERSION:-8.1.1} ;;
+esac
 # The modules the server loads by itself, beside ours: Redis 8 has vector sets
-# built in as a module, Redis 7 has none.
-case $REDIS_VERSION in
-  7.*) BUILTIN_MODULES=() ;;
+# built in as a module; Redis 7 and Valkey 8 have none.
+case $SERVER-$SERVER_VERSION in
+  redis-7.* | valkey-*) BUILTIN_MODULES=() ;;
   *) BUILTIN_MODULES=(vectorset) ;;
 esac
 NET=redis-lock-test-$RUN_ID-net
@@ -52,9 +87,9 @@ else
 fi
 COMPOSE=${COMPOSE_COMMAND[*]}
 declare -A README_VALUE=(
-  [IMAGE]=redis-lock [BUILD_OPTS]="" [NET]=redis-lock-net [VOLUME]=redis-lock-data
-  [NAME]=redis-lock [REPLICA]=redis-lock-replica [PROJECT]=redis-lock
-  [PASSWORD]=change-me [COMPOSE]="docker compose"
+  [IMAGE]=$README_IMAGE [BUILD_OPTS]=$SERVER_BUILD_ARG [CLI]=$CLI [NET]=redis-lock-net
+  [VOLUME]=redis-lock-data [NAME]=redis-lock [REPLICA]=redis-lock-replica
+  [PROJECT]=redis-lock [PASSWORD]=change-me [COMPOSE]="docker compose"
 )
 
 WORK=$(mktemp -d)
@@ -190,13 +225,14 @@ until_ok() {
   done
 }
 
-# cli CONTAINER ARGS…: one redis-cli command inside the container (redis-cli
-# there logs in with the container's REDIS_PASSWORD). Replies are raw, one value
-# a line, as redis-cli prints them when its output is not a terminal.
+# cli CONTAINER ARGS…: one redis-cli (valkey-cli) command inside the container
+# (the client there logs in with the container's REDIS_PASSWORD). Replies are
+# raw, one value a line, as the client prints them when its output is not a
+# terminal.
 cli() {
   local container=$1
   shift
-  timeout 30 docker exec "$container" redis-cli "$@" | tr -d '\r'
+  timeout 30 docker exec "$container" "$CLI" "$@" | tr -d '\r'
 }
 
 # info CONTAINER FIELD: one field of INFO.
@@ -219,7 +255,7 @@ module_args() {
     $0 == "args" { in_args = 1 }'
 }
 
-# module_list_reply [MODULE…]: a redis-cli --no-raw reply to MODULE LIST on
+# module_list_reply [MODULE…]: a redis-cli (valkey-cli) --no-raw reply to MODULE LIST on
 # stdin (fewer than ten modules), its entries sorted by module name and
 # numbered again; given MODULEs, only theirs. Redis lists modules in the order
 # of a hash table, which changes from one start to the next, and Redis 8 lists
@@ -239,7 +275,7 @@ module_list_reply() {
 }
 
 # --- transcripts -------------------------------------------------------------
-# check_transcript TRANSCRIPT OUTPUT: OUTPUT (redis-cli --no-raw) against a
+# check_transcript TRANSCRIPT OUTPUT: OUTPUT ($CLI --no-raw) against a
 # transcript of "redis> command" lines, each followed by its reply. <uuid>,
 # <fence> and <ms> stand for any such value; the values of <fence> and <ms> are
 # appended to FENCES and MILLIS, in order.
@@ -270,6 +306,6 @@ $(cat "$output")"
       *'<ms>'*) MILLIS+=("${BASH_REMATCH[1]}") ;;
     esac
   done
-  ((${#got[@]} == ${#want[@]})) || fail "redis-cli printed ${#got[@]} lines, the transcript has ${#want[@]}:
+  ((${#got[@]} == ${#want[@]})) || fail "$CLI printed ${#got[@]} lines, the transcript has ${#want[@]}:
 $(cat "$output")"
 }

@@ -13,8 +13,6 @@
 # shellcheck source=tests/docker/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-export REDIS_LOCK_IMAGE=$IMAGE
-
 # Container ids by service, once the services are up.
 declare -A container
 ip_of() { docker inspect -f '{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}' "$1"; }
@@ -29,7 +27,7 @@ sentinels_see_everyone() {
 }
 # The client's view: sets master_ip and master_port from what sentinel-1 says.
 ask_sentinel() {
-  doc '$COMPOSE -f docker/compose.yml -p $PROJECT exec -T sentinel-1 redis-cli -p 26379 SENTINEL get-master-addr-by-name mymaster' >"$WORK/master"
+  doc '$COMPOSE -f docker/compose.yml -p $PROJECT exec -T sentinel-1 $CLI -p 26379 SENTINEL get-master-addr-by-name mymaster' >"$WORK/master"
   read -r master_ip master_port < <(tr -d '\r' <"$WORK/master" | paste -sd ' ')
 }
 replica_is_master() {
@@ -43,6 +41,7 @@ step "build the image ($IMAGE)"
 build_image
 
 step "bring up a master, a replica and three Sentinels"
+doc 'export REDIS_LOCK_IMAGE=$IMAGE'
 doc 'export REDIS_PASSWORD=$PASSWORD'
 PROJECTS+=("$PROJECT")
 doc '$COMPOSE -f docker/compose.yml -p $PROJECT up -d' >"$WORK/up.log" 2>&1 ||
@@ -54,7 +53,10 @@ done
 until_ok 60 "each Sentinel knowing the two others and the replica" sentinels_see_everyone
 client=${container[sentinel-1]}
 replica_ip=$(ip_of "${container[replica]}")
-expect_eq "the servers' redis_version" "$(info "${container[master]}" redis_version)" "$REDIS_VERSION"
+expect_eq "the servers' ${SERVER}_version" "$(info "${container[master]}" "${SERVER}_version")" "$SERVER_VERSION"
+cli "$client" -p 26379 INFO server >"$WORK/sentinel-info"
+expect_eq "sentinel-1's $MODE_FIELD" "$(sed -n "s/^$MODE_FIELD://p" "$WORK/sentinel-info")" sentinel
+expect_eq "sentinel-1's ${SERVER}_version" "$(sed -n "s/^${SERVER}_version://p" "$WORK/sentinel-info")" "$SERVER_VERSION"
 
 step "find the master through Sentinel and take locks"
 ask_sentinel
