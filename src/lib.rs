@@ -132,7 +132,11 @@ mod tests {
             );
             // The categories say what the flags say.
             let flags = spec.flags.to_string_lossy();
-            assert_eq!(words.contains(&"write"), flags.contains("write"), "{name:?}");
+            assert_eq!(
+                words.contains(&"write"),
+                flags.contains("write"),
+                "{name:?}"
+            );
             assert_eq!(
                 words.contains(&"blocking"),
                 flags.contains("blocking"),

@@ -64,16 +64,15 @@ fn assert_loaded(con: &mut Connection, what: &str) {
             &body[..],
             "{what}: {key:?} bytes"
         );
-        let info: Option<std::collections::HashMap<String, Value>> = redis::cmd(
-            if key == b"permits" {
+        let info: Option<std::collections::HashMap<String, Value>> =
+            redis::cmd(if key == b"permits" {
                 "SEM.INFO"
             } else {
                 "LOCK.INFO"
-            },
-        )
-        .arg(key)
-        .query(con)
-        .unwrap();
+            })
+            .arg(key)
+            .query(con)
+            .unwrap();
         let info = info.unwrap_or_else(|| panic!("{what}: {key:?} is held"));
         let fence: i64 = redis::from_redis_value(&info["fence"]).unwrap();
         highest = highest.max(fence);
@@ -103,7 +102,10 @@ fn assert_loaded(con: &mut Connection, what: &str) {
         assert_eq!(extended, 1, "{what}: permits of {token}");
     }
     let (_, fence) = acquire(con, "new", 1_000, None).unwrap();
-    assert!(fence as i64 > highest, "{what}: fence {fence} after {highest}");
+    assert!(
+        fence as i64 > highest,
+        "{what}: fence {fence} after {highest}"
+    );
 }
 
 #[test]

@@ -1023,7 +1023,7 @@ mod tests {
             None
         );
         // Readers: each counted; only a last millisecond keeps the key.
-        let mut readers = crate::holders::Holders::new(0);
+        let mut readers = crate::hold::Holders::new(0);
         for (token, fence, deadline) in [(b"r1", 1, 100), (b"r2", 2, 200), (b"r3", 3, 300)] {
             readers.put(Hold::granted(token, fence, 0, deadline));
         }

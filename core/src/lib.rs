@@ -13,8 +13,8 @@
 //!   WRONGTYPE rule;
 //! - [`lock`] and [`token`]: an exclusive lock's packed 32-byte value and
 //!   its compact token;
-//! - [`holders`]: the value of a key with several holders (shared locks,
-//!   semaphores);
+//!   (its [`hold::Holders`] is the value of a key with several holders:
+//!   shared locks, semaphores);
 //! - [`waitqueue`]: the per-key FIFO of waiters;
 //! - [`settings`]: the module's settings as data;
 //! - [`cluster`]: a key's hash slot, and where its waiters go when the key
@@ -42,7 +42,6 @@ pub mod decide;
 pub mod effect;
 pub mod errors;
 pub mod hold;
-pub mod holders;
 pub mod lock;
 pub mod rules;
 pub mod settings;

@@ -18,8 +18,8 @@ use std::sync::OnceLock;
 
 use redis_lock_core::decide::Removal;
 use redis_lock_core::effect::Permits;
+use redis_lock_core::hold::Holders;
 use redis_lock_core::hold::{Hold, Holds, Kind};
-use redis_lock_core::holders::Holders;
 use redis_lock_core::lock::StoredLock;
 use redis_lock_core::rules;
 use redis_lock_core::token::UUID_LEN;

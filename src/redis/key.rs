@@ -16,8 +16,8 @@ use std::ffi::c_void;
 use std::os::raw::c_int;
 
 use redis_lock_core::errors::LockError;
+use redis_lock_core::hold::Holders;
 use redis_lock_core::hold::{Hold, Holds, Kind, Want};
-use redis_lock_core::holders::Holders;
 use redis_lock_core::lock::StoredLock;
 use redis_module::{raw, Context, RedisString};
 

@@ -4,9 +4,9 @@
 //! holder's extension or expiry never changes another's lease. No Redis
 //! types here: the module stores a [`Holders`] as the value of its
 //! `redisshrd` and `redissema` types, and the key's TTL is the latest
-//! holder's deadline. Callers read it through [`crate::hold::Holds`].
+//! holder's deadline. Callers read it through [`super::Holds`].
 
-use crate::hold::{Hold, Kind};
+use super::{Hold, Kind};
 
 /// The holds of one key. `limit` is a semaphore's number of permits, 0 for
 /// a shared lock (any number of readers, up to `lock.max-holders`).
@@ -163,7 +163,10 @@ mod tests {
         readers.put(Hold::granted(b"a", 1, 0, 100));
         readers.put(Hold::granted(b"b", 2, 0, 100));
         assert!(readers.is_whole(shared, 2));
-        assert!(!readers.is_whole(sem, 2), "a shared lock in a semaphore's type");
+        assert!(
+            !readers.is_whole(sem, 2),
+            "a shared lock in a semaphore's type"
+        );
         assert!(!readers.is_whole(shared, 3), "a token given twice");
         assert!(!Holders::new(0).is_whole(shared, 0), "no holder");
         let mut permits = Holders::new(3);

@@ -13,9 +13,11 @@ use std::borrow::Cow;
 use std::ffi::CStr;
 
 use crate::errors::LockError;
-use crate::holders::Holders;
+
+mod holders;
 use crate::rules;
 use crate::token::{StoredToken, UUID_LEN};
+pub use holders::Holders;
 
 /// One hold on a key. The lease deadline of an exclusive hold is also its
 /// key's Redis TTL (which `PTTL` shows and Redis expires); `deadline_ms` is
@@ -415,7 +417,6 @@ impl<'a> Holds<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::holders::Holders;
 
     #[test]
     fn held_by_its_token_only() {
