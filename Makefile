@@ -35,7 +35,7 @@ BENCH_VENV := target/bench-venv
 BENCH_PYTHON := $(BENCH_VENV)/bin/python
 BENCH_MATPLOTLIB := matplotlib==3.9.*
 BENCH_QUICK_DIR := target/bench-quick
-# The client crate (client/) and its examples: redis-py for the Python one.
+# The Rust client crate (clients/rust/) and its examples: redis-py for the Python one.
 CLIENT_VENV := target/client-venv
 CLIENT_REDIS_PY := redis==5.2.1
 MODULE_DEBUG := target/debug/libredis_lock.so

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs the billing examples (Rust: client/examples/billing.rs, Python:
+# Runs the billing examples (Rust: clients/rust/examples/billing.rs, Python:
 # examples/python/billing.py, Go: examples/go/billing.go, Node:
 # examples/node/billing.js) against a fresh redis-server with the module on
 # a free loopback port, and stops the server at the end. After each, it

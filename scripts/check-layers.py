@@ -4,7 +4,7 @@
 The layers the code aims for (commands -> core -> Redis layer) only go down,
 so the graph of "module A names something in module B" must have no cycle.
 For every crate in the repository (`src/` next to each Cargo.toml: the root
-crate, bench, chaos, client, and later core, testsupport...), this reads every
+crate, bench, chaos, clients/rust, core, testsupport...), this reads every
 `crate::...`, `$crate::...`, `super::...` and `self::...` path (in `use`,
 `pub use` and in code), after removing comments and string literals, and
 turns it into an edge between top-level modules:
