@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use redis::aio::MultiplexedConnection;
+use redis_lock_client::redis::{self, aio::MultiplexedConnection};
 use redis_lock_client::{Error, Locks};
 use tokio::sync::Barrier;
 
@@ -74,12 +74,18 @@ async fn worker(
 ) -> Result<Option<u64>, Error> {
     // All workers try at the same moment, as cron would start them.
     start.wait().await;
-    let Some(guard) = locks
-        .acquire(&lock_key(night), Duration::from_secs(2))
-        .await?
-    else {
-        println!("[{night}] worker {id}: another worker is running it, skipping");
-        return Ok(None);
+    let guard = match locks
+        .lock(lock_key(night))
+        .ttl(Duration::from_secs(2))
+        .acquire()
+        .await
+    {
+        Ok(guard) => guard,
+        Err(Error::NotAcquired) => {
+            println!("[{night}] worker {id}: another worker is running it, skipping");
+            return Ok(None);
+        }
+        Err(e) => return Err(e),
     };
     let fence = guard.fence();
     let total_key = total_key(night);
@@ -161,8 +167,10 @@ async fn stale_holder(
     let ttl = Duration::from_secs(2);
     let stalled = Locks::connect(client.clone()).await?;
     let stale = stalled
-        .acquire(&lock_key(night), ttl)
-        .await?
+        .lock(lock_key(night))
+        .ttl(ttl)
+        .acquire()
+        .await
         .expect("the night's job is over: the lock is free");
     let _: i64 = redis::cmd("DEL")
         .arg(lock_key(night))
@@ -170,8 +178,10 @@ async fn stale_holder(
         .await?;
     let other = Locks::connect(client.clone()).await?;
     let taken = other
-        .acquire(&lock_key(night), ttl)
-        .await?
+        .lock(lock_key(night))
+        .ttl(ttl)
+        .acquire()
+        .await
         .expect("free after the DEL");
 
     let refused = stale

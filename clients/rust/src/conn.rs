@@ -58,7 +58,7 @@ impl LockConnection {
 #[derive(Clone)]
 pub(crate) enum Opener {
     Single(redis::Client),
-    Cluster(ClusterClient),
+    Cluster(Box<ClusterClient>),
 }
 
 impl Opener {
@@ -71,12 +71,14 @@ impl Opener {
             Opener::Single(client) => {
                 // No response timeout: the command blocks for as long as it
                 // waits for the lock. The caller bounds it with its own timer.
-                let config = AsyncConnectionConfig::new();
+                let config = AsyncConnectionConfig::new().set_response_timeout(None);
                 let c = client
                     .get_multiplexed_async_connection_with_config(&config)
                     .await?;
                 Ok(LockConnection::Multiplexed(c))
             }
+            // The cluster client's own response timeout applies (none
+            // unless it was given one).
             Opener::Cluster(client) => Ok(LockConnection::Cluster(
                 client.get_async_connection().await?,
             )),

@@ -7,13 +7,14 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use redis::{Cmd, Value};
+use redis::Value;
 
+use crate::commands::{info_cmd, observe_cmd, Kind, Wait};
 use crate::conn::{LockConnection, Opener, WAIT_REPLY_SLACK};
-use crate::error::{timed_out, Error, LostReason, Result};
+use crate::error::{timed_out, LostReason, Result};
+use crate::info::Fields;
 use crate::lease::LostSignal;
-use crate::locks::{Guard, Locks};
-use crate::options::check_owner;
+use crate::locks::{Guard, Locks, Spec};
 
 /// How long one `LOCK.OBSERVE` blocks on the server before it answers with
 /// the holder as it is (and [`Observer::next`] asks again).
@@ -23,11 +24,10 @@ pub const OBSERVE_TIMEOUT: Duration = Duration::from_secs(30);
 ///
 /// ```no_run
 /// use std::time::Duration;
-/// use redis_lock_client::{Election, Locks};
+/// use redis_lock_client::{redis, Election, Locks};
 ///
 /// # async fn demo() -> Result<(), redis_lock_client::Error> {
-/// let client = redis::Client::open("redis://127.0.0.1:6379/").unwrap();
-/// let locks = Locks::connect(client).await?;
+/// let locks = Locks::connect(redis::Client::open("redis://127.0.0.1:6379/")?).await?;
 /// let election = Election::new(locks, "scheduler:leader", Duration::from_secs(10))
 ///     .owner("host-a");
 ///
@@ -55,20 +55,21 @@ pub const OBSERVE_TIMEOUT: Duration = Duration::from_secs(30);
 #[derive(Clone)]
 pub struct Election {
     locks: Locks,
-    key: String,
+    key: Vec<u8>,
     ttl: Duration,
     owner: Option<String>,
 }
 
 impl Election {
-    /// An election on `key`, whose leader holds a lease of `ttl` that the
-    /// watchdog extends every ttl/3. The owner label is that of `locks`'
-    /// options ([`LockOptions::owner`](crate::LockOptions::owner)), if any.
-    pub fn new(locks: Locks, key: impl Into<String>, ttl: Duration) -> Election {
+    /// An election on `key` (any bytes), whose leader holds a lease of
+    /// `ttl` that the watchdog extends every ttl/3. The owner label is that
+    /// of `locks`' options ([`LockOptions::owner`](crate::LockOptions::owner)),
+    /// if any.
+    pub fn new(locks: Locks, key: impl AsRef<[u8]>, ttl: Duration) -> Election {
         let owner = locks.options().owner.clone();
         Election {
             locks,
-            key: key.into(),
+            key: key.as_ref().to_vec(),
             ttl,
             owner,
         }
@@ -83,14 +84,14 @@ impl Election {
     }
 
     /// The election's key.
-    pub fn key(&self) -> &str {
+    pub fn key(&self) -> &[u8] {
         &self.key
     }
 
     /// Wait until this candidate leads, for as long as it takes.
     ///
     /// It waits in the server's FIFO queue (`WAIT 0`) on a connection of its
-    /// own, opened for this call (as [`Locks::acquire_wait`] does), and is
+    /// own, opened for this call (as [`LockRequest::wait`](crate::LockRequest::wait) does), and is
     /// granted the lock when the leader before it resigns, loses its lease
     /// or its key is deleted. Drop the future to stand down: closing the
     /// connection takes the candidate out of the queue. The leadership's
@@ -99,20 +100,23 @@ impl Election {
         self.campaign_within(None).await
     }
 
-    /// [`Election::campaign`], giving up with [`Error::TimedOut`] (and
+    /// [`Election::campaign`], giving up with [`Error::TimedOut`](crate::Error::TimedOut) (and
     /// leaving the queue) when `timeout` passes first.
     pub async fn campaign_timeout(&self, timeout: Duration) -> Result<Leadership> {
         self.campaign_within(Some(timeout)).await
     }
 
     async fn campaign_within(&self, timeout: Option<Duration>) -> Result<Leadership> {
-        let owner = self.owner.as_deref().map(check_owner).transpose()?;
-        let guard = self
-            .locks
-            .lock_queued(&self.key, self.ttl, timeout, owner, false)
-            .await?;
+        let spec = Spec {
+            key: self.key.clone(),
+            kind: Kind::Exclusive,
+            ttl: self.ttl,
+            wait: timeout.map_or(Wait::Forever, Wait::For),
+            owner: self.owner.clone(),
+        };
+        let grant = self.locks.acquire_spec(&spec).await?;
         Ok(Leadership {
-            guard,
+            guard: Guard::of(self.locks.connection().clone(), grant, false),
             owner: self.owner.clone(),
         })
     }
@@ -160,8 +164,9 @@ pub struct Leader {
 /// - [`Leadership::resign`] hands the lease to the next candidate in the
 ///   queue.
 /// - Dropping it stops the watchdog and resigns in the background, as
-///   dropping a [`Guard`] releases.
+///   dropping a [`Guard`] releases: keep it bound while leading.
 #[derive(Debug)]
+#[must_use = "dropping a leadership resigns it: bind it (`let leadership = …`) for as long as this candidate leads"]
 pub struct Leadership {
     guard: Guard,
     owner: Option<String>,
@@ -193,6 +198,18 @@ impl Leadership {
         self.guard.is_lost()
     }
 
+    /// Whether this candidate may act as leader right now; see
+    /// [`Guard::held`].
+    pub fn held(&self) -> bool {
+        self.guard.held()
+    }
+
+    /// How long this term may still be counted on; see
+    /// [`Guard::remaining`].
+    pub fn remaining(&self) -> Duration {
+        self.guard.remaining()
+    }
+
     /// The lock guard underneath, for [`Guard::guarded`]: leader-only writes
     /// kept in Redis, run only while this lease is live.
     pub fn guard(&self) -> &Guard {
@@ -212,7 +229,7 @@ impl Leadership {
 /// of its own.
 pub struct Observer {
     opener: Opener,
-    key: String,
+    key: Vec<u8>,
     conn: Option<LockConnection>,
     /// The fence of the leader last returned (0: nobody); `None` before the
     /// first call.
@@ -223,7 +240,7 @@ pub struct Observer {
 impl Observer {
     /// How long each `LOCK.OBSERVE` blocks on the server (default
     /// [`OBSERVE_TIMEOUT`], at least 1 ms). The connection waits for the
-    /// reply 2 s longer than that, then gives up with [`Error::Connection`].
+    /// reply 2 s longer than that, then gives up with [`Error::Connection`](crate::Error::Connection).
     pub fn timeout(mut self, timeout: Duration) -> Observer {
         self.timeout = timeout.max(Duration::from_millis(1));
         self
@@ -281,18 +298,6 @@ impl Observer {
     }
 }
 
-fn info_cmd(key: &str) -> Cmd {
-    let mut cmd = redis::cmd("LOCK.INFO");
-    cmd.arg(key);
-    cmd
-}
-
-fn observe_cmd(key: &str, seen: u64, timeout: Duration) -> Cmd {
-    let mut cmd = redis::cmd("LOCK.OBSERVE");
-    cmd.arg(key).arg(seen).arg(timeout.as_millis() as u64);
-    cmd
-}
-
 /// The holder in a `LOCK.OBSERVE` or `LOCK.INFO` reply: null, or a map
 /// (RESP3) or flat name/value array (RESP2) with `fence`, `ttl` and maybe
 /// `owner`.
@@ -300,25 +305,12 @@ fn leader_of(reply: Option<HashMap<String, Value>>) -> Result<Option<Leader>> {
     let Some(fields) = reply else {
         return Ok(None);
     };
-    let int = |name| match fields.get(name) {
-        Some(Value::Int(n)) => Ok(*n),
-        _ => Err(unexpected(name)),
-    };
-    let owner = match fields.get("owner") {
-        None => None,
-        Some(Value::BulkString(b)) => Some(String::from_utf8_lossy(b).into_owned()),
-        Some(Value::SimpleString(s)) => Some(s.clone()),
-        Some(_) => return Err(unexpected("owner")),
-    };
-    let fence = u64::try_from(int("fence")?).map_err(|_| unexpected("fence"))?;
-    let ttl = u64::try_from(int("ttl")?).ok().map(Duration::from_millis);
-    Ok(Some(Leader { fence, owner, ttl }))
-}
-
-fn unexpected(field: &'static str) -> Error {
-    Error::Server(redis::RedisError::from((
-        redis::ErrorKind::TypeError,
-        "unexpected reply to LOCK.OBSERVE or LOCK.INFO: a field is missing or of the wrong type",
-        field.to_string(),
-    )))
+    let f = Fields::new(fields, "unexpected reply to LOCK.OBSERVE or LOCK.INFO");
+    Ok(Some(Leader {
+        fence: f.count("fence")?,
+        owner: f
+            .bytes("owner")?
+            .map(|b| String::from_utf8_lossy(&b).into_owned()),
+        ttl: f.millis("ttl")?,
+    }))
 }

@@ -5,8 +5,16 @@ use std::time::Duration;
 
 use crate::error::{Error, Result};
 
-/// The largest ttl the module accepts: 24 hours.
+/// The largest ttl the module accepts: 24 hours (its default
+/// `lock.max-ttl-ms`).
 pub const MAX_TTL: Duration = Duration::from_millis(86_400_000);
+
+/// The ttl of a [`LockRequest`](crate::LockRequest) (and of a
+/// [`PermitRequest`](crate::PermitRequest)) that does not set one: 30 s.
+pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
+
+/// The longest wait the module accepts: 365 days.
+pub const MAX_WAIT: Duration = Duration::from_millis(31_536_000_000);
 
 /// The longest owner label the module accepts, in bytes.
 pub const MAX_OWNER_LEN: usize = 128;
@@ -104,6 +112,15 @@ pub(crate) fn ttl_ms(ttl: Duration) -> Result<u64> {
         return Err(Error::InvalidArgument("the ttl must be 1 ms to 24 hours"));
     }
     Ok(ttl.as_millis() as u64)
+}
+
+/// A wait within the module's range (up to 365 days), as whole
+/// milliseconds; at least 1 (the server's `WAIT 0` means "no limit").
+pub(crate) fn wait_ms(wait: Duration) -> Result<u64> {
+    if wait > MAX_WAIT {
+        return Err(Error::InvalidArgument("a wait must be at most 365 days"));
+    }
+    Ok((wait.as_millis() as u64).max(1))
 }
 
 /// The ttl as sent: whole milliseconds, so the client's deadline never runs

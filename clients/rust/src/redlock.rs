@@ -9,11 +9,12 @@ use futures_util::future::join_all;
 use rand::Rng;
 use tokio::time::Instant;
 
-use crate::error::{Error, Result};
-use crate::lease::{BoxFuture, Lease, LostSignal, Renew, Renewal};
-use crate::locks::{acquire_cmd, extend_cmd, new_token, release_cmd, run_guarded, Held};
+use crate::commands::{new_token, Extended, Kind, Wait};
+use crate::conn::LockConnection;
+use crate::error::{Error, LostReason, Result};
+use crate::lease::{BoxFuture, Lease, LostSignal, Renew, Renewal, Term};
+use crate::locks::{run_guarded, Held, Locks};
 use crate::options::{sent_ttl, LockOptions};
-use crate::{LockConnection, Locks, LostReason};
 
 /// How [`Redlock`] acquires.
 #[derive(Debug, Clone)]
@@ -81,19 +82,23 @@ impl RedlockOptions {
 ///
 /// ```no_run
 /// use std::time::Duration;
-/// use redis_lock_client::{Locks, Redlock};
+/// use redis_lock_client::{redis, Error, Locks, Redlock};
 ///
-/// # async fn demo() -> Result<(), redis_lock_client::Error> {
+/// # async fn demo() -> Result<(), Error> {
 /// let mut nodes = Vec::new();
 /// for port in [7001, 7002, 7003, 7004, 7005] {
-///     let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).unwrap();
+///     let client = redis::Client::open(format!("redis://127.0.0.1:{port}/"))?;
 ///     nodes.push(Locks::connect(client).await?);
 /// }
 /// let redlock = Redlock::new(nodes);
-/// if let Some(guard) = redlock.acquire("billing", Duration::from_secs(10)).await? {
-///     let fence = guard.combined_fence();
-///     // ... work, passing `guard.fences()` or `fence` to the storage ...
-///     guard.release().await?;
+/// match redlock.acquire("billing", Duration::from_secs(10)).await {
+///     Ok(guard) => {
+///         let fence = guard.combined_fence();
+///         // ... work, passing `guard.fences()` or `fence` to the storage ...
+///         guard.release().await?;
+///     }
+///     Err(Error::NotAcquired) => println!("held elsewhere"),
+///     Err(e) => return Err(e),
 /// }
 /// # Ok(()) }
 /// ```
@@ -152,9 +157,11 @@ impl Redlock {
     /// `ttl − elapsed − drift` is still longer than the safety margin. A
     /// failed attempt releases on every node, then pauses with jitter.
     ///
-    /// `Ok(None)`: the lock is held elsewhere (refusals alone kept a majority
-    /// out of reach). [`Error::NoQuorum`]: failures or timeouts did.
-    pub async fn acquire(&self, key: &str, ttl: Duration) -> Result<Option<RedlockGuard>> {
+    /// [`Error::NotAcquired`]: the lock is held elsewhere (refusals alone
+    /// kept a majority out of reach). [`Error::NoQuorum`]: failures or
+    /// timeouts did. `key` is any bytes.
+    pub async fn acquire(&self, key: impl AsRef<[u8]>, ttl: Duration) -> Result<RedlockGuard> {
+        let key = key.as_ref();
         let ttl = sent_ttl(ttl)?;
         let margin = self.options.lock.margin_for(ttl)?;
         let owner = self.options.lock.owner_label()?;
@@ -170,7 +177,7 @@ impl Redlock {
                 tokio::time::sleep(half + Duration::from_micros(jitter)).await;
             }
             let token = new_token();
-            let cmd = acquire_cmd(key, ttl, &token, None, owner)?;
+            let cmd = Kind::Exclusive.acquire_cmd(key, ttl, &token, Wait::No, owner)?;
             let sent = Instant::now();
             let answers = self
                 .on_all_nodes(ttl, |conn| {
@@ -199,28 +206,27 @@ impl Redlock {
             if granted >= quorum && Instant::now() + margin < valid_until {
                 let renew = Arc::new(RedlockLease {
                     redlock: self.clone(),
-                    key: key.to_string(),
+                    key: key.to_vec(),
                     token: token.clone(),
                     ttl,
                 });
-                let lease = Lease::start(
-                    renew,
-                    ttl,
-                    margin,
+                let term = Term {
                     sent,
                     valid_until,
-                    self.options.lock.release_timeout,
-                );
-                return Ok(Some(RedlockGuard {
-                    key: key.to_string(),
+                    ttl,
+                    margin,
+                };
+                let lease = Lease::start(renew, term, &self.options.lock);
+                return Ok(RedlockGuard {
+                    key: key.to_vec(),
                     token,
                     fences,
                     lease,
-                }));
+                });
             }
             // Give back what this attempt got, on every node (a node that
             // timed out may have granted after all).
-            let release = release_cmd(key, &token);
+            let release = Kind::Exclusive.release_cmd(key, &token);
             let _ = self
                 .on_all_nodes(ttl, |conn| {
                     let release = release.clone();
@@ -236,7 +242,7 @@ impl Redlock {
                 failed,
             })
         } else {
-            Ok(None)
+            Err(Error::NotAcquired)
         }
     }
 
@@ -244,12 +250,17 @@ impl Redlock {
     /// majority grants it (after the configured attempts), with the watchdog
     /// on; stop it if the lease is lost; release at the end.
     /// [`Held::fence`] is the combined fence.
-    pub async fn with_lock<F, Fut, T>(&self, key: &str, ttl: Duration, work: F) -> Result<T>
+    pub async fn with_lock<F, Fut, T>(
+        &self,
+        key: impl AsRef<[u8]>,
+        ttl: Duration,
+        work: F,
+    ) -> Result<T>
     where
         F: FnOnce(Held) -> Fut,
         Fut: Future<Output = T>,
     {
-        let guard = self.acquire(key, ttl).await?.ok_or(Error::NotAcquired)?;
+        let guard = self.acquire(key, ttl).await?;
         let held = Held {
             fence: guard.combined_fence(),
             lost: guard.lost_signal(),
@@ -302,8 +313,9 @@ impl<T> From<redis::RedisResult<T>> for Answer<T> {
 /// round counts only when a majority extends within the validity, and the
 /// lease is lost when so many nodes refuse that no majority is left, or when
 /// the validity minus the safety margin passes without a successful round.
+#[must_use = "dropping a Redlock guard releases the lock: bind it (`let guard = …`) for as long as the work runs"]
 pub struct RedlockGuard {
-    key: String,
+    key: Vec<u8>,
     token: String,
     fences: Vec<Option<u64>>,
     lease: Lease,
@@ -312,16 +324,16 @@ pub struct RedlockGuard {
 impl std::fmt::Debug for RedlockGuard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedlockGuard")
-            .field("key", &self.key)
+            .field("key", &String::from_utf8_lossy(&self.key))
             .field("fences", &self.fences)
-            .field("lost", &self.lease.lost_signal().is_lost())
+            .field("lost", &self.lease.lost_signal().reason())
             .finish()
     }
 }
 
 impl RedlockGuard {
     /// The locked key.
-    pub fn key(&self) -> &str {
+    pub fn key(&self) -> &[u8] {
         &self.key
     }
 
@@ -377,6 +389,33 @@ impl RedlockGuard {
         self.lease.lost_signal().is_lost()
     }
 
+    /// Whether the lease may be counted on right now (the validity less the
+    /// safety margin, on the monotonic clock); see
+    /// [`Guard::held`](crate::Guard::held).
+    pub fn held(&self) -> bool {
+        self.lease.lost_signal().held()
+    }
+
+    /// How long the lease may still be counted on; see
+    /// [`Guard::remaining`](crate::Guard::remaining).
+    pub fn remaining(&self) -> Duration {
+        self.lease.lost_signal().remaining()
+    }
+
+    /// The end of the validity as this client counts it (send + ttl −
+    /// drift).
+    pub fn deadline(&self) -> std::time::Instant {
+        self.lease.lost_signal().deadline()
+    }
+
+    /// Extend on every node now, to `ttl`, and keep that ttl; a round
+    /// counts only with a majority within the validity. See
+    /// [`Guard::extend`](crate::Guard::extend); failures that leave the
+    /// majority unknown are [`Error::NoQuorum`].
+    pub async fn extend(&self, ttl: Duration) -> Result<()> {
+        self.lease.extend(ttl).await
+    }
+
     /// Stop the watchdog and release on every node. `Ok(true)` when a
     /// majority released, `Ok(false)` when so many refused that no majority
     /// held it any more, [`Error::NoQuorum`] when failures leave it unknown.
@@ -387,8 +426,9 @@ impl RedlockGuard {
 
 struct RedlockLease {
     redlock: Redlock,
-    key: String,
+    key: Vec<u8>,
     token: String,
+    /// The acquire's ttl: what the node timeout of a release is counted from.
     ttl: Duration,
 }
 
@@ -396,73 +436,93 @@ struct RedlockLease {
 struct Tally {
     /// Nodes that answered 1.
     yes: usize,
-    /// Nodes that answered 0: the token does not hold the lock there.
+    /// Nodes that answered 0 (or `WRONGTYPE`): the token does not hold the
+    /// lock there.
     no: usize,
+    /// Nodes whose hold policy refused an extend (`LIMIT`).
+    limit: usize,
     nodes: usize,
+}
+
+impl Tally {
+    fn failed(&self) -> usize {
+        self.nodes - self.yes - self.no - self.limit
+    }
 }
 
 impl RedlockLease {
     /// Send `cmd` (an EXTEND or a RELEASE, answering 1 or 0) to every node at
-    /// once, each bounded by the node timeout: the one fan-out both use.
-    async fn tally(&self, cmd: &redis::Cmd) -> Tally {
+    /// once, each bounded by the node timeout for `ttl`: the one fan-out
+    /// both use.
+    async fn tally(&self, cmd: &redis::Cmd, ttl: Duration) -> Tally {
         let answers = self
             .redlock
-            .on_all_nodes(self.ttl, |conn| {
+            .on_all_nodes(ttl, |conn| {
                 let cmd = cmd.clone();
-                async move {
-                    match conn.query::<i64>(&cmd).await {
-                        Ok(1) => Answer::Yes(()),
-                        Ok(_) => Answer::No,
-                        Err(_) => Answer::Failed,
-                    }
-                }
+                async move { Answer::Yes(Extended::of(conn.query::<i64>(&cmd).await)) }
             })
             .await;
-        Tally {
-            yes: answers
+        let count = |f: fn(&Extended) -> bool| {
+            answers
                 .iter()
-                .filter(|a| matches!(a, Answer::Yes(_)))
-                .count(),
-            no: answers.iter().filter(|a| matches!(a, Answer::No)).count(),
+                .filter(|a| matches!(a, Answer::Yes(e) if f(e)))
+                .count()
+        };
+        Tally {
+            yes: count(|a| matches!(a, Extended::Yes)),
+            no: count(|a| matches!(a, Extended::NotHeld)),
+            limit: count(|a| matches!(a, Extended::Limit(_))),
             nodes: answers.len(),
+        }
+    }
+
+    fn no_quorum(tally: &Tally) -> Error {
+        Error::NoQuorum {
+            granted: tally.yes,
+            refused: tally.no + tally.limit,
+            failed: tally.failed(),
         }
     }
 }
 
 impl Renew for RedlockLease {
-    fn renew(&self) -> BoxFuture<'_, Renewal> {
+    fn renew(&self, ttl: Duration) -> BoxFuture<'_, Renewal> {
         Box::pin(async move {
-            let Ok(cmd) = extend_cmd(&self.key, &self.token, self.ttl) else {
-                return Renewal::Refused;
+            let cmd = match Kind::Exclusive.extend_cmd(&self.key, &self.token, ttl) {
+                Ok(cmd) => cmd,
+                Err(e) => return Renewal::Failed(e),
             };
             let sent = Instant::now();
-            let tally = self.tally(&cmd).await;
+            let tally = self.tally(&cmd, ttl).await;
             let quorum = self.redlock.quorum();
-            let valid_until = sent + self.ttl - self.redlock.drift(self.ttl);
+            let valid_until = sent + ttl - self.redlock.drift(ttl);
             if tally.yes >= quorum && Instant::now() < valid_until {
                 Renewal::Extended { sent, valid_until }
-            } else if tally.no > tally.nodes - quorum {
-                Renewal::Refused
+            } else if tally.no + tally.limit > tally.nodes - quorum {
+                // No majority can extend any more: a hold limit among the
+                // refusals means the lease still runs to its deadline.
+                if tally.limit > 0 {
+                    Renewal::Limit
+                } else {
+                    Renewal::Refused
+                }
             } else {
-                Renewal::Failed
+                Renewal::Failed(RedlockLease::no_quorum(&tally))
             }
         })
     }
 
     fn release(&self) -> BoxFuture<'_, Result<bool>> {
         Box::pin(async move {
-            let tally = self.tally(&release_cmd(&self.key, &self.token)).await;
+            let release = Kind::Exclusive.release_cmd(&self.key, &self.token);
+            let tally = self.tally(&release, self.ttl).await;
             let quorum = self.redlock.quorum();
             if tally.yes >= quorum {
                 Ok(true)
             } else if tally.no > tally.nodes - quorum {
                 Ok(false)
             } else {
-                Err(Error::NoQuorum {
-                    granted: tally.yes,
-                    refused: tally.no,
-                    failed: tally.nodes - tally.yes - tally.no,
-                })
+                Err(RedlockLease::no_quorum(&tally))
             }
         })
     }

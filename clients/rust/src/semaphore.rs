@@ -3,15 +3,15 @@
 //! watchdog as a lock guard (`SEM.EXTEND`) and given back with
 //! `SEM.RELEASE`.
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::time::Duration;
 
-use redis::Value;
-
+use crate::commands::{sem_info_cmd, Kind, Wait};
 use crate::error::{Error, LostReason, Result};
+use crate::info::SemaphoreInfo;
 use crate::lease::{Lease, LostSignal};
-use crate::locks::{run_guarded, Grant, Held, Kind, Locks};
+use crate::locks::{run_guarded, Grant, Held, Locks, Spec};
+use crate::options::DEFAULT_TTL;
 
 /// The largest limit the module accepts for a semaphore.
 pub const MAX_LIMIT: u32 = 1_000_000;
@@ -27,15 +27,17 @@ pub const MAX_LIMIT: u32 = 1_000_000;
 ///
 /// ```no_run
 /// use std::time::Duration;
-/// use redis_lock_client::{Locks, Semaphore};
+/// use redis_lock_client::{redis, Locks, Semaphore};
 ///
 /// # async fn demo() -> Result<(), redis_lock_client::Error> {
-/// let client = redis::Client::open("redis://127.0.0.1:6379/").unwrap();
-/// let locks = Locks::connect(client).await?;
+/// let locks = Locks::connect(redis::Client::open("redis://127.0.0.1:6379/")?).await?;
 /// // At most 4 renders at once, across every process that uses this key.
 /// let renders = Semaphore::new(locks, "renders", 4);
 /// let permit = renders
-///     .acquire_wait(1, Duration::from_secs(10), Duration::from_secs(30))
+///     .permits(1)
+///     .ttl(Duration::from_secs(10))
+///     .wait(Duration::from_secs(30))
+///     .acquire()
 ///     .await?;
 /// tokio::select! {
 ///     reason = permit.lost() => println!("permit lost: {reason}"),
@@ -48,24 +50,24 @@ pub const MAX_LIMIT: u32 = 1_000_000;
 #[derive(Clone)]
 pub struct Semaphore {
     locks: Locks,
-    key: String,
+    key: Vec<u8>,
     limit: u32,
 }
 
 impl Semaphore {
-    /// The semaphore `key` with `limit` permits (1 to [`MAX_LIMIT`], checked
-    /// when an acquire is made). The watchdog options and owner label are
-    /// those of `locks`.
-    pub fn new(locks: Locks, key: impl Into<String>, limit: u32) -> Semaphore {
+    /// The semaphore `key` (any bytes) with `limit` permits (1 to
+    /// [`MAX_LIMIT`], checked when an acquire is made). The watchdog
+    /// options and owner label are those of `locks`.
+    pub fn new(locks: Locks, key: impl AsRef<[u8]>, limit: u32) -> Semaphore {
         Semaphore {
             locks,
-            key: key.into(),
+            key: key.as_ref().to_vec(),
             limit,
         }
     }
 
     /// The semaphore's key.
-    pub fn key(&self) -> &str {
+    pub fn key(&self) -> &[u8] {
         &self.key
     }
 
@@ -74,153 +76,159 @@ impl Semaphore {
         self.limit
     }
 
-    /// Try once, without waiting, for `count` permits under one token, each
-    /// leased for `ttl`. `Ok(Some(permit))` when granted (the watchdog runs
-    /// from then on), `Ok(None)` when fewer than `count` are free or others
-    /// wait. [`Error::InvalidArgument`] for a count of 0 or above the limit.
-    ///
-    /// As for [`Locks::acquire`], the reply must come before the lease's
-    /// deadline minus the safety margin; otherwise this gives up with
-    /// [`Error::Connection`] and releases in the background.
-    pub async fn acquire(&self, count: u32, ttl: Duration) -> Result<Option<Permit>> {
-        let kind = self.kind(count)?;
-        let grant = self.locks.acquire_once(&self.key, ttl, kind).await?;
-        Ok(grant.map(|grant| Permit::of(grant, count)))
+    /// A request for `count` permits under one token (1 to the limit,
+    /// checked when it is made), shaped like a [`LockRequest`](crate::LockRequest):
+    /// [`PermitRequest::ttl`], [`PermitRequest::wait`],
+    /// [`PermitRequest::owner`], then [`PermitRequest::acquire`] or
+    /// [`PermitRequest::run`].
+    pub fn permits(&self, count: u32) -> PermitRequest {
+        PermitRequest {
+            locks: self.locks.clone(),
+            limit: self.limit,
+            count,
+            spec: Spec {
+                key: self.key.clone(),
+                kind: Kind::Permits {
+                    limit: self.limit,
+                    count,
+                },
+                ttl: DEFAULT_TTL,
+                wait: Wait::No,
+                owner: None,
+            },
+        }
     }
 
-    /// Wait in the server's queue (`SEM.ACQUIRE … WAIT`) until `count`
-    /// permits are handed to this client or `timeout` passes
-    /// ([`Error::TimedOut`]), on a connection of its own, as
-    /// [`Locks::acquire_wait`] does (drop the future to leave the queue).
-    pub async fn acquire_wait(
-        &self,
-        count: u32,
-        ttl: Duration,
-        timeout: Duration,
-    ) -> Result<Permit> {
-        let kind = self.kind(count)?;
-        let owner = self.locks.options().owner_label()?;
-        let grant = self
+    /// The semaphore now (`SEM.INFO`), or `None` when nobody holds or waits
+    /// for a permit. Its waiters: [`Locks::queue`].
+    pub async fn info(&self) -> Result<Option<SemaphoreInfo>> {
+        let reply = self
             .locks
-            .acquire_queued(&self.key, ttl, Some(timeout), owner, kind)
+            .connection()
+            .query(&sem_info_cmd(&self.key))
             .await?;
-        Ok(Permit::of(grant, count))
+        SemaphoreInfo::of(reply)
+    }
+}
+
+/// A request for permits, from [`Semaphore::permits`]. Nothing is sent
+/// until [`PermitRequest::acquire`] or [`PermitRequest::run`].
+#[derive(Clone)]
+#[must_use = "a permit request does nothing until `.acquire().await` or `.run(work).await`"]
+pub struct PermitRequest {
+    locks: Locks,
+    limit: u32,
+    count: u32,
+    spec: Spec,
+}
+
+impl std::fmt::Debug for PermitRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PermitRequest")
+            .field("key", &String::from_utf8_lossy(&self.spec.key))
+            .field("limit", &self.limit)
+            .field("count", &self.count)
+            .field("ttl", &self.spec.ttl)
+            .field("wait", &self.spec.wait)
+            .finish()
+    }
+}
+
+impl PermitRequest {
+    /// The permits' lease, kept alive by the watchdog (`SEM.EXTEND` every
+    /// ttl/3). Default: [`DEFAULT_TTL`](crate::DEFAULT_TTL).
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.spec.ttl = ttl;
+        self
     }
 
-    /// Run `work` holding `count` permits if they are free now, as
-    /// [`Locks::with_lock`] runs it under a lock: [`Error::NotAcquired`]
-    /// when they are not (and `work` does not run), [`Error::Lost`] when the
-    /// permits are lost while `work` runs (it is stopped), released at the
-    /// end.
+    /// Wait up to `timeout` in the server's queue (`SEM.ACQUIRE … WAIT`),
+    /// on a connection of its own, as
+    /// [`LockRequest::wait`](crate::LockRequest::wait) does:
+    /// [`Error::TimedOut`] after. Zero means one try.
+    pub fn wait(mut self, timeout: Duration) -> Self {
+        self.spec.wait = if timeout.is_zero() {
+            Wait::No
+        } else {
+            Wait::For(timeout)
+        };
+        self
+    }
+
+    /// The public label of this holder (1 to 128 bytes), instead of the
+    /// options' label.
+    pub fn owner(mut self, label: impl Into<String>) -> Self {
+        self.spec.owner = Some(label.into());
+        self
+    }
+
+    /// Take the permits: a [`Permit`] whose watchdog runs from the grant on.
+    /// [`Error::NotAcquired`] when fewer than `count` are free or others
+    /// wait (and no wait was asked for), [`Error::TimedOut`] when the wait
+    /// ran out, [`Error::InvalidArgument`] for a count of 0 or above the
+    /// limit, or a limit of 0 or above [`MAX_LIMIT`]; otherwise as
+    /// [`LockRequest::acquire`](crate::LockRequest::acquire).
+    pub async fn acquire(self) -> Result<Permit> {
+        if !(1..=MAX_LIMIT).contains(&self.limit) {
+            return Err(Error::InvalidArgument(
+                "a semaphore's limit must be 1 to 1000000",
+            ));
+        }
+        if !(1..=self.limit).contains(&self.count) {
+            return Err(Error::InvalidArgument(
+                "the count must be 1 to the semaphore's limit",
+            ));
+        }
+        let grant = self.locks.acquire_spec(&self.spec).await?;
+        Ok(Permit::of(grant, self.count))
+    }
+
+    /// Run `work` holding the permits, as
+    /// [`LockRequest::run`](crate::LockRequest::run) runs it under a lock:
+    /// `work` does not run if they are not acquired, is stopped
+    /// ([`Error::Lost`]) if they are lost, and they are released at the end.
     ///
     /// ```no_run
     /// use std::time::Duration;
     /// # async fn demo(renders: redis_lock_client::Semaphore) -> Result<(), redis_lock_client::Error> {
     /// let fence = renders
-    ///     .with_permits(1, Duration::from_secs(10), |held| async move {
+    ///     .permits(1)
+    ///     .ttl(Duration::from_secs(10))
+    ///     .run(|held| async move {
     ///         // one of at most `limit` renders running now
     ///         held.fence
     ///     })
     ///     .await?;
     /// # Ok(()) }
     /// ```
-    pub async fn with_permits<F, Fut, T>(&self, count: u32, ttl: Duration, work: F) -> Result<T>
+    pub async fn run<F, Fut, T>(self, work: F) -> Result<T>
     where
         F: FnOnce(Held) -> Fut,
         Fut: Future<Output = T>,
     {
-        let permit = self.acquire(count, ttl).await?.ok_or(Error::NotAcquired)?;
+        let permit = self.acquire().await?;
         let held = Held {
             fence: permit.fence,
             lost: permit.lease.lost_signal(),
         };
         run_guarded(held, permit.lease, work).await
     }
-
-    /// The semaphore now (`SEM.INFO`), or `None` when nobody holds or waits
-    /// for a permit.
-    pub async fn info(&self) -> Result<Option<SemaphoreInfo>> {
-        let mut cmd = redis::cmd("SEM.INFO");
-        cmd.arg(&self.key);
-        let reply: Option<HashMap<String, Value>> = self.locks.connection().query(&cmd).await?;
-        reply.map(SemaphoreInfo::of).transpose()
-    }
-
-    fn kind(&self, count: u32) -> Result<Kind> {
-        if !(1..=MAX_LIMIT).contains(&self.limit) {
-            return Err(Error::InvalidArgument(
-                "a semaphore's limit must be 1 to 1000000",
-            ));
-        }
-        if !(1..=self.limit).contains(&count) {
-            return Err(Error::InvalidArgument(
-                "the count must be 1 to the semaphore's limit",
-            ));
-        }
-        Ok(Kind::Permits {
-            limit: self.limit,
-            count,
-        })
-    }
-}
-
-/// A semaphore as `SEM.INFO` shows it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct SemaphoreInfo {
-    /// The number of permits.
-    pub limit: u32,
-    /// Permits out now.
-    pub used: u32,
-    /// Tokens that hold permits.
-    pub holders: u32,
-    /// Requests in the queue.
-    pub waiters: u32,
-    /// The highest holder fence.
-    pub fence: u64,
-    /// What is left of the latest lease; `None` without a TTL.
-    pub ttl: Option<Duration>,
-}
-
-impl SemaphoreInfo {
-    fn of(fields: HashMap<String, Value>) -> Result<SemaphoreInfo> {
-        let int = |name: &'static str| match fields.get(name) {
-            Some(Value::Int(n)) => Ok(*n),
-            _ => Err(unexpected(name)),
-        };
-        let count = |name| u32::try_from(int(name)?).map_err(|_| unexpected(name));
-        Ok(SemaphoreInfo {
-            limit: count("limit")?,
-            used: count("used")?,
-            holders: count("holders")?,
-            waiters: count("waiters")?,
-            fence: u64::try_from(int("fence")?).map_err(|_| unexpected("fence"))?,
-            ttl: u64::try_from(int("ttl")?).ok().map(Duration::from_millis),
-        })
-    }
-}
-
-fn unexpected(field: &'static str) -> Error {
-    Error::Server(redis::RedisError::from((
-        redis::ErrorKind::TypeError,
-        "unexpected reply to SEM.INFO: a field is missing or of the wrong type",
-        field.to_string(),
-    )))
 }
 
 /// Held permits of a [`Semaphore`]. The watchdog extends their lease
 /// (`SEM.EXTEND`) every ttl/3 while the permit lives.
 ///
 /// - [`Permit::lost`] resolves when the lease is lost (an extend was
-///   refused: the key was deleted or the permits expired; or no extend
-///   succeeded before the deadline minus the safety margin). From then on
-///   another holder may have them: stop the work.
+///   refused: the key was deleted or the permits expired; the hold policy
+///   refused; or no extend succeeded before the deadline minus the safety
+///   margin). From then on another holder may have them: stop the work.
 /// - [`Permit::release`] gives every permit of this token back
 ///   (`SEM.RELEASE`), handing them to the head of the queue.
 /// - Dropping it stops the watchdog and releases in the background, as
-///   dropping a [`Guard`](crate::Guard) does.
+///   dropping a [`Guard`](crate::Guard) does: keep it bound.
+#[must_use = "dropping a permit releases it: bind it (`let permit = …`) for as long as the work runs"]
 pub struct Permit {
-    key: String,
+    key: Vec<u8>,
     token: String,
     fence: u64,
     count: u32,
@@ -230,10 +238,10 @@ pub struct Permit {
 impl std::fmt::Debug for Permit {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Permit")
-            .field("key", &self.key)
+            .field("key", &String::from_utf8_lossy(&self.key))
             .field("fence", &self.fence)
             .field("count", &self.count)
-            .field("lost", &self.lease.lost_signal().is_lost())
+            .field("lost", &self.lease.lost_signal().reason())
             .finish()
     }
 }
@@ -250,7 +258,7 @@ impl Permit {
     }
 
     /// The semaphore's key.
-    pub fn key(&self) -> &str {
+    pub fn key(&self) -> &[u8] {
         &self.key
     }
 
@@ -281,9 +289,30 @@ impl Permit {
         self.lease.lost_signal()
     }
 
-    /// Whether the lease has been lost by now.
+    /// Whether the loss has been signalled by now.
     pub fn is_lost(&self) -> bool {
         self.lease.lost_signal().is_lost()
+    }
+
+    /// See [`Guard::held`](crate::Guard::held).
+    pub fn held(&self) -> bool {
+        self.lease.lost_signal().held()
+    }
+
+    /// See [`Guard::remaining`](crate::Guard::remaining).
+    pub fn remaining(&self) -> Duration {
+        self.lease.lost_signal().remaining()
+    }
+
+    /// See [`Guard::deadline`](crate::Guard::deadline).
+    pub fn deadline(&self) -> std::time::Instant {
+        self.lease.lost_signal().deadline()
+    }
+
+    /// Extend the permits' lease now (`SEM.EXTEND`); see
+    /// [`Guard::extend`](crate::Guard::extend).
+    pub async fn extend(&self, ttl: Duration) -> Result<()> {
+        self.lease.extend(ttl).await
     }
 
     /// Stop the watchdog and release every permit of this token:

@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::Cluster;
+use common::{Cluster, LocksOn};
 use redis::cluster::ClusterClient;
 use redis_lock_client::{Error, Locks, LostReason};
 
@@ -27,17 +27,18 @@ async fn acquire_and_release_across_many_slots() {
     let mut guards = Vec::new();
     for key in &keys {
         let guard = locks
-            .acquire(key, 10 * SEC)
+            .lock(key)
+            .ttl(10 * SEC)
+            .acquire()
             .await
-            .unwrap()
-            .unwrap_or_else(|| panic!("{key} is free"));
+            .unwrap_or_else(|e| panic!("{key} is free: {e}"));
         guards.push(guard);
     }
     // Every master holds a share of the locks, and they add up.
     let per_node: Vec<i64> = cluster
         .nodes
         .iter()
-        .map(|n| dbsize(&mut n.conn()))
+        .map(|n| dbsize(&mut n.admin()))
         .collect();
     assert!(
         per_node.iter().all(|&n| n > 0),
@@ -48,7 +49,10 @@ async fn acquire_and_release_across_many_slots() {
     // Held for anyone else, through the same routing.
     for key in keys.iter().step_by(37) {
         assert!(
-            rival.acquire(key, SEC).await.unwrap().is_none(),
+            matches!(
+                rival.lock(key).ttl(SEC).acquire().await,
+                Err(Error::NotAcquired)
+            ),
             "{key} is held"
         );
     }
@@ -58,7 +62,7 @@ async fn acquire_and_release_across_many_slots() {
     let per_node: Vec<i64> = cluster
         .nodes
         .iter()
-        .map(|n| dbsize(&mut n.conn()))
+        .map(|n| dbsize(&mut n.admin()))
         .collect();
     assert_eq!(per_node, vec![0, 0, 0]);
 }
@@ -68,10 +72,17 @@ async fn waiting_the_watchdog_and_guarded_writes_work_in_a_cluster() {
     let cluster = Cluster::start();
     let client = ClusterClient::new(cluster.urls()).unwrap();
     let locks = Locks::connect_cluster(client.clone()).await.unwrap();
-    let holder = locks.acquire("{billing}", SEC).await.unwrap().unwrap();
+    let holder = locks.lock("{billing}").ttl(SEC).acquire().await.unwrap();
     let waiter = {
         let locks = locks.clone();
-        tokio::spawn(async move { locks.acquire_wait("{billing}", SEC, 10 * SEC).await })
+        tokio::spawn(async move {
+            locks
+                .lock("{billing}")
+                .ttl(SEC)
+                .wait(10 * SEC)
+                .acquire()
+                .await
+        })
     };
     // The holder outlives its ttl twice over: the watchdog extends through
     // the cluster connection.
@@ -91,9 +102,10 @@ async fn waiting_the_watchdog_and_guarded_writes_work_in_a_cluster() {
     assert_eq!(total, 7);
     // A holder whose lock was released behind its back (by its token).
     let stale = locks
-        .acquire("{billing}:other", SEC)
+        .lock("{billing}:other")
+        .ttl(SEC)
+        .acquire()
         .await
-        .unwrap()
         .unwrap();
     let mut admin = client.get_async_connection().await.unwrap();
     let released: i64 = redis::cmd("LOCK.RELEASE")

@@ -24,7 +24,7 @@ async fn candidate(server: &Server, owner: &str, ttl: Duration) -> Election {
 fn queued_owners(server: &Server) -> Vec<String> {
     let waiters: Vec<Vec<(String, Value)>> = redis::cmd("LOCK.QUEUE")
         .arg(KEY)
-        .query(&mut server.conn())
+        .query(&mut server.admin())
         .expect("LOCK.QUEUE");
     waiters
         .into_iter()
@@ -122,7 +122,7 @@ async fn the_next_candidate_leads_when_a_cut_off_leaders_lease_expires() {
     // Leader a's extends go through one plain connection, which stays
     // broken once killed: its watchdog can no longer keep the lease.
     let shared = server
-        .client()
+        .redis_client()
         .get_multiplexed_async_connection()
         .await
         .unwrap();
@@ -132,7 +132,7 @@ async fn the_next_candidate_leads_when_a_cut_off_leaders_lease_expires() {
         .await
         .unwrap();
     let a_locks = Locks::from_connection(shared)
-        .wait_client(server.client())
+        .wait_client(server.redis_client())
         .with_options(LockOptions::default().owner("host-a"));
     let a = Election::new(a_locks, KEY, SEC);
     let b = candidate(&server, "host-b", 10 * SEC).await;
@@ -153,7 +153,7 @@ async fn the_next_candidate_leads_when_a_cut_off_leaders_lease_expires() {
         .arg("KILL")
         .arg("ID")
         .arg(shared_id)
-        .query(&mut server.conn())
+        .query(&mut server.admin())
         .unwrap();
     // a learns it has lost before its lease ends on the server...
     let reason = timeout(5 * SEC, leading_a.lost()).await.expect("a lost");
@@ -180,7 +180,7 @@ async fn the_next_candidate_leads_when_a_cut_off_leaders_lease_expires() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_next_candidate_leads_when_a_leader_without_watchdog_lets_its_lease_run_out() {
     let server = Server::start();
-    let mut con = server.conn();
+    let mut con = server.admin();
     // A leader that was paused: it took a 1 s lease and never extended.
     let (_, old_fence): (String, u64) = redis::cmd("LOCK.ACQUIRE")
         .arg(KEY)
@@ -225,7 +225,7 @@ async fn a_candidate_that_no_longer_leads_resigns_without_harm() {
     // An operator deletes the key: the lock goes to the first waiter.
     let _: i64 = redis::cmd("DEL")
         .arg(KEY)
-        .query(&mut server.conn())
+        .query(&mut server.admin())
         .unwrap();
     let leading_b = waiting_b.await.unwrap().unwrap();
     let reason = timeout(5 * SEC, leading_a.lost()).await.expect("a lost");
@@ -288,7 +288,7 @@ async fn an_observer_carries_on_after_its_connection_is_killed() {
         let outcome = observer.next().await;
         (observer, outcome)
     });
-    let mut admin = server.conn();
+    let mut admin = server.admin();
     let mut observing = None;
     wait_until(10 * SEC, || {
         let clients: String = redis::cmd("CLIENT").arg("LIST").query(&mut admin).unwrap();

@@ -20,9 +20,10 @@ async fn watchdog_holds_a_one_second_lease_through_five_seconds_of_work() {
     let locks = server.locks().await;
     let rival = server.locks().await;
     let guard = locks
-        .acquire("job", SEC)
+        .lock("job")
+        .ttl(SEC)
+        .acquire()
         .await
-        .unwrap()
         .expect("the key is free");
     let fence = guard.fence();
 
@@ -34,26 +35,29 @@ async fn watchdog_holds_a_one_second_lease_through_five_seconds_of_work() {
 
     assert!(!guard.is_lost());
     assert!(
-        rival.acquire("job", SEC).await.unwrap().is_none(),
+        matches!(
+            rival.lock("job").ttl(SEC).acquire().await,
+            Err(Error::NotAcquired)
+        ),
         "still held"
     );
-    let held = info(&mut server.conn(), "job").expect("the key is held");
+    let held = info(&mut server.admin(), "job").expect("the key is held");
     assert_eq!(
         held["fence"], fence as i64,
         "the same lease, never re-granted"
     );
     assert!(guard.release().await.unwrap());
-    assert!(info(&mut server.conn(), "job").is_none());
+    assert!(info(&mut server.admin(), "job").is_none());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deleting_the_key_fires_lost() {
     let server = Server::start();
     let locks = server.locks().await;
-    let guard = locks.acquire("job", SEC).await.unwrap().unwrap();
+    let guard = locks.lock("job").ttl(SEC).acquire().await.unwrap();
     let _: i64 = redis::cmd("DEL")
         .arg("job")
-        .query(&mut server.conn())
+        .query(&mut server.admin())
         .unwrap();
     let reason = timeout(5 * SEC, guard.lost()).await.expect("lost() fired");
     assert_eq!(reason, LostReason::Refused);
@@ -72,7 +76,7 @@ async fn server_shutdown_fires_lost_before_the_deadline() {
     // Measured before the acquire is sent: the lease cannot end before this
     // plus the ttl, on any clock that does not run slow.
     let before_send = Instant::now();
-    let guard = locks.acquire("job", SEC).await.unwrap().unwrap();
+    let guard = locks.lock("job").ttl(SEC).acquire().await.unwrap();
     server.shutdown();
     let reason = timeout(5 * SEC, guard.lost()).await.expect("lost() fired");
     let fired = Instant::now();
@@ -90,8 +94,8 @@ async fn server_shutdown_fires_lost_before_the_deadline() {
 async fn watchdog_survives_a_killed_connection() {
     let server = Server::start();
     let locks = server.locks().await;
-    let guard = locks.acquire("job", SEC).await.unwrap().unwrap();
-    let mut admin = server.conn();
+    let guard = locks.lock("job").ttl(SEC).acquire().await.unwrap();
+    let mut admin = server.admin();
     // Kill every client connection but the admin's: the connection manager
     // behind the guard reconnects, and the watchdog carries on.
     for _ in 0..3 {
@@ -117,15 +121,16 @@ async fn watchdog_survives_a_killed_connection() {
 async fn stale_guard_release_returns_false() {
     let server = Server::start();
     let locks = server.locks().await;
-    let stale = locks.acquire("job", SEC).await.unwrap().unwrap();
+    let stale = locks.lock("job").ttl(SEC).acquire().await.unwrap();
     let _: i64 = redis::cmd("DEL")
         .arg("job")
-        .query(&mut server.conn())
+        .query(&mut server.admin())
         .unwrap();
     let fresh = locks
-        .acquire("job", SEC)
+        .lock("job")
+        .ttl(SEC)
+        .acquire()
         .await
-        .unwrap()
         .expect("free after DEL");
     assert!(fresh.fence() > stale.fence());
 
@@ -133,7 +138,7 @@ async fn stale_guard_release_returns_false() {
         !stale.release().await.unwrap(),
         "the stale guard no longer holds it"
     );
-    let held = info(&mut server.conn(), "job").expect("still held by the fresh guard");
+    let held = info(&mut server.admin(), "job").expect("still held by the fresh guard");
     assert_eq!(held["fence"], fresh.fence() as i64);
     assert!(fresh.release().await.unwrap());
 }
@@ -143,12 +148,13 @@ async fn dropping_a_guard_releases_it() {
     let server = Server::start();
     let locks = server.locks().await;
     let guard = locks
-        .acquire("job", Duration::from_secs(60))
+        .lock("job")
+        .ttl(Duration::from_secs(60))
+        .acquire()
         .await
-        .unwrap()
         .unwrap();
     drop(guard);
-    let mut con = server.conn();
+    let mut con = server.admin();
     common::wait_until(5 * SEC, || info(&mut con, "job").is_none());
 }
 
@@ -185,7 +191,9 @@ async fn with_lock_runs_once_across_eight_concurrent_tasks() {
             tasks.push(tokio::spawn(async move {
                 barrier.wait().await;
                 locks
-                    .with_lock("nightly-billing", 2 * SEC, |held| async move {
+                    .lock("nightly-billing")
+                    .ttl(2 * SEC)
+                    .run(|held| async move {
                         // Hold the lock long enough for every rival to try.
                         tokio::time::sleep(SEC).await;
                         assert!(ledger.lock().await.write(held.fence), "stale fence");
@@ -206,7 +214,7 @@ async fn with_lock_runs_once_across_eight_concurrent_tasks() {
         assert!(ran[0] > previous_fence, "a later run has a larger fence");
         previous_fence = ran[0];
         // Released at the end of with_lock.
-        assert!(info(&mut server.conn(), "nightly-billing").is_none());
+        assert!(info(&mut server.admin(), "nightly-billing").is_none());
     }
     assert_eq!(ledger.lock().await.runs.len(), 2);
     // A writer with the first round's fence is refused now.
@@ -218,9 +226,11 @@ async fn with_lock_runs_once_across_eight_concurrent_tasks() {
 async fn with_lock_stops_the_work_when_the_lease_is_lost() {
     let server = Server::start();
     let locks = server.locks().await;
-    let mut admin = server.conn();
+    let mut admin = server.admin();
     let outcome = locks
-        .with_lock("job", SEC, |_held| async move {
+        .lock("job")
+        .ttl(SEC)
+        .run(|_held| async move {
             let _: i64 = redis::cmd("DEL").arg("job").query(&mut admin).unwrap();
             tokio::time::sleep(Duration::from_secs(30)).await;
             "finished"
@@ -236,13 +246,13 @@ async fn with_lock_stops_the_work_when_the_lease_is_lost() {
 async fn acquire_wait_is_handed_the_lock_on_release() {
     let server = Server::start();
     let locks = server.locks().await;
-    let holder = locks.acquire("job", 10 * SEC).await.unwrap().unwrap();
+    let holder = locks.lock("job").ttl(10 * SEC).acquire().await.unwrap();
     let holder_fence = holder.fence();
     let waiter = {
         let locks = locks.clone();
-        tokio::spawn(async move { locks.acquire_wait("job", SEC, 10 * SEC).await })
+        tokio::spawn(async move { locks.lock("job").ttl(SEC).wait(10 * SEC).acquire().await })
     };
-    let mut con = server.conn();
+    let mut con = server.admin();
     common::wait_until(5 * SEC, || {
         info(&mut con, "job").is_some_and(|i| i["waiters"] == 1)
     });
@@ -257,15 +267,16 @@ async fn acquire_wait_times_out_without_disturbing_other_guards() {
     let server = Server::start();
     let locks = server.locks().await;
     let rival = server.locks().await;
-    let _taken = rival.acquire("busy", 10 * SEC).await.unwrap().unwrap();
+    let _taken = rival.lock("busy").ttl(10 * SEC).acquire().await.unwrap();
     // A short lease on the same Locks: its extends must not queue behind the
     // blocked wait (which has its own connection).
     let short = locks
-        .acquire("short", Duration::from_millis(600))
+        .lock("short")
+        .ttl(Duration::from_millis(600))
+        .acquire()
         .await
-        .unwrap()
         .unwrap();
-    let waited = locks.acquire_wait("busy", SEC, 2 * SEC).await;
+    let waited = locks.lock("busy").ttl(SEC).wait(2 * SEC).acquire().await;
     assert!(matches!(waited, Err(Error::TimedOut)), "got {waited:?}");
     assert!(
         !short.is_lost(),
@@ -279,37 +290,37 @@ async fn errors_are_typed() {
     let server = Server::start();
     let locks = server.locks().await;
     assert!(matches!(
-        locks.acquire("job", Duration::ZERO).await,
+        locks.lock("job").ttl(Duration::ZERO).acquire().await,
         Err(Error::InvalidArgument(_))
     ));
     let _: () = redis::cmd("SET")
         .arg("text")
         .arg("x")
-        .query(&mut server.conn())
+        .query(&mut server.admin())
         .unwrap();
-    match locks.acquire("text", SEC).await {
+    match locks.lock("text").ttl(SEC).acquire().await {
         Err(Error::Server(e)) => assert_eq!(e.code(), Some("WRONGTYPE")),
         other => panic!("expected WRONGTYPE, got {other:?}"),
     }
     let plain = Locks::from_connection(
         server
-            .client()
+            .redis_client()
             .get_multiplexed_async_connection()
             .await
             .unwrap(),
     );
     assert!(matches!(
-        plain.acquire_wait("job", SEC, SEC).await,
+        plain.lock("job").ttl(SEC).wait(SEC).acquire().await,
         Err(Error::InvalidArgument(_))
     ));
     // A server without the module: the command is unknown, a server error.
     let bare = Launch::new().without_module().start();
     let no_module = Locks::from_connection(
-        bare.client()
+        bare.redis_client()
             .get_multiplexed_async_connection()
             .await
             .expect("bare server up"),
     );
-    let outcome = no_module.acquire("job", SEC).await;
+    let outcome = no_module.lock("job").ttl(SEC).acquire().await;
     assert!(matches!(outcome, Err(Error::Server(_))), "got {outcome:?}");
 }

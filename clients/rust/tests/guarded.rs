@@ -32,7 +32,7 @@ fn set(con: &mut redis::Connection, key: &str, value: &str) {
 /// A guard on `LOCK`, which must be free.
 async fn hold(server: &Server, ttl: Duration) -> Guard {
     let locks = server.locks().await;
-    locks.acquire(LOCK, ttl).await.unwrap().expect("free")
+    locks.lock(LOCK).ttl(ttl).acquire().await.expect("free")
 }
 
 /// A guarded `INCRBY TOTAL 1` that must be refused with `LOST`, mark the
@@ -97,7 +97,7 @@ async fn guarded_runs_the_command_while_held_and_returns_its_typed_reply() {
         .unwrap();
     assert_eq!(both, vec![Some("acme".to_string()), None]);
 
-    let mut admin = server.conn();
+    let mut admin = server.admin();
     assert_eq!(get(&mut admin, TOTAL).as_deref(), Some("12"));
     assert!(!guard.is_lost());
     let held = info(&mut admin, LOCK).expect("still held");
@@ -110,7 +110,7 @@ async fn guarded_runs_the_command_while_held_and_returns_its_typed_reply() {
 #[tokio::test(flavor = "current_thread")]
 async fn guarded_after_the_lease_expired_is_lost_and_writes_nothing() {
     let server = Server::start();
-    let mut admin = server.conn();
+    let mut admin = server.admin();
     set(&mut admin, TOTAL, "100");
     let guard = hold(&server, Duration::from_millis(300)).await;
     std::thread::sleep(Duration::from_millis(800));
@@ -125,7 +125,7 @@ async fn guarded_after_the_lease_expired_is_lost_and_writes_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn guarded_after_release_is_lost_fires_the_signal_and_stops_the_watchdog() {
     let server = Server::start();
-    let mut admin = server.conn();
+    let mut admin = server.admin();
     set(&mut admin, TOTAL, "100");
     // Extends every 500 ms: none is due before the LOST reply.
     let guard = hold(&server, Duration::from_millis(1500)).await;
@@ -154,7 +154,7 @@ async fn guarded_after_release_is_lost_fires_the_signal_and_stops_the_watchdog()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn guarded_after_del_of_the_lock_key_is_lost_and_the_new_holders_data_stays() {
     let server = Server::start();
-    let mut admin = server.conn();
+    let mut admin = server.admin();
     let stale = hold(&server, 10 * SEC).await;
     let _: i64 = redis::cmd("DEL").arg(LOCK).query(&mut admin).unwrap();
     let fresh = hold(&server, 10 * SEC).await;
@@ -179,7 +179,7 @@ async fn guarded_after_del_of_the_lock_key_is_lost_and_the_new_holders_data_stay
 async fn refused_and_failing_commands_are_server_errors_and_keep_the_lease() {
     let server = Server::start();
     let guard = hold(&server, 10 * SEC).await;
-    let mut admin = server.conn();
+    let mut admin = server.admin();
     set(&mut admin, NAME, "acme");
     let _: i64 = redis::cmd("RPUSH")
         .arg("{acct}:list")

@@ -30,43 +30,67 @@ fn mode(con: &mut redis::Connection, key: &str) -> Option<String> {
 async fn readers_hold_a_key_together_and_a_writer_is_excluded() {
     let server = Server::start();
     let locks = server.locks().await;
-    let mut con = server.conn();
-    let first = locks.acquire_shared("catalog", 10 * SEC).await.unwrap();
-    let second = locks.acquire_shared("catalog", 10 * SEC).await.unwrap();
-    let (first, second) = (first.expect("a reader"), second.expect("another reader"));
+    let mut con = server.admin();
+    let first = locks
+        .lock("catalog")
+        .ttl(10 * SEC)
+        .shared()
+        .acquire()
+        .await
+        .expect("a reader");
+    let second = locks
+        .lock("catalog")
+        .ttl(10 * SEC)
+        .shared()
+        .acquire()
+        .await
+        .expect("another reader");
     assert!(first.is_shared() && second.is_shared());
     assert!(second.fence() > first.fence(), "each reader its own fence");
     assert_ne!(first.token(), second.token());
     assert_eq!(mode(&mut con, "catalog").as_deref(), Some("shared"));
     assert_eq!(info(&mut con, "catalog").unwrap()["holders"], 2);
 
-    assert!(locks.acquire("catalog", SEC).await.unwrap().is_none());
     assert!(matches!(
-        locks.with_lock("catalog", SEC, |_| async {}).await,
+        locks.lock("catalog").ttl(SEC).acquire().await,
+        Err(Error::NotAcquired)
+    ));
+    assert!(matches!(
+        locks.lock("catalog").ttl(SEC).run(|_| async {}).await,
         Err(Error::NotAcquired)
     ));
     // One reader leaving keeps the writer out; the last one lets it in.
     assert!(first.release().await.unwrap());
     assert_eq!(info(&mut con, "catalog").unwrap()["holders"], 1);
-    assert!(locks.acquire("catalog", SEC).await.unwrap().is_none());
+    assert!(matches!(
+        locks.lock("catalog").ttl(SEC).acquire().await,
+        Err(Error::NotAcquired)
+    ));
     let reader_fence = second.fence();
     assert!(second.release().await.unwrap());
-    let writer = locks.acquire("catalog", 10 * SEC).await.unwrap().unwrap();
+    let writer = locks.lock("catalog").ttl(10 * SEC).acquire().await.unwrap();
     assert!(!writer.is_shared());
     assert!(writer.fence() > reader_fence);
-    assert!(locks
-        .acquire_shared("catalog", SEC)
-        .await
-        .unwrap()
-        .is_none());
     assert!(matches!(
-        locks.with_shared_lock("catalog", SEC, |_| async {}).await,
+        locks.lock("catalog").ttl(SEC).shared().acquire().await,
+        Err(Error::NotAcquired)
+    ));
+    assert!(matches!(
+        locks
+            .lock("catalog")
+            .ttl(SEC)
+            .shared()
+            .run(|_| async {})
+            .await,
         Err(Error::NotAcquired)
     ));
     let writer_fence = writer.fence();
     assert!(writer.release().await.unwrap());
     let fence = locks
-        .with_shared_lock("catalog", SEC, |held| async move { held.fence })
+        .lock("catalog")
+        .ttl(SEC)
+        .shared()
+        .run(|held| async move { held.fence })
         .await
         .unwrap();
     assert!(fence > writer_fence);
@@ -80,14 +104,22 @@ async fn readers_hold_a_key_together_and_a_writer_is_excluded() {
 async fn waiting_readers_are_handed_the_key_together_when_the_writer_leaves() {
     let server = Server::start();
     let locks = server.locks().await;
-    let writer = locks.acquire("catalog", 10 * SEC).await.unwrap().unwrap();
+    let writer = locks.lock("catalog").ttl(10 * SEC).acquire().await.unwrap();
     let readers: Vec<_> = (0..2)
         .map(|_| {
             let locks = locks.clone();
-            tokio::spawn(async move { locks.acquire_shared_wait("catalog", SEC, 10 * SEC).await })
+            tokio::spawn(async move {
+                locks
+                    .lock("catalog")
+                    .ttl(SEC)
+                    .shared()
+                    .wait(10 * SEC)
+                    .acquire()
+                    .await
+            })
         })
         .collect();
-    let mut con = server.conn();
+    let mut con = server.admin();
     common::wait_until(5 * SEC, || {
         info(&mut con, "catalog").is_some_and(|i| i["waiters"] == 2)
     });
@@ -108,16 +140,22 @@ async fn waiting_readers_are_handed_the_key_together_when_the_writer_leaves() {
 async fn the_watchdog_keeps_a_reader_and_a_permit_past_four_ttls() {
     let server = Server::start();
     let locks = server.locks().await;
-    let reader = locks.acquire_shared("catalog", SEC).await.unwrap().unwrap();
+    let reader = locks
+        .lock("catalog")
+        .ttl(SEC)
+        .shared()
+        .acquire()
+        .await
+        .unwrap();
     let renders = Semaphore::new(locks.clone(), "renders", 2);
-    let permit = renders.acquire(1, SEC).await.unwrap().unwrap();
+    let permit = renders.permits(1).ttl(SEC).acquire().await.unwrap();
     tokio::select! {
         reason = reader.lost() => panic!("reader lost: {reason}"),
         reason = permit.lost() => panic!("permit lost: {reason}"),
         _ = tokio::time::sleep(4 * SEC) => {}
     }
     assert!(!reader.is_lost() && !permit.is_lost());
-    let held = info(&mut server.conn(), "catalog").expect("still read-locked");
+    let held = info(&mut server.admin(), "catalog").expect("still read-locked");
     assert_eq!(held["fence"], reader.fence() as i64, "never re-granted");
     let sem = renders.info().await.unwrap().expect("a permit is out");
     assert_eq!((sem.used, sem.holders), (1, 1));
@@ -131,17 +169,24 @@ async fn the_watchdog_keeps_a_reader_and_a_permit_past_four_ttls() {
 async fn deleting_the_key_fires_lost_for_a_reader_and_a_permit() {
     let server = Server::start();
     let locks = server.locks().await;
-    let reader = locks.acquire_shared("catalog", SEC).await.unwrap().unwrap();
-    let permit = Semaphore::new(locks.clone(), "renders", 3)
-        .acquire(2, SEC)
+    let reader = locks
+        .lock("catalog")
+        .ttl(SEC)
+        .shared()
+        .acquire()
         .await
-        .unwrap()
+        .unwrap();
+    let permit = Semaphore::new(locks.clone(), "renders", 3)
+        .permits(2)
+        .ttl(SEC)
+        .acquire()
+        .await
         .unwrap();
     assert_eq!(permit.count(), 2);
     let _: i64 = redis::cmd("DEL")
         .arg("catalog")
         .arg("renders")
-        .query(&mut server.conn())
+        .query(&mut server.admin())
         .unwrap();
     let reader_lost = timeout(5 * SEC, reader.lost()).await.expect("fired");
     let permit_lost = timeout(5 * SEC, permit.lost()).await.expect("fired");
@@ -158,12 +203,21 @@ async fn a_semaphore_never_has_more_than_limit_permits_out() {
     let server = Server::start();
     let locks = server.locks().await;
     let renders = Semaphore::new(locks, "renders", 3);
-    let two = renders.acquire(2, 10 * SEC).await.unwrap().unwrap();
-    assert!(renders.acquire(2, SEC).await.unwrap().is_none(), "one left");
-    let one = renders.acquire(1, 10 * SEC).await.unwrap().unwrap();
+    let two = renders.permits(2).ttl(10 * SEC).acquire().await.unwrap();
+    assert!(
+        matches!(
+            renders.permits(2).ttl(SEC).acquire().await,
+            Err(Error::NotAcquired)
+        ),
+        "one left"
+    );
+    let one = renders.permits(1).ttl(10 * SEC).acquire().await.unwrap();
     assert!(one.fence() > two.fence());
     assert!(
-        renders.acquire(1, SEC).await.unwrap().is_none(),
+        matches!(
+            renders.permits(1).ttl(SEC).acquire().await,
+            Err(Error::NotAcquired)
+        ),
         "none left"
     );
     let info = renders.info().await.unwrap().unwrap();
@@ -180,7 +234,7 @@ async fn a_semaphore_never_has_more_than_limit_permits_out() {
             let renders = renders.clone();
             let (running, most) = (running.clone(), most.clone());
             tokio::spawn(async move {
-                let permit = renders.acquire_wait(1, SEC, 30 * SEC).await?;
+                let permit = renders.permits(1).ttl(SEC).wait(30 * SEC).acquire().await?;
                 let now = running.fetch_add(1, Ordering::SeqCst) + 1;
                 most.fetch_max(now, Ordering::SeqCst);
                 tokio::time::sleep(Duration::from_millis(300)).await;
@@ -201,13 +255,16 @@ async fn a_waiting_acquire_is_handed_a_permit_on_release() {
     let server = Server::start();
     let locks = server.locks().await;
     let renders = Semaphore::new(locks, "renders", 2);
-    let all = renders.acquire(2, 10 * SEC).await.unwrap().unwrap();
+    let all = renders.permits(2).ttl(10 * SEC).acquire().await.unwrap();
     let waiter = {
         let renders = renders.clone();
-        tokio::spawn(async move { renders.acquire_wait(1, SEC, 10 * SEC).await })
+        tokio::spawn(async move { renders.permits(1).ttl(SEC).wait(10 * SEC).acquire().await })
     };
     let timed_out = renders
-        .acquire_wait(1, SEC, Duration::from_millis(300))
+        .permits(1)
+        .ttl(SEC)
+        .wait(Duration::from_millis(300))
+        .acquire()
         .await;
     assert!(
         matches!(timed_out, Err(Error::TimedOut)),
@@ -229,31 +286,40 @@ async fn bad_counts_other_limits_and_other_types_are_errors() {
     let renders = Semaphore::new(locks.clone(), "renders", 2);
     for count in [0, 3] {
         assert!(matches!(
-            renders.acquire(count, SEC).await,
+            renders.permits(count).ttl(SEC).acquire().await,
             Err(Error::InvalidArgument(_))
         ));
     }
     assert!(matches!(
         Semaphore::new(locks.clone(), "renders", 0)
-            .acquire(1, SEC)
+            .permits(1)
+            .ttl(SEC)
+            .acquire()
             .await,
         Err(Error::InvalidArgument(_))
     ));
-    let _held = renders.acquire(1, 10 * SEC).await.unwrap().unwrap();
+    let _held = renders.permits(1).ttl(10 * SEC).acquire().await.unwrap();
     match Semaphore::new(locks.clone(), "renders", 5)
-        .acquire(1, SEC)
+        .permits(1)
+        .ttl(SEC)
+        .acquire()
         .await
     {
         Err(Error::Server(e)) => assert!(e.to_string().contains("limit differs"), "{e}"),
         other => panic!("expected ERR limit differs, got {other:?}"),
     }
     // A semaphore is not a lock, and a lock is not a semaphore.
-    match locks.acquire_shared("renders", SEC).await {
+    match locks.lock("renders").ttl(SEC).shared().acquire().await {
         Err(Error::Server(e)) => assert_eq!(e.code(), Some("WRONGTYPE")),
         other => panic!("expected WRONGTYPE, got {other:?}"),
     }
-    let _lock = locks.acquire("job", 10 * SEC).await.unwrap().unwrap();
-    match Semaphore::new(locks, "job", 2).acquire(1, SEC).await {
+    let _lock = locks.lock("job").ttl(10 * SEC).acquire().await.unwrap();
+    match Semaphore::new(locks, "job", 2)
+        .permits(1)
+        .ttl(SEC)
+        .acquire()
+        .await
+    {
         Err(Error::Server(e)) => assert_eq!(e.code(), Some("WRONGTYPE")),
         other => panic!("expected WRONGTYPE, got {other:?}"),
     }
@@ -266,12 +332,14 @@ async fn a_reader_guards_reads_but_not_writes() {
     let _: () = redis::cmd("SET")
         .arg("{catalog}:items")
         .arg("12")
-        .query(&mut server.conn())
+        .query(&mut server.admin())
         .unwrap();
     let reader = locks
-        .acquire_shared("{catalog}", 10 * SEC)
+        .lock("{catalog}")
+        .ttl(10 * SEC)
+        .shared()
+        .acquire()
         .await
-        .unwrap()
         .unwrap();
     let items: String = reader
         .guarded(redis::cmd("GET").arg("{catalog}:items"))

@@ -2,15 +2,16 @@
 //! `redis-server` (or `$LOCK_TEST_SERVER`) with the module (`$LOCK_MODULE`, or
 //! the workspace's debug build, built once per test binary), each on a free
 //! loopback port in its own directory, killed on drop even when a test
-//! panics; [`LocksOn`] to reach one through the client, and a 3-master
-//! cluster.
+//! panics; [`LocksOn`] to reach one through the client (and an admin
+//! connection of the client's `redis` version: testsupport has its own), and
+//! a 3-master cluster.
 #![allow(dead_code)]
 
 use std::process::{Command, Stdio};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
-use redis_lock_client::Locks;
+use redis_lock_client::{redis, Locks};
 pub use redis_lock_testsupport::Server;
 use redis_lock_testsupport::FREE_PORT;
 
@@ -19,12 +20,35 @@ pub trait LocksOn {
     /// A [`Locks`] on this server through its own connection manager.
     #[allow(async_fn_in_trait)]
     async fn locks(&self) -> Locks;
+    /// A `redis::Client` (the client crate's version) for this server.
+    fn redis_client(&self) -> redis::Client;
+    /// A new admin connection (the client crate's `redis` version).
+    fn admin(&self) -> redis::Connection;
 }
 
 impl LocksOn for Server {
     async fn locks(&self) -> Locks {
-        Locks::connect(self.client()).await.expect("Locks::connect")
+        Locks::connect(self.redis_client())
+            .await
+            .expect("Locks::connect")
     }
+
+    fn redis_client(&self) -> redis::Client {
+        redis::Client::open(self.url()).expect("a redis:// URL")
+    }
+
+    fn admin(&self) -> redis::Connection {
+        self.redis_client()
+            .get_connection()
+            .expect("an admin connection")
+    }
+}
+
+/// A [`Locks`] reached through a URL, as the examples and `redis-lock run` do.
+pub async fn locks_at(url: &str) -> Locks {
+    Locks::connect(redis::Client::open(url).unwrap())
+        .await
+        .expect("Locks::connect")
 }
 
 /// Poll `cond` every 20 ms until it holds; panic after `timeout`.
@@ -42,10 +66,10 @@ pub fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) {
 /// `LOCK.INFO key`'s integer fields as a map, `None` when free.
 pub fn info(
     con: &mut redis::Connection,
-    key: &str,
+    key: impl AsRef<[u8]>,
 ) -> Option<std::collections::HashMap<String, i64>> {
     let fields: Option<std::collections::HashMap<String, redis::Value>> = redis::cmd("LOCK.INFO")
-        .arg(key)
+        .arg(key.as_ref())
         .query(con)
         .expect("LOCK.INFO");
     fields.map(|fields| {
@@ -102,7 +126,7 @@ impl Cluster {
         );
         let cluster = Cluster { nodes };
         for node in &cluster.nodes {
-            let mut con = node.conn();
+            let mut con = node.admin();
             wait_until(Duration::from_secs(30), || {
                 let info: String = redis::cmd("CLUSTER")
                     .arg("INFO")
