@@ -49,6 +49,7 @@ CHAOS := target/release/lock-chaos
 CHAOS_ARGS ?=
 
 .PHONY: help deps deps-examples build run test test-redis test-valkey test-client test-examples valkey servers unit lint layers fmt clean \
+	dist dist-rust \
 	test-matrix test-cluster-matrix \
 	python-venv lint-python test-python \
 	bench bench-quick bench-build bench-venv bench-profile debian-valkey test-cluster cluster-long fuzz \
@@ -196,11 +197,33 @@ test-python: deps valkey lint-python ## The Python package's tests (pytest) on R
 layers: ## Print each crate's graph of top-level modules and any import cycle (scripts/check-layers.py)
 	python3 scripts/check-layers.py --print
 
-test-client: deps valkey ## The Rust client crate: its tests on Redis and on Valkey 8.1 (real servers, Redlock, a cluster), rustdoc, the billing examples (Rust, Python with the package)
+# The Rust crates are tested from their packages (make dist-rust), as a user
+# would get them: scripts/rust-package-tests.sh unpacks them into a
+# workspace of their own, where `cargo test` runs their unit, integration
+# and doc tests, offline, with the repository's lockfile.
+# $(call rust-package-test,SERVER_BINARY,CARGO_TEST_ARGS)
+RUST_PACKAGE_DIR := target/package
+RUST_PACKAGE_TESTS := target/package-tests
+rust-package-test = cd $(RUST_PACKAGE_TESTS) && CARGO_TARGET_DIR=$(CURDIR)/target \
+	LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) LOCK_TEST_SERVER=$(1) cargo test --offline --workspace $(2)
+
+dist-rust: ## Package the Rust crates (the client, and redis-lock run) with cargo package: target/package/*.crate
+	cargo package --locked --allow-dirty -p redis-lock-client
+	@# The cli's dependency on the client is not on crates.io (publish = false
+	@# in Cargo.toml), so cargo cannot verify it here: test-client builds and
+	@# tests it from its package.
+	cargo package --locked --allow-dirty --no-verify --exclude-lockfile -p redis-lock-cli
+	@ls -l $(RUST_PACKAGE_DIR)/*.crate
+
+# The Python package adds its own part (dist: dist-python dist-rust).
+dist: dist-rust ## Build every package (the Rust crates: target/package/)
+
+test-client: deps valkey dist-rust ## The Rust client and redis-lock run, tested from their packages on Redis 7.0 and Valkey 8.1 (real servers, Redlock, a cluster); rustdoc; the billing examples (Rust, Python with the package)
 	cargo build --locked --lib -p redis-lock
-	LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) cargo test --locked -p redis-lock-client -- --test-threads 2
-	LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) LOCK_TEST_SERVER=$(CURDIR)/$$(ls $(VALKEY_SERVER)) \
-	  cargo test --locked -p redis-lock-client --tests -- --test-threads 2
+	cargo fetch --locked --quiet
+	bash scripts/rust-package-tests.sh $(RUST_PACKAGE_DIR) $(RUST_PACKAGE_TESTS)
+	$(call rust-package-test,redis-server,-- --test-threads 2)
+	$(call rust-package-test,$$(ls $(CURDIR)/$(VALKEY_SERVER)),--tests -- --test-threads 2)
 	RUSTDOCFLAGS="-D warnings" cargo doc --locked --quiet -p redis-lock-client --no-deps
 	@$(CLIENT_VENV)/bin/python -c 'import redis' >/dev/null 2>&1 || { \
 	  python3 -m venv $(CLIENT_VENV) && $(CLIENT_VENV)/bin/pip install --quiet '$(CLIENT_REDIS_PY)'; }

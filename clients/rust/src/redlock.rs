@@ -246,7 +246,7 @@ impl Redlock {
         }
     }
 
-    /// [`Locks::with_lock`] for Redlock: run `work` under the lock if a
+    /// [`LockRequest::run`](crate::LockRequest::run) for Redlock: run `work` under the lock if a
     /// majority grants it (after the configured attempts), with the watchdog
     /// on; stop it if the lease is lost; release at the end.
     /// [`Held::fence`] is the combined fence.
