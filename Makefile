@@ -207,28 +207,32 @@ RUST_PACKAGE_TESTS := target/package-tests
 rust-package-test = cd $(RUST_PACKAGE_TESTS) && CARGO_TARGET_DIR=$(CURDIR)/target \
 	LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) LOCK_TEST_SERVER=$(1) cargo test --offline --workspace $(2)
 
-dist-rust: ## Package the Rust crates (the client, and redis-lock run) with cargo package: target/package/*.crate
-	cargo package --locked --allow-dirty -p redis-lock-client
+dist-rust: ## Package the Rust crates (the client, and redis-lock run) with cargo package into target/package/*.crate, and build them as unpacked
+	cargo package --locked --allow-dirty --no-verify -p redis-lock-client
 	@# The cli's dependency on the client is not on crates.io (publish = false
-	@# in Cargo.toml), so cargo cannot verify it here: test-client builds and
-	@# tests it from its package.
+	@# in Cargo.toml), so it goes without a lockfile, and cargo cannot verify
+	@# it: both are verified here by building them as unpacked, in the
+	@# workspace test-client then tests them in.
 	cargo package --locked --allow-dirty --no-verify --exclude-lockfile -p redis-lock-cli
 	@ls -l $(RUST_PACKAGE_DIR)/*.crate
+	cargo fetch --locked --quiet
+	bash scripts/rust-package-tests.sh $(RUST_PACKAGE_DIR) $(RUST_PACKAGE_TESTS)
+	cd $(RUST_PACKAGE_TESTS) && CARGO_TARGET_DIR=$(CURDIR)/target cargo build --offline --workspace --all-targets
 
 # The Python package adds its own part (dist: dist-python dist-rust).
 dist: dist-rust ## Build every package (the Rust crates: target/package/)
 
 test-client: deps valkey dist-rust ## The Rust client and redis-lock run, tested from their packages on Redis 7.0 and Valkey 8.1 (real servers, Redlock, a cluster); rustdoc; the billing examples (Rust, Python with the package)
 	cargo build --locked --lib -p redis-lock
-	cargo fetch --locked --quiet
-	bash scripts/rust-package-tests.sh $(RUST_PACKAGE_DIR) $(RUST_PACKAGE_TESTS)
 	$(call rust-package-test,redis-server,-- --test-threads 2)
 	$(call rust-package-test,$$(ls $(CURDIR)/$(VALKEY_SERVER)),--tests -- --test-threads 2)
 	RUSTDOCFLAGS="-D warnings" cargo doc --locked --quiet -p redis-lock-client --no-deps
 	@$(CLIENT_VENV)/bin/python -c 'import redis' >/dev/null 2>&1 || { \
 	  python3 -m venv $(CLIENT_VENV) && $(CLIENT_VENV)/bin/pip install --quiet '$(CLIENT_REDIS_PY)'; }
 	$(CLIENT_VENV)/bin/pip install --quiet --no-deps ./clients/python
-	LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) EXAMPLES_PYTHON=$(CLIENT_VENV)/bin/python bash examples/run-billing.sh rust python
+	@# The Rust example as built from the package by dist-rust.
+	LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) EXAMPLES_PYTHON=$(CLIENT_VENV)/bin/python \
+	  EXAMPLES_RUST=$(CURDIR)/target/debug/examples/billing bash examples/run-billing.sh rust python
 
 test-examples: deps-examples ## The Go (redigo) and Node (node-redis) billing examples, from Debian's packages, offline (~6 s)
 	cargo build --locked --lib -p redis-lock

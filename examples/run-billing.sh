@@ -10,6 +10,7 @@
 #   LOCK_MODULE       the module (default: target/debug/libredis_lock.so)
 #   LOCK_TEST_SERVER  the server binary (default: redis-server)
 #   EXAMPLES_PYTHON   a python with redis-py and the package clients/python (default: python3)
+#   EXAMPLES_RUST     a built Rust billing example to run (default: cargo run it here)
 # Go and Node use Debian's packages, offline: golang-go with
 # golang-github-gomodule-redigo-dev (GOPATH mode on /usr/share/gocode), nodejs
 # with node-redis (/usr/share/nodejs).
@@ -75,7 +76,8 @@ check_handoffs() {
 export REDIS_URL="redis://127.0.0.1:$port/"
 for example in "${examples[@]}"; do
   case $example in
-    rust) command=(cargo run --locked --quiet -p redis-lock-client --example billing) ;;
+    rust) if [ -n "${EXAMPLES_RUST:-}" ]; then command=("$EXAMPLES_RUST")
+          else command=(cargo run --locked --quiet -p redis-lock-client --example billing); fi ;;
     python) command=("$python" examples/python/billing.py) ;;
     go) command=(env GO111MODULE=off GOPATH=/usr/share/gocode GOFLAGS= GOPROXY=off go run examples/go/billing.go) ;;
     node) command=(env NODE_PATH=/usr/share/nodejs node examples/node/billing.js) ;;
