@@ -27,9 +27,24 @@ CLUSTER_MATRIX := $(MATRIX)
 SERVER ?=
 MATRIX_LOG := target/matrix
 APT_PACKAGES := redis-server redis-tools libclang-dev python3 python3-venv
-# The Go and Node billing examples: real clients from Debian, no registry.
-EXAMPLES_APT_PACKAGES := golang-go golang-github-gomodule-redigo-dev nodejs node-redis
+# The Go and Node packages (clients/go, clients/node) and their billing
+# examples: real clients from Debian, no registry (redisc for Redis Cluster,
+# tsc to check the Node package's types).
+EXAMPLES_APT_PACKAGES := golang-go golang-github-gomodule-redigo-dev golang-github-mna-redisc-dev nodejs node-redis node-typescript
+# The Go package builds offline against Debian's sources (clients/go/vendor.sh).
+GO_OFFLINE := GOFLAGS=-mod=vendor GOPROXY=off
+NODE_OFFLINE := NODE_PATH=/usr/share/nodejs
 PORT ?= 6379
+# The repository's public URL: the one place to set it is the root
+# Cargo.toml's [workspace.package] repository, which the Rust crates (and
+# cargo publish) take as it is; `make dist` stamps it into the Python
+# package's metadata and README (where the sources carry the placeholder
+# https://github.com/OWNER/redis-lock).
+CARGO_REPOSITORY_URL := $(shell sed -n 's/^repository = "\(.*\)"$$/\1/p' Cargo.toml)
+REPOSITORY_URL ?= $(CARGO_REPOSITORY_URL)
+REPOSITORY_PLACEHOLDER := https://github.com/OWNER/redis-lock
+# Packages built by `make dist`.
+DIST_DIR := target/dist
 # Benchmarks: the harness crate (bench/) and matplotlib for the charts.
 BENCH_VENV := target/bench-venv
 BENCH_PYTHON := $(BENCH_VENV)/bin/python
@@ -42,16 +57,18 @@ MODULE_DEBUG := target/debug/libredis_lock.so
 # The Python package (clients/python/): its tools and the client libraries it is
 # tested with, pinned; the billing example runs on CLIENT_VENV's older redis-py.
 PYTHON_VENV := target/python-venv
-PYTHON_TOOLS := ruff==0.17.6 mypy==2.4.1 pytest==9.2.0 redis==8.1.0 valkey==6.2.0
+PYTHON_TOOLS := ruff==0.17.6 mypy==2.4.1 pytest==9.2.0 redis==8.1.0 valkey==6.2.0 build==1.6.1 setuptools==84.2.1
+# The package's sources, copied with the repository URL stamped in, are built from here.
+PYTHON_DIST_STAGE := target/dist-stage/python
+PYTHON_WHEEL = $$(ls $(CURDIR)/$(DIST_DIR)/redis_lock_client-*-py3-none-any.whl)
 PYTHON_RUN := cd clients/python && export MYPY_CACHE_DIR=$(CURDIR)/target/mypy-cache RUFF_CACHE_DIR=$(CURDIR)/target/ruff-cache
 # The fault-injection harness (chaos/); e.g. CHAOS_ARGS="--seed 7 --scenarios 2".
 CHAOS := target/release/lock-chaos
 CHAOS_ARGS ?=
 
-.PHONY: help deps deps-examples build run test test-redis test-valkey test-client test-examples valkey servers unit lint layers fmt clean \
-	dist dist-rust \
+.PHONY: help deps deps-examples build run test test-redis test-valkey test-client test-examples test-go-node valkey servers unit lint layers fmt clean \
 	test-matrix test-cluster-matrix \
-	python-venv lint-python test-python \
+	python-venv lint-python test-python dist dist-python dist-rust \
 	bench bench-quick bench-build bench-venv bench-profile debian-valkey test-cluster cluster-long fuzz \
 	chaos chaos-quick chaos-build
 
@@ -80,12 +97,14 @@ deps: ## Install redis-server, redis-cli, libclang and python3-venv if missing (
 	python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || missing="$$missing python3 python3-venv"; \
 	$(call install-missing,$(APT_PACKAGES))
 
-deps-examples: deps ## Install Go with redigo and Node with node-redis if missing (apt, as root), for test-examples
+deps-examples: deps ## Install Go with redigo and redisc, Node with node-redis and tsc if missing (apt, as root), for test-examples and test-go-node
 	@missing=""; \
 	command -v go >/dev/null || missing="$$missing golang-go"; \
 	test -d /usr/share/gocode/src/github.com/gomodule/redigo/redis || missing="$$missing golang-github-gomodule-redigo-dev"; \
+	test -d /usr/share/gocode/src/github.com/mna/redisc || missing="$$missing golang-github-mna-redisc-dev"; \
 	command -v node >/dev/null || missing="$$missing nodejs"; \
 	test -f /usr/share/nodejs/redis/package.json || missing="$$missing node-redis"; \
+	command -v tsc >/dev/null || missing="$$missing node-typescript"; \
 	$(call install-missing,$(EXAMPLES_APT_PACKAGES))
 
 build: deps ## Build the module in release mode (target/release/libredis_lock.so)
@@ -176,22 +195,45 @@ lint: lint-python ## rustfmt check, clippy with warnings as errors, no import cy
 	@if grep -rnE 'redis_module|redis-module' core/src core/Cargo.toml; then \
 	  echo "lint: the core crate must not depend on Redis (above)"; exit 1; fi
 
-python-venv: ## Install ruff, mypy, pytest, redis-py, valkey-py and the package (clients/python) into target/python-venv
+python-venv: ## Install ruff, mypy, pytest, build, setuptools, redis-py and valkey-py into target/python-venv
 	@grep -qxF '$(PYTHON_TOOLS)' $(PYTHON_VENV)/tools.txt 2>/dev/null || { \
 	  python3 -m venv $(PYTHON_VENV) && $(PYTHON_VENV)/bin/pip install --quiet $(PYTHON_TOOLS) && \
 	  echo '$(PYTHON_TOOLS)' > $(PYTHON_VENV)/tools.txt; }
-	$(PYTHON_VENV)/bin/pip install --quiet --no-deps ./clients/python
+
+dist: dist-python dist-rust ## Build the packages into target/dist/: the Python wheel and sdist, the Rust crates
+
+# The sources are copied (the LICENSE link resolved), REPOSITORY_URL is
+# stamped in, and the sdist and the wheel (built from the sdist) go to
+# target/dist/; their metadata is checked.
+dist-python: python-venv ## Build the Python package's wheel and sdist into target/dist/ (REPOSITORY_URL stamped in)
+	rm -rf $(PYTHON_DIST_STAGE) $(DIST_DIR)/redis_lock_client-* && mkdir -p $(PYTHON_DIST_STAGE) $(DIST_DIR)
+	cp -rL clients/python/pyproject.toml clients/python/README.md clients/python/LICENSE clients/python/src $(PYTHON_DIST_STAGE)/
+	find $(PYTHON_DIST_STAGE) -name __pycache__ -prune -exec rm -rf {} + ; rm -rf $(PYTHON_DIST_STAGE)/src/*.egg-info
+	sed -i 's|$(REPOSITORY_PLACEHOLDER)|$(REPOSITORY_URL)|g' $(PYTHON_DIST_STAGE)/pyproject.toml $(PYTHON_DIST_STAGE)/README.md
+	$(PYTHON_VENV)/bin/python -m build --no-isolation --outdir $(DIST_DIR) $(PYTHON_DIST_STAGE) > target/dist-python.log 2>&1 || \
+	  { cat target/dist-python.log; exit 1; }
+	@$(PYTHON_VENV)/bin/python -c 'import sys, zipfile; \
+	  w = zipfile.ZipFile(sys.argv[1]); n = w.namelist(); \
+	  meta = w.read(next(f for f in n if f.endswith(".dist-info/METADATA"))).decode(); \
+	  need = ["License-Expression: MIT", "License-File: LICENSE", "Project-URL: Repository, " + sys.argv[2], "Description-Content-Type: text/markdown"]; \
+	  missing = [x for x in need if x not in meta] + [f for f in ("redis_lock_client/py.typed",) if f not in n]; \
+	  missing += [] if any(f.endswith("licenses/LICENSE") for f in n) else ["the LICENSE file"]; \
+	  sys.exit("dist-python: missing from the wheel: " + ", ".join(missing)) if missing else None' \
+	  $$(ls $(DIST_DIR)/redis_lock_client-*-py3-none-any.whl) '$(REPOSITORY_URL)'
+	@ls $(DIST_DIR)/redis_lock_client-*
 
 lint-python: python-venv ## ruff (lint and format check) and mypy --strict on the Python package and its tests
 	$(PYTHON_RUN) && $(CURDIR)/$(PYTHON_VENV)/bin/ruff check . && $(CURDIR)/$(PYTHON_VENV)/bin/ruff format --check .
 	$(PYTHON_RUN) && $(CURDIR)/$(PYTHON_VENV)/bin/mypy src tests
 
-# A fresh server per test; every test runs with redis-py and with valkey-py.
-test-python: deps valkey lint-python ## The Python package's tests (pytest) on Redis 7.0, then on Valkey 8.1 (~20 s each)
+# A fresh server per test; every test runs with redis-py and with valkey-py,
+# on the package installed from its wheel (LOCK_PACKAGE=wheel: conftest checks it).
+test-python: deps valkey lint-python dist-python ## The Python package's tests (pytest), installed from its wheel, on Redis 7.0, then on Valkey 8.1 (~55 s each)
 	cargo build --locked --lib -p redis-lock
-	$(PYTHON_RUN) && LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) \
+	$(PYTHON_VENV)/bin/pip install --quiet --no-deps --force-reinstall $(PYTHON_WHEEL)
+	$(PYTHON_RUN) && LOCK_PACKAGE=wheel LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) \
 	  $(CURDIR)/$(PYTHON_VENV)/bin/pytest -p no:cacheprovider -q tests
-	$(PYTHON_RUN) && LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) LOCK_TEST_SERVER=$$(ls $(CURDIR)/$(VALKEY_SERVER)) \
+	$(PYTHON_RUN) && LOCK_PACKAGE=wheel LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) LOCK_TEST_SERVER=$$(ls $(CURDIR)/$(VALKEY_SERVER)) \
 	  $(CURDIR)/$(PYTHON_VENV)/bin/pytest -p no:cacheprovider -q tests
 
 layers: ## Print each crate's graph of top-level modules and any import cycle (scripts/check-layers.py)
@@ -202,25 +244,25 @@ layers: ## Print each crate's graph of top-level modules and any import cycle (s
 # workspace of their own, where `cargo test` runs their unit, integration
 # and doc tests, offline, with the repository's lockfile.
 # $(call rust-package-test,SERVER_BINARY,CARGO_TEST_ARGS)
-RUST_PACKAGE_DIR := target/package
 RUST_PACKAGE_TESTS := target/package-tests
 rust-package-test = cd $(RUST_PACKAGE_TESTS) && CARGO_TARGET_DIR=$(CURDIR)/target \
 	LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) LOCK_TEST_SERVER=$(1) cargo test --offline --workspace $(2)
 
-dist-rust: ## Package the Rust crates (the client, and redis-lock run) with cargo package into target/package/*.crate, and build them as unpacked
+# The cli's dependency on the client is not on crates.io (publish = false in
+# Cargo.toml), so it is packaged without a lockfile, and cargo cannot verify
+# it: both crates are verified by building them as unpacked, in the
+# workspace where test-client then tests them.
+dist-rust: ## Package the Rust crates (the client, and redis-lock run) into target/dist/ (cargo package), and build them as unpacked
+	@test '$(REPOSITORY_URL)' = '$(CARGO_REPOSITORY_URL)' || { echo "dist-rust: the crates take the repository \
+	  URL from the root Cargo.toml's [workspace.package] ($(CARGO_REPOSITORY_URL)): set it there"; exit 1; }
+	rm -f target/package/*.crate $(DIST_DIR)/redis-lock-client-*.crate $(DIST_DIR)/redis-lock-cli-*.crate
 	cargo package --locked --allow-dirty --no-verify -p redis-lock-client
-	@# The cli's dependency on the client is not on crates.io (publish = false
-	@# in Cargo.toml), so it goes without a lockfile, and cargo cannot verify
-	@# it: both are verified here by building them as unpacked, in the
-	@# workspace test-client then tests them in.
 	cargo package --locked --allow-dirty --no-verify --exclude-lockfile -p redis-lock-cli
-	@ls -l $(RUST_PACKAGE_DIR)/*.crate
+	mkdir -p $(DIST_DIR) && cp target/package/*.crate $(DIST_DIR)/
+	@ls -l $(DIST_DIR)/*.crate
 	cargo fetch --locked --quiet
-	bash scripts/rust-package-tests.sh $(RUST_PACKAGE_DIR) $(RUST_PACKAGE_TESTS)
+	bash scripts/rust-package-tests.sh $(DIST_DIR) $(RUST_PACKAGE_TESTS)
 	cd $(RUST_PACKAGE_TESTS) && CARGO_TARGET_DIR=$(CURDIR)/target cargo build --offline --workspace --all-targets
-
-# The Python package adds its own part (dist: dist-python dist-rust).
-dist: dist-rust ## Build every package (the Rust crates: target/package/)
 
 test-client: deps valkey dist-rust ## The Rust client and redis-lock run, tested from their packages on Redis 7.0 and Valkey 8.1 (real servers, Redlock, a cluster); rustdoc; the billing examples (Rust, Python with the package)
 	cargo build --locked --lib -p redis-lock
@@ -229,18 +271,34 @@ test-client: deps valkey dist-rust ## The Rust client and redis-lock run, tested
 	RUSTDOCFLAGS="-D warnings" cargo doc --locked --quiet -p redis-lock-client --no-deps
 	@$(CLIENT_VENV)/bin/python -c 'import redis' >/dev/null 2>&1 || { \
 	  python3 -m venv $(CLIENT_VENV) && $(CLIENT_VENV)/bin/pip install --quiet '$(CLIENT_REDIS_PY)'; }
-	$(CLIENT_VENV)/bin/pip install --quiet --no-deps ./clients/python
-	@# The Rust example as built from the package by dist-rust.
+	$(MAKE) --no-print-directory dist-python && $(CLIENT_VENV)/bin/pip install --quiet --no-deps --force-reinstall $(PYTHON_WHEEL)
+	@# The Rust example as built from its package by dist-rust.
 	LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) EXAMPLES_PYTHON=$(CLIENT_VENV)/bin/python \
 	  EXAMPLES_RUST=$(CURDIR)/target/debug/examples/billing bash examples/run-billing.sh rust python
 
-test-examples: deps-examples ## The Go (redigo) and Node (node-redis) billing examples, from Debian's packages, offline (~6 s)
+test-examples: deps-examples ## The Go and Node billing examples, users of clients/go and clients/node, from Debian's packages, offline (~6 s)
 	cargo build --locked --lib -p redis-lock
 	LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) bash examples/run-billing.sh go node
 
+# The Go and Node packages: gofmt, go vet and node --check, then each
+# package's tests (a fresh server per test, a 3-master cluster per run) on
+# Redis 7.0, then on Valkey 8.1; the Node types are checked once (tsc).
+test-go-node: deps-examples valkey ## The Go (clients/go) and Node (clients/node) packages: gofmt, vet, their tests on Redis 7.0 and Valkey 8.1 with a cluster each, tsc on index.d.ts; offline (~50 s)
+	cargo build --locked --lib -p redis-lock
+	bash clients/go/vendor.sh >/dev/null
+	@cd clients/go && unformatted=$$(gofmt -l .) && test -z "$$unformatted" || { echo "gofmt: $$unformatted"; exit 1; }
+	cd clients/go && $(GO_OFFLINE) go vet ./...
+	@for f in clients/node/index.js clients/node/lib/*.js clients/node/test/*.js examples/node/*.js; do node --check $$f || exit 1; done
+	cd clients/go && LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) $(GO_OFFLINE) go test -count=1 ./...
+	cd clients/go && LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) LOCK_TEST_SERVER=$$(ls $(CURDIR)/$(VALKEY_SERVER)) \
+	  $(GO_OFFLINE) go test -count=1 ./...
+	cd clients/node && LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) $(NODE_OFFLINE) node --test --test-reporter=spec test/*.test.js
+	cd clients/node && LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) LOCK_TEST_SERVER=$$(ls $(CURDIR)/$(VALKEY_SERVER)) \
+	  $(NODE_OFFLINE) node --test --test-reporter=spec test/locks.test.js test/kinds.test.js test/cluster.test.js
+
 # The parts of `make test`, in order; each one's time goes to target/test-times.txt.
-TEST_PARTS := lint unit test-matrix test-cluster test-client test-examples test-python bench-quick chaos-quick test-docker
-test: deps ## Everything CI runs: lint, unit (core), integration on Redis 7.0 and 8.2 and Valkey 8.1 and 9.1, Redis Cluster on the same four, the client crate, the Go and Node examples, the Python package, bench-quick, chaos-quick, the Docker image
+TEST_PARTS := lint unit test-matrix test-cluster test-client test-examples test-go-node test-python bench-quick chaos-quick test-docker
+test: deps ## Everything CI runs: lint, unit (core), integration on Redis 7.0 and 8.2 and Valkey 8.1 and 9.1, Redis Cluster on the same four, the client crate, the Go and Node examples and packages, the Python package, bench-quick, chaos-quick, the Docker image
 	@mkdir -p target && rm -f target/test-times.txt; started=$$(date +%s); \
 	for part in $(TEST_PARTS); do \
 	  part_started=$$(date +%s); \

@@ -9,11 +9,15 @@
 #   examples/run-billing.sh [rust] [python] [go] [node]    (default: all four)
 #   LOCK_MODULE       the module (default: target/debug/libredis_lock.so)
 #   LOCK_TEST_SERVER  the server binary (default: redis-server)
-#   EXAMPLES_PYTHON   a python with redis-py and the package clients/python (default: python3)
-#   EXAMPLES_RUST     a built Rust billing example to run (default: cargo run it here)
-# Go and Node use Debian's packages, offline: golang-go with
-# golang-github-gomodule-redigo-dev (GOPATH mode on /usr/share/gocode), nodejs
-# with node-redis (/usr/share/nodejs).
+#   EXAMPLES_PYTHON   a python with redis-py and the package installed from its wheel
+#                     (make dist-python; pip install target/dist/*.whl) (default: python3)
+#   EXAMPLES_RUST     a built Rust billing example to run (make dist-rust builds it
+#                     from the package; default: cargo run it here)
+# Go and Node use the packages clients/go and clients/node over Debian's
+# client libraries, offline: golang-go with golang-github-gomodule-redigo-dev
+# and golang-github-mna-redisc-dev (linked into examples/go/vendor/ by
+# clients/go/vendor.sh), nodejs with node-redis (/usr/share/nodejs) and
+# clients/node linked as target/node_modules/redis-lock-client.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -76,11 +80,17 @@ check_handoffs() {
 export REDIS_URL="redis://127.0.0.1:$port/"
 for example in "${examples[@]}"; do
   case $example in
+    go) bash clients/go/vendor.sh examples/go >/dev/null ;;
+    node) mkdir -p target/node_modules && ln -sfn ../../clients/node target/node_modules/redis-lock-client ;;
+  esac
+done
+for example in "${examples[@]}"; do
+  case $example in
     rust) if [ -n "${EXAMPLES_RUST:-}" ]; then command=("$EXAMPLES_RUST")
           else command=(cargo run --locked --quiet -p redis-lock-client --example billing); fi ;;
     python) command=("$python" examples/python/billing.py) ;;
-    go) command=(env GO111MODULE=off GOPATH=/usr/share/gocode GOFLAGS= GOPROXY=off go run examples/go/billing.go) ;;
-    node) command=(env NODE_PATH=/usr/share/nodejs node examples/node/billing.js) ;;
+    go) command=(env -C examples/go GOFLAGS=-mod=vendor GOPROXY=off go run .) ;;
+    node) command=(env NODE_PATH="$PWD/target/node_modules:/usr/share/nodejs" node examples/node/billing.js) ;;
   esac
   echo "--- ${command[*]}"
   guards=$(counter guards) lost=$(counter guards_lost) handoffs=$(counter handoffs_on_release)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Makes a workspace in which the Rust crates' tests run from their packaged
-# artefacts (`make dist-rust`: target/package/*.crate), not from the source
+# artefacts (`make dist-rust`: target/dist/*.crate), not from the source
 # tree: `make test-client` runs `cargo test --workspace` in it.
 #   scripts/rust-package-tests.sh PACKAGE_DIR WORKSPACE_DIR
 # Each .crate in PACKAGE_DIR is unpacked into WORKSPACE_DIR as it would be

@@ -5,99 +5,46 @@
 
 use std::ffi::CStr;
 
-use redis_lock_core::decide::{self, Unlinked};
-use redis_lock_core::holders::Holders;
-use redis_lock_core::lock::Lock;
+use redis_lock_core::decide::{self, Removal};
+use redis_lock_core::hold::{Event, Holds, Kind};
 use redis_lock_core::settings;
 use redis_module::{Context, NotifyEvent};
 
-use crate::expiry::Removed;
 use crate::metrics::{self, Counter};
 use crate::redis::datatype::{self, Hooks};
 use crate::redis::events::ServerEvent;
 use crate::redis::guard::guarded;
-use crate::redis::key::{Held, LockKey};
-use crate::redis::{replicate, server};
+use crate::redis::key::LockKey;
+use crate::redis::{replicate, server, timer};
 use crate::{config, expiry, fence, lease, observers, sessions, waiting};
 
 /// The data type's hooks: the fence high-water mark in the RDB, and the
-/// expiry note when Redis removes a lock.
+/// expiry note when Redis removes a key of the module's.
 pub const TYPE_HOOKS: Hooks = Hooks {
     high_water: fence::high_water,
     observe_fence: fence::observe,
-    wants_unlinked,
+    removed,
     unlinked,
-    holders_unlinked,
 };
 
-/// A key with several holders is leaving the keyspace (not by the module's
-/// own hand): note the holders whose lease had run out (all of them, when
-/// Redis expired the key after its latest lease) or was in its last
-/// millisecond (Redis 8 expires a key as its expiry millisecond begins);
-/// they count as expiries if the `expired` event follows (a `DEL` of dead
-/// holders counts none, as for a lock). Nobody is granted the key before
-/// that last millisecond ends; that hold ends with a `DEL`'s event.
-fn holders_unlinked(db: i32, key: &[u8], holders: &Holders) {
-    let now_ms = server::now_ms();
-    let mut over = 0;
-    let mut last_ms = 0;
-    let mut latest_ms = None;
-    for holder in &holders.list {
-        match decide::unlinked(holder.deadline_ms, now_ms) {
-            Unlinked::Over => over += 1,
-            Unlinked::LastMillisecond => {
-                last_ms += 1;
-                latest_ms = Some(holder.deadline_ms);
-            }
-            Unlinked::Live => {}
-        }
-    }
-    if over + last_ms == 0 {
-        return;
-    }
-    let until = match latest_ms {
-        Some(deadline_ms) if !server::is_replica() => decide::lock_delay(deadline_ms, 0, now_ms),
-        _ => None,
-    };
-    let removed = Removed::Holders {
-        over,
-        last_ms,
-        limit: holders.limit,
-    };
-    expiry::note_unlinked(db, key, removed, until, true, now_ms);
+/// What Redis' removal of these holds means: the leases that had run out
+/// (or were in their last millisecond: Redis 8 expires a key as its expiry
+/// millisecond begins) count as expiries if the `expired` event follows,
+/// and the lock-delay after them (`decide::removed`).
+fn removed(holds: &Holds) -> Option<Removal> {
+    let delay_ms = config::expiry_delay_ms();
+    decide::removed(holds, server::now_ms(), delay_ms, server::is_replica())
 }
 
-/// Only a lock whose lease has run out, or is in its last millisecond, can
-/// be an expiry.
-fn wants_unlinked(lock: &Lock) -> bool {
-    decide::unlinked(lock.deadline_ms, server::now_ms()) != Unlinked::Live
-}
-
-/// A lock whose lease ran out is leaving the keyspace (not by the module's
-/// own hand): note it for the `expired` event, and start its lock-delay
-/// now. The delay cannot wait for that event: inside a command (an ACQUIRE
-/// that opens the key and so expires it), Redis 8.2 may deliver the event
-/// only after the command has replied, which would let the ACQUIRE grant
-/// the key during the delay. A lease removed in its last millisecond (Redis
-/// 8's active expiry) keeps the key from everyone until that millisecond
-/// ends, and that delay is provisional: a client's `DEL` in the same
-/// millisecond ends it (see `expiry.rs`). A replica's keys leave by its
-/// master's `DEL`; it starts no delay.
-fn unlinked(db: i32, key: &[u8], lock: &Lock) {
-    let now_ms = server::now_ms();
-    let kind = decide::unlinked(lock.deadline_ms, now_ms);
-    if kind == Unlinked::Live {
-        return;
-    }
-    let until = match server::is_replica() {
-        true => None,
-        false => decide::lock_delay(lock.deadline_ms, config::expiry_delay_ms(), now_ms),
-    };
-    let removed = Removed::Lock {
-        deadline_ms: lock.deadline_ms,
-    };
-    let provisional = kind == Unlinked::LastMillisecond;
-    expiry::note_unlinked(db, key, removed, until, provisional, now_ms);
+/// A key whose leases ran out is leaving the keyspace (not by the module's
+/// own hand): note it for the `expired` event, and start its lock-delay now.
+/// The delay cannot wait for that event: inside a command (an ACQUIRE that
+/// opens the key and so expires it), Redis 8.2 may deliver the event only
+/// after the command has replied, which would let the ACQUIRE grant the key
+/// during the delay. A provisional delay (a lease removed in its last
+/// millisecond) ends again if the event is not `expired` (see `expiry.rs`).
+fn unlinked(db: i32, key: &[u8], kind: Kind, removal: Removal) {
+    expiry::note_unlinked(db, key, kind, removal, server::now_ms());
 }
 
 /// Every generic event (`del`, `restore`, `rename_from`, `move_from`,
@@ -125,22 +72,18 @@ pub fn on_key_event(ctx: &Context, _class: NotifyEvent, event: &str, key: &[u8])
     guarded(|| {
         match event {
             "restore" => {
-                let name = ctx.create_string(key);
+                let name = crate::redis::string(ctx, key);
                 let lock_key = LockKey::open_read(ctx, &name);
-                match lock_key.held() {
-                    Ok(Held::Exclusive(lock)) => fence::observe(lock.fence),
-                    Ok(Held::Shared(h) | Held::Semaphore(h)) => h
-                        .list
-                        .iter()
-                        .for_each(|holder| fence::observe(holder.fence)),
-                    _ => {}
+                if let Ok(holds) = lock_key.held() {
+                    holds.all().for_each(|hold| fence::observe(hold.fence));
                 }
-                lock_key.mirror_deadline();
+                follow_ttl(ctx, &lock_key, key);
             }
             // A TTL changed by a client (`PEXPIRE`, `PERSIST`; also Redis'
             // own `PEXPIREAT` after each lock in a rewritten AOF).
             "expire" | "persist" => {
-                LockKey::open_read(ctx, &ctx.create_string(key)).mirror_deadline();
+                let name = crate::redis::string(ctx, key);
+                follow_ttl(ctx, &LockKey::open_read(ctx, &name), key);
             }
             _ => {}
         }
@@ -159,9 +102,42 @@ pub fn on_key_event(ctx: &Context, _class: NotifyEvent, event: &str, key: &[u8])
             // Observers hear of it after the hand-off (see `waiting.rs`).
             waiting::look_again(ctx, db, key);
         } else if observers::total() > 0 {
-            observers::changed(ctx, db, &ctx.create_string(key));
+            observers::changed(ctx, db, &crate::redis::string(ctx, key));
         }
     });
+}
+
+/// A client changed the TTL of a lock key (`PEXPIRE`, `PERSIST`, `RESTORE`
+/// with a TTL of its own). A lock's value takes the key's TTL as its
+/// deadline (see `redis/key.rs`). A key with several holders keeps a
+/// deadline per holder, and its TTL must stay the latest of them, or an
+/// empty holder set would outlive its last lease (after a `PERSIST`, for
+/// good): a key written from inside an event is not allowed, so a timer due
+/// now puts it back.
+fn follow_ttl(ctx: &Context, key: &LockKey, name: &[u8]) {
+    key.mirror_deadline();
+    let moved = match key.held() {
+        Ok(Holds::Many(h)) => key.deadline() != h.latest_deadline(),
+        _ => false,
+    };
+    if moved && server::is_master(ctx) {
+        let db = server::selected_db(ctx);
+        timer::start(ctx, 0, (db, Box::<[u8]>::from(name)), holders_ttl);
+    }
+}
+
+/// The timer of [`follow_ttl`]: holders whose lease ran out go, and the
+/// key's TTL is its latest holder's deadline again, replicated as
+/// `PEXPIREAT`.
+fn holders_ttl(ctx: &Context, (db, key): (i32, Box<[u8]>)) {
+    if !server::is_master(ctx) {
+        return;
+    }
+    server::select_db(ctx, db);
+    let name = crate::redis::string(ctx, &key);
+    let mut lock_key = LockKey::open_write(ctx, &name);
+    lease::expire(ctx, &mut lock_key, &name, server::now_ms());
+    lease::follow_latest_holder(ctx, &mut lock_key, &name);
 }
 
 /// Redis' `expired` keyspace event, for any key: if it is the lock just
@@ -174,25 +150,11 @@ pub fn on_expired(ctx: &Context, _class: NotifyEvent, _event: &str, key: &[u8]) 
         let Some(removed) = expiry::take_note(db, key, server::now_ms()) else {
             return;
         };
-        let name = ctx.create_string(key);
-        match removed {
-            Removed::Lock { .. } => {
-                metrics::count(Counter::Expiries);
-                replicate::notify(ctx, c"lock.expired", &name);
-            }
-            Removed::Holders {
-                over,
-                last_ms,
-                limit,
-            } => {
-                for _ in 0..over + last_ms {
-                    metrics::count(Counter::Expiries);
-                }
-                let event = lease::event(limit, c"lock.expired", c"sem.expired");
-                for _ in 0..over + last_ms {
-                    replicate::notify(ctx, event, &name);
-                }
-            }
+        let name = crate::redis::string(ctx, key);
+        let event = removed.kind.event(Event::Expired);
+        for _ in 0..removed.expiries {
+            metrics::count(Counter::Expiries);
+            replicate::notify(ctx, event, &name);
         }
         if waiting::waiters(db, key) > 0 {
             // Hand the key over from a timer due now, and only then tell its

@@ -28,20 +28,16 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 
-/// What an unlink callback saw leave the keyspace.
+use redis_lock_core::decide::Removal;
+use redis_lock_core::hold::Kind;
+
+/// What an unlink callback saw leave the keyspace: a key of `kind` whose
+/// holds' leases ran out (`expiries` of them), or were in their last
+/// millisecond.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Removed {
-    /// A lock whose lease (deadline in unix ms) had run out or was in its
-    /// last millisecond.
-    Lock { deadline_ms: i64 },
-    /// A shared lock's or a semaphore's holders: `over` had run out,
-    /// `last_ms` were in their last millisecond; `limit` tells a shared lock
-    /// (0) from a semaphore.
-    Holders {
-        over: usize,
-        last_ms: usize,
-        limit: u32,
-    },
+pub struct Removed {
+    pub kind: Kind,
+    pub expiries: usize,
 }
 
 struct Noted {
@@ -70,22 +66,20 @@ thread_local! {
     static DELAYS: RefCell<HashMap<DbKey, i64>> = RefCell::new(HashMap::new());
 }
 
-/// Redis is removing `key` in `db`, a lease that may be expiring, at
-/// `now_ms`: note it for the keyspace event that follows, and keep the key
-/// from everyone until `delay_until`, if given. `provisional`: that delay
-/// ends with the note unless the event is `expired` (a removal in the
-/// lease's last millisecond, which a client's `DEL` could have made). A
-/// note still pending is forgotten first: Redis fires each removal's event
-/// before the next removal (`RENAME` and `MSET` unlink two keys before
-/// their events, and neither of those is an expiry).
-pub fn note_unlinked(
-    db: i32,
-    key: &[u8],
-    removed: Removed,
-    delay_until: Option<i64>,
-    provisional: bool,
-    now_ms: i64,
-) {
+/// Redis is removing `key` in `db`, a key of `kind` whose leases may be
+/// expiring, at `now_ms`: note it for the keyspace event that follows, and
+/// keep the key from everyone until the removal's delay, if it has one (a
+/// provisional delay ends with the note unless the event is `expired`: a
+/// removal in the lease's last millisecond, which a client's `DEL` could
+/// have made). A note still pending is forgotten first: Redis fires each
+/// removal's event before the next removal (`RENAME` and `MSET` unlink two
+/// keys before their events, and neither of those is an expiry).
+pub fn note_unlinked(db: i32, key: &[u8], kind: Kind, removal: Removal, now_ms: i64) {
+    let removed = Removed {
+        kind,
+        expiries: removal.expiries,
+    };
+    let (delay_until, provisional) = (removal.delay_until_ms, removal.provisional);
     forget_note();
     let mut started = None;
     if let Some(until) = delay_until {
@@ -210,22 +204,35 @@ pub fn forget_where(gone: impl Fn(&[u8]) -> bool) {
 mod tests {
     use super::*;
 
+    /// A lock's removal, as `decide::removed` gives it.
+    fn note(db: i32, key: &[u8], delay_until_ms: Option<i64>, provisional: bool, now_ms: i64) {
+        let removal = Removal {
+            expiries: 1,
+            delay_until_ms,
+            provisional,
+        };
+        note_unlinked(db, key, Kind::Exclusive, removal, now_ms);
+    }
+
     #[test]
     fn a_note_is_claimed_once_and_only_for_its_key() {
-        let lock = Removed::Lock { deadline_ms: 100 };
-        note_unlinked(0, b"k", lock, None, false, 101);
+        let lock = Removed {
+            kind: Kind::Exclusive,
+            expiries: 1,
+        };
+        note(0, b"k", None, false, 101);
         assert_eq!(take_note(0, b"other", 101), None);
         assert_eq!(take_note(0, b"k", 101), None, "used up by the miss");
-        note_unlinked(0, b"k", lock, None, false, 101);
+        note(0, b"k", None, false, 101);
         assert_eq!(take_note(0, b"k", 102), Some(lock));
         assert_eq!(take_note(0, b"k", 102), None);
-        note_unlinked(0, b"k", lock, None, false, 101);
+        note(0, b"k", None, false, 101);
         forget_note();
         assert_eq!(take_note(0, b"k", 101), None);
         // The server's thread descheduled between a removal and its event.
-        note_unlinked(0, b"k", lock, None, false, 101);
+        note(0, b"k", None, false, 101);
         assert_eq!(take_note(0, b"k", 101 + NOTE_LIFETIME_MS), Some(lock));
-        note_unlinked(0, b"k", lock, None, false, 101);
+        note(0, b"k", None, false, 101);
         assert_eq!(
             take_note(0, b"k", 102 + NOTE_LIFETIME_MS),
             None,
@@ -235,32 +242,35 @@ mod tests {
 
     #[test]
     fn a_provisional_delay_ends_with_its_note_unless_the_key_expired() {
-        let lock = Removed::Lock { deadline_ms: 100 };
+        let lock = Removed {
+            kind: Kind::Exclusive,
+            expiries: 1,
+        };
         // A DEL in the lease's last millisecond: no delay after all.
-        note_unlinked(1, b"k", lock, Some(101), true, 100);
+        note(1, b"k", Some(101), true, 100);
         assert_eq!(delayed_until(1, b"k", 100), Some(101));
         forget_note();
         assert_eq!(delayed_until(1, b"k", 100), None);
         // The next removal (RENAME unlinks two keys before their events)
         // ends the pending one's.
-        note_unlinked(1, b"k", lock, Some(101), true, 100);
-        note_unlinked(1, b"j", lock, None, false, 100);
+        note(1, b"k", Some(101), true, 100);
+        note(1, b"j", None, false, 100);
         assert_eq!(delayed_until(1, b"k", 100), None);
         forget_note();
         // Its own `expired` event: the delay stays.
-        note_unlinked(1, b"k", lock, Some(101), true, 100);
+        note(1, b"k", Some(101), true, 100);
         assert_eq!(take_note(1, b"k", 100), Some(lock));
         assert_eq!(delayed_until(1, b"k", 100), Some(101));
         forget(Some(1));
         // A longer delay already in force is neither shortened nor ended.
         delay(1, b"k", 400, 100);
-        note_unlinked(1, b"k", lock, Some(101), true, 100);
+        note(1, b"k", Some(101), true, 100);
         assert_eq!(delayed_until(1, b"k", 100), Some(400));
         forget_note();
         assert_eq!(delayed_until(1, b"k", 100), Some(400));
         // A shorter one comes back when the provisional one ends.
         delay(1, b"j", 100, 99);
-        note_unlinked(1, b"j", lock, Some(150), true, 99);
+        note(1, b"j", Some(150), true, 99);
         assert_eq!(delayed_until(1, b"j", 99), Some(150));
         forget_note();
         assert_eq!(delayed_until(1, b"j", 99), Some(100));

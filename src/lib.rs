@@ -16,6 +16,17 @@
 //! `docs/architecture.md` draws the floors and follows one request through
 //! them.
 
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::panic,
+        clippy::unreachable,
+        clippy::todo
+    )
+)]
+
 pub mod commands;
 pub mod config;
 pub mod events;
@@ -32,13 +43,10 @@ pub mod waiting;
 
 use redis_module::{redis_module, Context, RedisString, Status};
 
-use commands::{
-    acquire, extend, guard, holders, info, observe, queue, release, sem_acquire, setstate,
-};
+use commands::{acquire, effects, extend, guard, info, observe, queue, release, sem_acquire};
 use events::{on_expired, on_key_event};
 use redis::command::{self, Spec};
-use redis::datatype::LOCK_TYPE;
-use redis::holders_type::{SEMAPHORE_TYPE, SHARED_TYPE};
+use redis::datatype::{LOCK_TYPE, SEMAPHORE_TYPE, SHARED_TYPE};
 
 /// Every command: its name, its flags and its body. Each command's key is
 /// argument 1 (first 1, last 1, step 1: Cluster routing, ACL key patterns),
@@ -64,11 +72,12 @@ const COMMANDS: &[Spec] = &[
     spec(c"lock.release", c"write fast", release::run),
     spec(c"lock.info", c"readonly fast", info::run),
     spec(c"lock.guard", c"write getkeys-api", guard::run),
+    spec(c"lock.guard_ro", c"readonly getkeys-api", guard::run_ro),
     spec(c"lock.queue", c"readonly fast", queue::run),
     spec(c"lock.observe", c"readonly blocking", observe::run),
-    spec(c"lock.setstate", c"write fast", setstate::run),
-    spec(c"lock.setholder", c"write fast", holders::run_set),
-    spec(c"lock.delholder", c"write fast", holders::run_del),
+    spec(c"lock.setstate", c"write fast", effects::run_setstate),
+    spec(c"lock.setholder", c"write fast", effects::run_setholder),
+    spec(c"lock.delholder", c"write fast", effects::run_delholder),
     spec(
         c"sem.acquire",
         c"write deny-oom fast blocking",

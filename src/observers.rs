@@ -20,12 +20,13 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ffi::CString;
 
+use redis_lock_core::decide;
+use redis_lock_core::hold::Holds;
 use redis_lock_core::waitqueue::{WaitQueues, WaiterId};
-use redis_lock_core::{decide, rules};
 use redis_module::{Context, RedisString};
 
 use crate::redis::blocked::{self, BlockedId, Waits};
-use crate::redis::key::{Held, LockKey};
+use crate::redis::key::LockKey;
 use crate::redis::migration;
 use crate::redis::reply::{self, Field};
 use crate::redis::server;
@@ -62,9 +63,8 @@ pub fn total() -> usize {
 /// with several holders, the highest live one.
 fn holder_fence(ctx: &Context, name: &RedisString) -> u64 {
     match LockKey::open_read(ctx, name).held() {
-        Ok(Held::Exclusive(lock)) => lock.fence,
-        Ok(Held::Shared(h) | Held::Semaphore(h)) => h.max_fence(server::now_ms()),
-        _ => 0,
+        Ok(holds) => holds.holder_fence(server::now_ms()),
+        Err(_) => 0,
     }
 }
 
@@ -75,14 +75,10 @@ pub fn reply_holder(ctx: &Context, name: &RedisString) {
     let now_ms = server::now_ms();
     let ttl = key.deadline().map_or(-1, |d| (d - now_ms).max(0));
     let held = key.held();
-    let (fence, owner) = match &held {
-        Ok(Held::Exclusive(lock)) => (lock.fence, lock.owner.get()),
-        Ok(Held::Shared(h) | Held::Semaphore(h)) => match h.live(now_ms).max_by_key(|x| x.fence) {
-            Some(newest) => (newest.fence, newest.owner.get()),
-            None => return reply::null(ctx),
-        },
-        _ => return reply::null(ctx),
+    let Some(newest) = held.as_ref().ok().and_then(|holds| holds.newest(now_ms)) else {
+        return reply::null(ctx);
     };
+    let (fence, owner) = (newest.fence, newest.owner.get());
     let fields = [
         (c"fence", Field::Int(fence as i64)),
         (c"ttl", Field::Int(ttl)),
@@ -116,18 +112,14 @@ pub fn observe(ctx: &Context, name: &RedisString, seen: u64, timeout_ms: i64) {
 fn watch_deadline(ctx: &Context, db: i32, name: &RedisString) {
     let key = LockKey::open_read(ctx, name);
     let deadline = match key.held() {
-        Ok(Held::Exclusive(_)) => key.deadline(),
-        Ok(Held::Shared(h) | Held::Semaphore(h)) => h.earliest_deadline(server::now_ms()),
-        _ => None,
+        Ok(holds) => holds.earliest_deadline(server::now_ms()),
+        Err(_) => None,
     };
     drop(key);
     let Some(deadline) = deadline else {
         return;
     };
-    // One ms after the lease is over: a waiter's hand-off, due at that
-    // moment, runs first, so observers see the next holder rather than the
-    // instant the key was free between the two.
-    let due = rules::lease_over_at(deadline).saturating_add(1);
+    let due = decide::observe_at(deadline);
     let entry = (db, Box::<[u8]>::from(name.as_slice()));
     let armed = DEADLINES.with(|d| d.borrow().get(&entry).copied());
     if armed.is_some_and(|(_, at)| at <= due) {
@@ -149,7 +141,7 @@ fn on_deadline(ctx: &Context, (db, key): DbKey) {
         return;
     }
     server::select_db(ctx, db);
-    let name = ctx.create_string(&*key);
+    let name = crate::redis::string(ctx, &key);
     // On a master, opening the key expires a lease that ran out, and the
     // `expired` event tells observers (after the hand-off when clients
     // wait, see `events.rs`): telling them here as well could answer
@@ -159,7 +151,7 @@ fn on_deadline(ctx: &Context, (db, key): DbKey) {
     // master's effects) are looked at here.
     let told_by_event = server::is_master(ctx)
         && !server::writes_paused()
-        && matches!(LockKey::open_write(ctx, &name).held(), Ok(Held::Free));
+        && matches!(LockKey::open_write(ctx, &name).held(), Ok(Holds::Free));
     if !told_by_event {
         changed(ctx, db, &name);
     }
@@ -213,7 +205,7 @@ pub fn changed(ctx: &Context, db: i32, name: &RedisString) {
 pub fn changed_in(ctx: &Context, db: Option<i32>) {
     for (db, key) in with_observers(|o| o.keys_with_waiters(db)) {
         server::select_db(ctx, db);
-        changed(ctx, db, &ctx.create_string(&*key));
+        changed(ctx, db, &crate::redis::string(ctx, &key));
     }
 }
 
@@ -294,7 +286,7 @@ impl Waits for Observers {
     fn reply(ctx: &Context, look: &Look) {
         match &look.moved {
             Some(error) => reply::error_text(ctx, error),
-            None => reply_holder(ctx, &ctx.create_string(&*look.key)),
+            None => reply_holder(ctx, &crate::redis::string(ctx, &look.key)),
         }
     }
 

@@ -19,7 +19,7 @@ use std::collections::HashMap;
 
 use redis_module::Context;
 
-use crate::redis::key::{Held, LockKey};
+use crate::redis::key::LockKey;
 use crate::redis::server;
 
 /// A lock bound to a connection.
@@ -78,11 +78,10 @@ fn prune(ctx: &Context, client: u64) {
         .into_iter()
         .filter(|b| {
             server::select_db(ctx, b.db);
-            let name = ctx.create_string(&*b.key);
+            let name = crate::redis::string(ctx, &b.key);
             match LockKey::open_read(ctx, &name).held() {
-                Ok(Held::Exclusive(l)) => l.fence == b.fence,
-                Ok(Held::Shared(h) | Held::Semaphore(h)) => h.by_fence(b.fence).is_some(),
-                _ => false,
+                Ok(holds) => holds.bound(b.fence, None).is_some(),
+                Err(_) => false,
             }
         })
         .collect();

@@ -24,6 +24,7 @@ const COMMAND_CATEGORIES: &[(&str, &str, bool)] = &[
     ("lock.extend", "write fast", true),
     ("lock.release", "write fast", true),
     ("lock.guard", "write slow", true),
+    ("lock.guard_ro", "read slow", true),
     ("lock.info", "read fast", true),
     ("lock.queue", "read fast", true),
     ("lock.observe", "read slow blocking", true),

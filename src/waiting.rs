@@ -44,16 +44,17 @@ use std::collections::HashSet;
 use std::ffi::CString;
 
 use redis_lock_core::cluster;
-use redis_lock_core::decide::{self, KeyState, Serve, Want};
+use redis_lock_core::decide::{self, Serve};
 use redis_lock_core::errors::LockError;
+use redis_lock_core::hold::{Event, KeyState, Kind, MyHold, Want};
 use redis_lock_core::token::{self, UUID_LEN};
 use redis_lock_core::waitqueue::{WaitQueues, WaiterId};
 use redis_module::{Context, RedisString};
 
-use crate::lease::{self, Grantee, HolderGrant, ReleasedBy};
+use crate::lease::{self, Grantee, ReleasedBy};
 use crate::metrics::{self, Counter};
 use crate::redis::blocked::{self, BlockedId, Waits};
-use crate::redis::key::{Held, LockKey};
+use crate::redis::key::LockKey;
 use crate::redis::timer::{self, DueId, TimerId};
 use crate::redis::{client, migration, replicate, reply, server};
 use crate::sessions::{self, Bound};
@@ -265,27 +266,22 @@ pub fn enqueue(
     Ok(())
 }
 
-/// The one release-and-hand-off path: the lock on `name` (open as `key`,
-/// checked by the caller) is deleted and replicated as `DEL`, then handed to
-/// the first waiter within the same call, so the next grant replicates right
-/// after the release and the key is never free while someone waits.
-pub fn release(ctx: &Context, db: i32, mut key: LockKey, name: &RedisString, by: ReleasedBy) {
-    lease::release(ctx, &mut key, name, by);
-    drop(key);
-    hand_off(ctx, db, name, Cause::Release);
-}
-
-/// The same for one holder (`token`) of a shared lock or a semaphore: its
-/// place goes to the queue as soon as it fits.
-pub fn release_holder(
+/// The one release-and-hand-off path: `token`'s hold on `name` (open as
+/// `key`, of `kind`, checked by the caller) goes, replicated as `DEL` (or
+/// `LOCK.DELHOLDER`, while others hold the key), then the freed place goes to
+/// the head of the queue as soon as it fits, within the same call, so the
+/// next grant replicates right after the release and the key is never free
+/// while someone waits.
+pub fn release(
     ctx: &Context,
     db: i32,
     mut key: LockKey,
     name: &RedisString,
+    kind: Kind,
     token: &[u8],
     by: ReleasedBy,
 ) {
-    lease::release_holder(ctx, &mut key, name, token, by);
+    lease::release(ctx, &mut key, name, kind, token, by);
     drop(key);
     hand_off(ctx, db, name, Cause::Release);
 }
@@ -293,20 +289,7 @@ pub fn release_holder(
 /// `key` as the core's decisions see it at `now_ms`.
 pub fn key_state(key: &LockKey, now_ms: i64) -> KeyState {
     match key.held() {
-        Ok(Held::Free) => KeyState::Free,
-        Ok(Held::Exclusive(_)) => KeyState::Held {
-            deadline_ms: key.deadline(),
-        },
-        Ok(Held::Shared(h)) => KeyState::Shared {
-            earliest_ms: h.earliest_deadline(now_ms),
-            holders: h.count_live(now_ms),
-        },
-        Ok(Held::Semaphore(h)) => KeyState::Semaphore {
-            limit: h.limit,
-            used: h.used(now_ms),
-            holders: h.count_live(now_ms),
-            earliest_ms: h.earliest_deadline(now_ms),
-        },
+        Ok(holds) => holds.state(now_ms),
         Err(_) => KeyState::WrongType,
     }
 }
@@ -329,18 +312,33 @@ fn hand_off(ctx: &Context, db: i32, name: &RedisString, cause: Cause) {
     // cluster mode, for a key a timer finds free).
     let mut slot_checked = false;
     loop {
-        let Some(head) = with_queues(|q| q.waiters(db, key).next().map(|w| w.want)) else {
+        if waiters(db, key) == 0 {
             return;
-        };
+        }
         let mut lock_key = LockKey::open_write(ctx, name);
         let now_ms = server::now_ms();
-        lease::expire_holders(ctx, &mut lock_key, name, now_ms);
+        lease::expire(ctx, &mut lock_key, name, now_ms);
         let state = key_state(&lock_key, now_ms);
         let delayed = match state {
             KeyState::Free => expiry::delayed_until(db, key, now_ms),
             _ => None,
         };
-        match decide::serve(state, head, delayed, config::max_holders()) {
+        // The head, and the hold its token already has on the key (two
+        // waiters with one token, the first granted just now): only reads
+        // of the value, no call into Redis, while the queues are borrowed.
+        let held = lock_key.held().ok();
+        let Some((head, mine)) = with_queues(|q| {
+            q.waiters(db, key).next().map(|w| {
+                let mine = held
+                    .as_ref()
+                    .and_then(|h| h.mine(w.token.as_deref(), now_ms));
+                (w.want, mine)
+            })
+        }) else {
+            return;
+        };
+        drop(held);
+        match decide::serve_head(state, head, mine, delayed, config::max_holders()) {
             Serve::Idle => return,
             Serve::WakeAt(at) => {
                 drop(lock_key);
@@ -357,6 +355,11 @@ fn hand_off(ctx: &Context, db: i32, name: &RedisString, cause: Cause) {
                 if let Some((id, waiter)) = with_queues(|q| q.pop_front(db, key)) {
                     dismiss(ctx, &waiter);
                     blocked::unblock::<Queue>(id, Outcome::Failed(error));
+                }
+            }
+            Serve::Renew => {
+                if let Some(mine) = mine {
+                    renew_head(ctx, db, &mut lock_key, name, mine, now_ms);
                 }
             }
             Serve::Grant => {
@@ -424,29 +427,7 @@ fn grant_to_head(
             now_ms,
             deadline_ms,
         };
-        match waiter.want {
-            Want::Exclusive => lease::grant(ctx, lock_key, name, &grantee),
-            Want::Shared => lease::grant_holder(
-                ctx,
-                lock_key,
-                name,
-                &HolderGrant {
-                    grantee,
-                    limit: 0,
-                    count: 1,
-                },
-            ),
-            Want::Permits { limit, count } => lease::grant_holder(
-                ctx,
-                lock_key,
-                name,
-                &HolderGrant {
-                    grantee,
-                    limit,
-                    count,
-                },
-            ),
-        }
+        lease::grant(ctx, lock_key, name, &grantee, waiter.want)
     });
     let fence = match granted {
         Ok(fence) => fence,
@@ -458,11 +439,7 @@ fn grant_to_head(
     if let Some(client) = waiter.session {
         sessions::bind(ctx, client, db, key, fence);
     }
-    let handoff = match waiter.want {
-        Want::Permits { .. } => c"sem.handoff",
-        _ => c"lock.handoff",
-    };
-    replicate::notify(ctx, handoff, name);
+    replicate::notify(ctx, waiter.want.kind().event(Event::Handoff), name);
     blocked::unblock::<Queue>(
         id,
         Outcome::Granted {
@@ -473,6 +450,49 @@ fn grant_to_head(
         },
     );
     true
+}
+
+/// The head of the queue's token already holds the key as it asks (`mine`):
+/// renew that hold, with the head's ttl and label, within the hold policy,
+/// and answer it with the same fence, as a direct `ACQUIRE` by the holder is
+/// answered.
+fn renew_head(
+    ctx: &Context,
+    db: i32,
+    lock_key: &mut LockKey,
+    name: &RedisString,
+    mine: MyHold,
+    now_ms: i64,
+) {
+    let key = name.as_slice();
+    let Some((id, waiter)) = with_queues(|q| q.pop_front(db, key)) else {
+        return;
+    };
+    dismiss(ctx, &waiter);
+    let Some(token) = waiter.token.as_deref() else {
+        return blocked::unblock::<Queue>(id, Outcome::Failed(LockError::Internal));
+    };
+    let renewed =
+        decide::renew(mine, waiter.ttl_ms, now_ms, config::hold_policy()).and_then(|renewal| {
+            let owner = waiter.owner.as_deref();
+            lease::renew(ctx, lock_key, name, token, &renewal, owner).map(|()| renewal)
+        });
+    match renewed {
+        Ok(renewal) => {
+            metrics::count(Counter::Renewals);
+            if let Some(client) = waiter.session {
+                sessions::bind(ctx, client, db, key, renewal.fence);
+            }
+            let granted = Outcome::Granted {
+                db,
+                key: key.into(),
+                token: token.into(),
+                fence: renewal.fence,
+            };
+            blocked::unblock::<Queue>(id, granted);
+        }
+        Err(error) => blocked::unblock::<Queue>(id, Outcome::Failed(error)),
+    }
 }
 
 /// Make sure `key`'s queue is served at `at_ms` (unix ms) at the latest:
@@ -648,12 +668,12 @@ fn on_wake(ctx: &Context, wake: Wake) {
             // release or an ACQUIRE ran on this node, so the server checked
             // the slot then; a timer is not checked by anyone else.
             if let Some(error) = migration::moved_from_here(ctx, &key) {
-                let name = ctx.create_string(&*key);
+                let name = crate::redis::string(ctx, &key);
                 redirect_waiters_of(ctx, db, key, &error);
                 observers::changed_here(ctx, &name);
                 return;
             }
-            let name = ctx.create_string(&*key);
+            let name = crate::redis::string(ctx, &key);
             hand_off(ctx, db, &name, Cause::Timer);
             // The key's observers were not told of an expiry or a delete
             // while clients waited: tell them now, with the key handed over.
@@ -675,9 +695,7 @@ fn on_wake(ctx: &Context, wake: Wake) {
                 return;
             }
             for b in &bound {
-                release_held(ctx, b.db, &b.key, ReleasedBy::Session, |lock_fence, _| {
-                    lock_fence == b.fence
-                });
+                release_held(ctx, b.db, &b.key, b.fence, None, ReleasedBy::Session);
             }
         }
     }
@@ -696,43 +714,36 @@ fn time_out(waiter: WaiterId) {
 }
 
 /// A waiter that disconnected between its grant and its reply would strand
-/// the lock: give it back if it still holds it, and hand it on.
+/// the key: give its hold back if it still has it, and hand it on.
 fn reclaim(ctx: &Context, db: i32, key: &[u8], token: &[u8], fence: u64) {
     if !server::is_master(ctx) {
         return;
     }
-    release_held(ctx, db, key, ReleasedBy::Reclaim, |lock_fence, held_by| {
-        lock_fence == fence && held_by(token)
-    });
+    release_held(ctx, db, key, fence, Some(token), ReleasedBy::Reclaim);
 }
 
-/// Release `key` in `db` if `still_holds(fence, held_by)` says the lock
-/// there is still the one the caller means, through [`release`].
+/// Release the hold on `key` in `db` with `fence` (and `token`, when given)
+/// if it is still there, through [`release`].
 fn release_held(
     ctx: &Context,
     db: i32,
     key: &[u8],
+    fence: u64,
+    token: Option<&[u8]>,
     by: ReleasedBy,
-    still_holds: impl Fn(u64, &dyn Fn(&[u8]) -> bool) -> bool,
 ) {
     server::select_db(ctx, db);
-    let name = ctx.create_string(key);
+    let name = crate::redis::string(ctx, key);
     let lock_key = LockKey::open_write(ctx, &name);
-    let mut token = [0u8; UUID_LEN];
-    let holder: Option<Option<Vec<u8>>> = match lock_key.held() {
-        Ok(Held::Exclusive(lock)) if still_holds(lock.fence, &|t| lock.held_by(t)) => Some(None),
-        // One holder of several: the one with that fence (and token).
-        Ok(Held::Shared(h) | Held::Semaphore(h)) => h
-            .list
-            .iter()
-            .find(|x| still_holds(x.fence, &|t| x.held_by(t)))
-            .map(|x| Some(x.token(&mut token).to_vec())),
-        _ => None,
+    let mut buffer = [0u8; UUID_LEN];
+    let bound = match lock_key.held() {
+        Ok(holds) => holds
+            .bound(fence, token)
+            .map(|hold| (holds.kind(), hold.token(&mut buffer).to_vec())),
+        Err(_) => None,
     };
-    match holder {
-        Some(None) => release(ctx, db, lock_key, &name, by),
-        Some(Some(token)) => release_holder(ctx, db, lock_key, &name, &token, by),
-        None => {}
+    if let Some((Some(kind), token)) = bound {
+        release(ctx, db, lock_key, &name, kind, &token, by);
     }
 }
 

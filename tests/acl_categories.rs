@@ -16,6 +16,7 @@ const COMMANDS: &[(&str, &[&str], bool)] = &[
     ("lock.extend", &["write", "fast"], false),
     ("lock.release", &["write", "fast"], false),
     ("lock.guard", &["write", "slow"], false),
+    ("lock.guard_ro", &["read", "slow"], false),
     ("lock.info", &["read", "fast"], false),
     ("lock.queue", &["read", "fast"], false),
     ("lock.observe", &["read", "slow", "blocking"], true),

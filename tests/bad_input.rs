@@ -151,9 +151,15 @@ fn wrong_arity_is_refused_and_changes_nothing() {
                 ARITY_RELEASE,
             ),
             case("INFO, no arguments", &["LOCK.INFO"], ARITY_INFO),
+            // One more argument is an option now (`HOLDS n`).
+            case(
+                format!("INFO {key}, an unknown option"),
+                &["LOCK.INFO", key, "extra"],
+                "ERR syntax error: unknown option",
+            ),
             case(
                 format!("INFO {key}, one argument too many"),
-                &["LOCK.INFO", key, "extra"],
+                &["LOCK.INFO", key, "HOLDS", "1", "extra"],
                 ARITY_INFO,
             ),
         ]

@@ -1114,6 +1114,12 @@ fn cluster_guard_writes_same_slot_keys_and_refuses_crossslot() {
             .arg("{billing}:total"),
     );
     assert!(moved.starts_with("MOVED"), "{moved}");
+    // LOCK.GUARD_RO routes the same way, by its lock key.
+    let read: String = redis::cmd("LOCK.GUARD_RO")
+        .arg(&["{billing}:lock", "me", "GET", "{billing}:total"])
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(read, "40");
 }
 
 /// A grant as a worker saw it, timed on this process' monotonic clock.

@@ -289,6 +289,91 @@ fn blocking_transaction_pubsub_and_lock_commands_are_refused_and_nothing_runs() 
     assert!(error.starts_with("ERR blocking"), "{error}");
 }
 
+/// The server reads a command's name up to its first NUL byte: a guarded
+/// `SET\0x` would run `SET`. It is refused, and nothing panics or is
+/// logged, whoever asks and whatever the lock.
+#[test]
+fn a_command_name_with_a_nul_byte_is_refused_without_a_panic() {
+    let server = Server::start();
+    let mut con = server.conn();
+    acquire(&mut con, "lk", 60_000, Some("me")).unwrap();
+    let digest_before = digest(&mut con);
+    for name in [&b"SET\0"[..], b"SET\0x", b"\0", b"EVAL\0"] {
+        for (key, token) in [("lk", "me"), ("lk", "other"), ("free", "me")] {
+            let error = error_of(
+                &mut con,
+                redis::cmd("LOCK.GUARD")
+                    .arg(key)
+                    .arg(token)
+                    .arg(name)
+                    .arg("k")
+                    .arg("v"),
+            );
+            assert!(
+                error.starts_with("ERR unknown command in LOCK.GUARD"),
+                "{name:?}: {error}"
+            );
+        }
+    }
+    assert_eq!(digest(&mut con), digest_before);
+    assert!(!server.log().contains("panic"), "{}", server.log());
+}
+
+/// `XREAD` and `XREADGROUP` are flagged `blocking`, but only their `BLOCK`
+/// form blocks: the plain form is a read like any other.
+#[test]
+fn xread_without_block_is_guarded_like_any_read() {
+    let server = Server::start();
+    let mut con = server.conn();
+    acquire(&mut con, "lk", 60_000, Some("me")).unwrap();
+    let _: String = redis::cmd("XADD")
+        .arg(&["st", "1-1", "f", "v"])
+        .query(&mut con)
+        .unwrap();
+    let _: () = redis::cmd("XGROUP")
+        .arg(&["CREATE", "st", "g", "0"])
+        .query(&mut con)
+        .unwrap();
+    let read = guard(
+        &mut con,
+        "lk",
+        "me",
+        &["XREAD", "COUNT", "1", "STREAMS", "st", "0"],
+    );
+    assert!(
+        matches!(read, Ok(Value::Array(ref a)) if a.len() == 1),
+        "{read:?}"
+    );
+    let group = guard(
+        &mut con,
+        "lk",
+        "me",
+        &["XREADGROUP", "GROUP", "g", "c", "STREAMS", "st", ">"],
+    );
+    assert!(
+        matches!(group, Ok(Value::Array(ref a)) if a.len() == 1),
+        "{group:?}"
+    );
+    for blocking in [
+        &["XREAD", "BLOCK", "10", "STREAMS", "st", "$"][..],
+        &["xread", "count", "1", "block", "10", "streams", "st", "$"],
+        &[
+            "XREADGROUP",
+            "GROUP",
+            "g",
+            "c",
+            "BLOCK",
+            "10",
+            "STREAMS",
+            "st",
+            ">",
+        ],
+    ] {
+        let error = guard_error(&mut con, "lk", "me", blocking);
+        assert!(error.starts_with("ERR blocking"), "{blocking:?}: {error}");
+    }
+}
+
 #[test]
 fn garbage_arguments_are_refused_and_change_nothing() {
     let server = Server::start();
@@ -618,6 +703,19 @@ fn acl_key_patterns_see_every_key_of_the_guarded_command() {
     assert!(error.starts_with("NOPERM"), "{error}");
     assert_eq!(get(&mut admin, "data:total"), None);
     assert!(info(&mut admin, "lock:billing").is_some());
+    // LOCK.GUARD_RO reports the same keys: the reader reads its keys, and
+    // the lock-only user still reaches nothing else.
+    let read_only = |con: &mut Connection, command: &[&str]| {
+        let mut cmd = redis::cmd("LOCK.GUARD_RO");
+        cmd.arg("lock:billing").arg("me").arg(command);
+        cmd.query::<Value>(con)
+    };
+    assert_eq!(
+        read_only(&mut reader, &["GET", "ro:rate"]).unwrap(),
+        Value::BulkString(b"3".to_vec())
+    );
+    let error = read_only(&mut locks_only, &["GET", "ro:rate"]).unwrap_err();
+    assert_eq!(error.code(), Some("NOPERM"), "{error}");
 }
 
 #[test]

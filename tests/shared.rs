@@ -820,3 +820,166 @@ fn a_release_puts_back_the_latest_lease_as_the_ttl_on_master_and_replica() {
     assert_eq!(expire_time(&mut r), latest);
     assert_eq!(digest(&mut r), digest(&mut m));
 }
+
+/// Two waiters with one token, granted in one hand-off: the second is the
+/// first's holder asking again, so it is renewed with the same fence, as a
+/// direct `SEM.ACQUIRE` by that token would be; with another `COUNT` it is
+/// told so, and the first's permits stay as they were.
+#[test]
+fn waiters_with_one_token_granted_together_get_one_hold() {
+    let server = Server::start();
+    let mut con = server.conn();
+    sem(&mut con, "s", 3, 60_000, 3, "holder").unwrap();
+    let first = waiter(&server, wait_permits("s", 3, 1, "dup"));
+    queued(&mut con, "s", "SEM.INFO", 1);
+    let other_count = waiter(&server, wait_permits("s", 3, 2, "dup"));
+    queued(&mut con, "s", "SEM.INFO", 2);
+    let same_count = waiter(&server, wait_permits("s", 3, 1, "dup"));
+    queued(&mut con, "s", "SEM.INFO", 3);
+    let released: i64 = redis::cmd("SEM.RELEASE")
+        .arg(&["s", "holder"])
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(released, 1);
+    let (_, fence) = first.join().unwrap().expect("granted");
+    let error = other_count.join();
+    assert!(error.is_err(), "the other COUNT is refused: {error:?}");
+    assert_eq!(same_count.join().unwrap(), Some(("dup".into(), fence)));
+    let permits = sem_info(&mut con, "s").unwrap();
+    assert_eq!(
+        (permits["used"], permits["holders"], permits["fence"]),
+        (1, 1, fence as i64)
+    );
+
+    // Readers alike: one reader, one fence.
+    shared(&mut con, "rw", 60_000, "r").unwrap();
+    let writer = waiter(&server, wait_exclusive("rw", "w"));
+    queued(&mut con, "rw", "LOCK.INFO", 1);
+    let a = waiter(&server, wait_shared("rw", "dup"));
+    let b = waiter(&server, wait_shared("rw", "dup"));
+    queued(&mut con, "rw", "LOCK.INFO", 3);
+    assert_eq!(release(&mut con, "rw", "r"), 1);
+    let _ = writer.join().unwrap().expect("the writer first");
+    assert_eq!(release(&mut con, "rw", "w"), 1);
+    let (a, b) = (a.join().unwrap().unwrap(), b.join().unwrap().unwrap());
+    assert_eq!(a, b, "one reader, one fence");
+    assert_eq!(info(&mut con, "rw").unwrap()["holders"], 1);
+}
+
+/// `LOCK.INFO` of a key held in shared mode shows the newest reader's
+/// label, as `LOCK.OBSERVE` does; with `HOLDS n`, `holds` lists each reader
+/// (`n` bounds the list, never the count), `SEM.INFO … HOLDS n` each holder
+/// with its permits, and an exclusive lock its one hold. Never a token.
+#[test]
+fn info_lists_the_holds_of_a_shared_lock_and_a_semaphore() {
+    let server = Server::start();
+    let mut con = server.conn();
+    let labelled = |con: &mut Connection, token: &str, owner: &str| -> u64 {
+        let grant: Option<(String, u64)> = redis::cmd("LOCK.ACQUIRE")
+            .arg(&["rw", "60000", "TOKEN", token, "SHARED", "OWNER", owner])
+            .query(con)
+            .unwrap();
+        grant.unwrap().1
+    };
+    let f1 = labelled(&mut con, "t1", "pod-1");
+    let f2 = labelled(&mut con, "t2", "pod-2");
+    assert_eq!(owner(&mut con, "rw").as_deref(), Some(&b"pod-2"[..]));
+    let plain: HashMap<String, Value> = redis::cmd("LOCK.INFO").arg("rw").query(&mut con).unwrap();
+    assert!(!plain.contains_key("holds"), "listed only when asked");
+    let all: HashMap<String, Value> = redis::cmd("LOCK.INFO")
+        .arg(&["rw", "HOLDS", "10"])
+        .query(&mut con)
+        .unwrap();
+    let holds = |v: &Value| -> Vec<HashMap<String, Value>> {
+        redis::from_redis_value(v).expect("a list of maps")
+    };
+    let listed = holds(&all["holds"]);
+    let fences: Vec<i64> = listed
+        .iter()
+        .map(|h| redis::from_redis_value(&h["fence"]).unwrap())
+        .collect();
+    assert_eq!(fences, [f1 as i64, f2 as i64]);
+    assert_eq!(listed[0]["owner"], Value::BulkString(b"pod-1".to_vec()));
+    let text = format!("{all:?}");
+    assert!(
+        !text.contains("t1") && !text.contains("t2"),
+        "a token: {text}"
+    );
+    let one: HashMap<String, Value> = redis::cmd("LOCK.INFO")
+        .arg(&["rw", "holds", "1"])
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(holds(&one["holds"]).len(), 1);
+    assert_eq!(one["holders"], Value::Int(2));
+
+    sem(&mut con, "s", 5, 60_000, 3, "a").unwrap();
+    sem(&mut con, "s", 5, 60_000, 1, "b").unwrap();
+    let info: HashMap<String, Value> = redis::cmd("SEM.INFO")
+        .arg(&["s", "HOLDS", "5"])
+        .query(&mut con)
+        .unwrap();
+    let counts: Vec<i64> = holds(&info["holds"])
+        .iter()
+        .map(|h| redis::from_redis_value(&h["count"]).unwrap())
+        .collect();
+    assert_eq!(counts, [3, 1]);
+    let (_, fence) = acquire(&mut con, "lk", 60_000, Some("x")).unwrap();
+    let info: HashMap<String, Value> = redis::cmd("LOCK.INFO")
+        .arg(&["lk", "HOLDS", "5"])
+        .query(&mut con)
+        .unwrap();
+    let one = holds(&info["holds"]);
+    assert_eq!(one.len(), 1);
+    assert_eq!(one[0]["fence"], Value::Int(fence as i64));
+
+    // Garbage: refused, and nothing changes.
+    let before = digest(&mut con);
+    for args in [
+        vec!["rw", "HOLDS"],
+        vec!["rw", "HOLDS", "0"],
+        vec!["rw", "HOLDS", "1001"],
+        vec!["rw", "HOLDS", "-1"],
+        vec!["rw", "HOLDS", "1\0"],
+        vec!["rw", "COUNT", "1"],
+        vec!["rw", "HOLDS", "1", "extra"],
+    ] {
+        for command in ["LOCK.INFO", "SEM.INFO"] {
+            let error = error_of(&mut con, redis::cmd(command).arg(&args));
+            assert!(error.starts_with("ERR"), "{command} {args:?}: {error}");
+        }
+    }
+    assert_eq!(digest(&mut con), before);
+}
+
+/// `PERSIST` (or a `RESTORE` with TTL 0) takes the TTL off a key with
+/// several holders; each holder keeps its own lease, and the key's TTL is
+/// put back to the latest of them (on the replica too), so the key still
+/// goes when its last lease ends.
+#[test]
+fn a_persisted_holder_key_still_goes_with_its_last_lease() {
+    let (master, replica) = pair();
+    let mut m = master.conn();
+    sem(&mut m, "s", 2, 300, 1, "a").unwrap();
+    shared(&mut m, "rw", 300, "r").unwrap();
+    for key in ["s", "rw"] {
+        let persisted: i64 = redis::cmd("PERSIST").arg(key).query(&mut m).unwrap();
+        assert_eq!(persisted, 1);
+    }
+    // RESTORE with TTL 0 of a live semaphore, under another name.
+    sem(&mut m, "t", 2, 300, 1, "b").unwrap();
+    let payload: Vec<u8> = redis::cmd("DUMP").arg("t").query(&mut m).unwrap();
+    let _: () = redis::cmd("RESTORE")
+        .arg("u")
+        .arg(0)
+        .arg(payload)
+        .query(&mut m)
+        .unwrap();
+    wait_until(Duration::from_secs(10), || {
+        !exists(&mut m, "s") && !exists(&mut m, "rw") && !exists(&mut m, "u")
+    });
+    sync_replica(&master, &replica);
+    let mut r = replica.conn();
+    for key in ["s", "rw", "u"] {
+        assert!(!exists(&mut r, key), "{key} on the replica");
+    }
+}

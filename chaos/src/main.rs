@@ -120,6 +120,18 @@ fn run(args: &[String]) -> Result<(), String> {
             module.display()
         ));
     }
+    // The servers start in directories of their own: a relative path (as a
+    // user types it) would name nothing there.
+    let module =
+        std::fs::canonicalize(&module).map_err(|e| format!("{}: {e}", module.display()))?;
+    // Likewise a server binary given by a path (a bare name is looked up in
+    // PATH).
+    if binary.contains('/') {
+        binary = std::fs::canonicalize(&binary)
+            .map_err(|e| format!("{binary}: {e}"))?
+            .to_string_lossy()
+            .into_owned();
+    }
     std::fs::create_dir_all(&out).map_err(|e| format!("create {}: {e}", out.display()))?;
     let _ = std::fs::remove_dir_all(out.join("servers"));
     let ctx = Ctx {
@@ -159,8 +171,10 @@ fn run(args: &[String]) -> Result<(), String> {
         // A scenario that could not go on (a server died, say) is a
         // violation, and the other scenarios still run.
         let mut rep = result.unwrap_or_else(|e| {
+            println!("  scenario {id} aborted: {e}");
             let mut rep = Report::new(&ctx, id, "(aborted)");
             rep.verdict.scenario.push(format!("scenario aborted: {e}"));
+            rep.notes.push(format!("aborted: {e}"));
             rep
         });
         rep.verdict

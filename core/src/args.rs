@@ -309,16 +309,40 @@ pub fn parse_release_as<A: ArgBytes>(
     })
 }
 
-pub fn parse_info<A: ArgBytes>(args: &[A]) -> Result<(), LockError> {
+pub fn parse_info<A: ArgBytes>(args: &[A]) -> Result<InfoArgs, LockError> {
     parse_info_as(args, LockError::ArityInfo)
 }
 
+/// `LOCK.INFO key [HOLDS n]` (and `SEM.INFO`)
+#[derive(Debug, PartialEq, Eq)]
+pub struct InfoArgs {
+    /// `HOLDS n`: list the key's holds too, at most `n` of them.
+    pub holds: Option<usize>,
+}
+
 /// `LOCK.INFO`'s arguments, for a command whose arity error is `arity`.
-pub fn parse_info_as<A: ArgBytes>(args: &[A], arity: LockError) -> Result<(), LockError> {
-    if args.len() != 2 {
-        return Err(arity);
+pub fn parse_info_as<A: ArgBytes>(args: &[A], arity: LockError) -> Result<InfoArgs, LockError> {
+    parse_listing(args, b"HOLDS", LockError::HoldsInvalid, arity).map(|holds| InfoArgs { holds })
+}
+
+/// `key [<keyword> n]`: how many entries a listing shows, from 1 to
+/// [`MAX_QUEUE_COUNT`]; `None` without the option.
+fn parse_listing<A: ArgBytes>(
+    args: &[A],
+    keyword: &[u8],
+    invalid: LockError,
+    arity: LockError,
+) -> Result<Option<usize>, LockError> {
+    match args.len() {
+        2 => Ok(None),
+        4 if args[2].bytes().eq_ignore_ascii_case(keyword) => parse_i64(args[3].bytes())
+            .and_then(|n| usize::try_from(n).ok())
+            .filter(|n| (1..=MAX_QUEUE_COUNT).contains(n))
+            .map(Some)
+            .ok_or(invalid),
+        3 | 4 => Err(LockError::SyntaxUnknownOption),
+        _ => Err(arity),
     }
-    Ok(())
 }
 
 /// A holder's `limit` (0: a shared lock) and `count`, as a master sends them.
@@ -462,19 +486,15 @@ pub fn parse_setstate<A: ArgBytes>(args: &[A]) -> Result<SetStateArgs<'_>, LockE
 }
 
 pub fn parse_queue<A: ArgBytes>(args: &[A]) -> Result<QueueArgs, LockError> {
-    match args.len() {
-        2 => Ok(QueueArgs { count: 10 }),
-        4 if args[2].bytes().eq_ignore_ascii_case(b"COUNT") => {
-            let count = parse_i64(args[3].bytes())
-                .and_then(|n| usize::try_from(n).ok())
-                .filter(|n| (1..=MAX_QUEUE_COUNT).contains(n))
-                .ok_or(LockError::CountInvalid)?;
-            Ok(QueueArgs { count })
-        }
-        4 => Err(LockError::SyntaxUnknownOption),
-        3 => Err(LockError::SyntaxUnknownOption),
-        _ => Err(LockError::ArityQueue),
-    }
+    parse_listing(
+        args,
+        b"COUNT",
+        LockError::CountInvalid,
+        LockError::ArityQueue,
+    )
+    .map(|count| QueueArgs {
+        count: count.unwrap_or(10),
+    })
 }
 
 pub fn parse_observe<A: ArgBytes>(args: &[A]) -> Result<ObserveArgs, LockError> {
@@ -745,12 +765,32 @@ mod tests {
             Err(LockError::TokenLength)
         );
 
-        assert_eq!(parse_info(&["LOCK.INFO", "k"]), Ok(()));
-        assert_eq!(parse_info(&["LOCK.INFO"]), Err(LockError::ArityInfo));
         assert_eq!(
-            parse_info(&["LOCK.INFO", "k", "j"]),
-            Err(LockError::ArityInfo)
+            parse_info(&["LOCK.INFO", "k"]),
+            Ok(InfoArgs { holds: None })
         );
+        assert_eq!(
+            parse_info(&["LOCK.INFO", "k", "holds", "3"]),
+            Ok(InfoArgs { holds: Some(3) })
+        );
+        assert_eq!(parse_info(&["LOCK.INFO"]), Err(LockError::ArityInfo));
+        for (args, want) in [
+            (&["LOCK.INFO", "k", "j"][..], LockError::SyntaxUnknownOption),
+            (&["LOCK.INFO", "k", "HOLDS"], LockError::SyntaxUnknownOption),
+            (
+                &["LOCK.INFO", "k", "COUNT", "3"],
+                LockError::SyntaxUnknownOption,
+            ),
+            (&["LOCK.INFO", "k", "HOLDS", "0"], LockError::HoldsInvalid),
+            (
+                &["LOCK.INFO", "k", "HOLDS", "1001"],
+                LockError::HoldsInvalid,
+            ),
+            (&["LOCK.INFO", "k", "HOLDS", "x\0"], LockError::HoldsInvalid),
+            (&["LOCK.INFO", "k", "HOLDS", "1", "x"], LockError::ArityInfo),
+        ] {
+            assert_eq!(parse_info(args), Err(want), "{args:?}");
+        }
     }
 
     #[test]

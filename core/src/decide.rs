@@ -1,46 +1,52 @@
 //! One decision per command and event, as a value.
 //!
-//! Each function takes the whole situation (who holds the key, the caller's
-//! token, now, whether others wait, a lock-delay, the hold policy) and
-//! returns what to do. The module executes exactly these values (its
-//! `commands/` and `waiting.rs`); the unit and property tests here, the
-//! differential test and the fuzz targets run the same functions without a
-//! server ([`crate::sim`]).
+//! Each function takes the whole situation (what the key holds, as a
+//! [`KeyState`], the caller's own hold on it, now, whether others wait, a
+//! lock-delay, the hold policy) and returns what to do. One decision covers
+//! every kind of hold: an exclusive lock, a reader, a semaphore's permits.
+//! The module executes exactly these values (its `commands/` and
+//! `waiting.rs`); the unit and property tests here, the differential test
+//! and the fuzz targets run the same functions without a server
+//! ([`crate::sim`]).
 
+use std::ffi::CStr;
+
+use crate::args::ArgBytes;
 use crate::errors::LockError;
-use crate::lock::Lock;
+use crate::hold::{Holds, KeyState, MyHold, Want};
 use crate::rules::{self, HoldPolicy};
 
-/// Everything `LOCK.ACQUIRE` depends on.
+/// Everything an acquire depends on: `LOCK.ACQUIRE` in either mode and
+/// `SEM.ACQUIRE`, of a key of any kind.
 #[derive(Debug, Clone, Copy)]
-pub struct AcquireCase<'a> {
-    /// The live lock on the key; opening the key has already removed one
-    /// whose lease ran out.
-    pub holder: Option<&'a Lock>,
-    /// The holder's deadline as the key's TTL says. Only a queued caller
-    /// needs it (its wake-up), so the module reads it only when the caller
-    /// may wait.
-    pub holder_deadline_ms: Option<i64>,
-    /// `None`: the server draws a token, which matches no holder.
-    pub token: Option<&'a [u8]>,
+pub struct AcquireCase {
+    /// The key as it is now: opening it has already removed a lock whose
+    /// lease ran out, and the holders whose leases ran out.
+    pub key: KeyState,
+    /// The caller's own live hold on the key, if its token has one.
+    pub mine: Option<MyHold>,
+    pub want: Want,
     pub ttl_ms: i64,
     pub now_ms: i64,
-    /// Clients are queued for the key: a free key goes to the head of the
-    /// queue, never to a newcomer (no barging).
+    /// Clients are queued for the key: a free key (or room on it) goes to
+    /// the head of the queue, never to a newcomer (no barging).
     pub others_waiting: bool,
-    /// A lock-delay after an expiry is in force until then (unix ms).
+    /// A lock-delay after an expiry is in force until then (unix ms); only
+    /// a free key can have one.
     pub delayed_until_ms: Option<i64>,
     pub hold: HoldPolicy,
     /// `WAIT` was given and the context may block (not MULTI, not a script).
     pub may_wait: bool,
+    /// `lock.max-holders`.
+    pub max_holders: usize,
 }
 
-/// What `LOCK.ACQUIRE` does.
+/// What an acquire does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Acquire {
-    /// Make the caller the holder with a new fence, until `deadline_ms`.
+    /// Make the caller a holder with a new fence, until `deadline_ms`.
     Grant { deadline_ms: i64 },
-    /// The caller already holds it: same fence, a new deadline.
+    /// The caller already holds it as it asks: same fence, a new deadline.
     Renew(Renewal),
     /// Queue the caller; the key must be looked at again at `wake_at_ms`
     /// (none: the holder's lease has no end, a release or delete will tell).
@@ -65,8 +71,12 @@ impl Renewal {
     }
 }
 
-/// `LOCK.ACQUIRE`. An `Err` is a refusal with that error (`LIMIT` from the
-/// hold policy, or a ttl that overflows the clock), with nothing changed.
+/// `LOCK.ACQUIRE` (exclusive or `SHARED`) and `SEM.ACQUIRE`. The same token
+/// asking again as it holds renews its own lease; in another mode (or with
+/// another `COUNT`) it is refused with an error: upgrades deadlock. An
+/// `Err` is a refusal with that error (`LIMIT` from the hold policy, a ttl
+/// that overflows the clock, a key of the other kind), with nothing
+/// changed.
 pub fn acquire(case: &AcquireCase) -> Result<Acquire, LockError> {
     let busy = |wake_at_ms: Option<i64>| {
         if case.may_wait {
@@ -75,97 +85,110 @@ pub fn acquire(case: &AcquireCase) -> Result<Acquire, LockError> {
             Acquire::Refuse
         }
     };
-    match case.holder {
-        Some(lock) if case.token.is_some_and(|t| lock.held_by(t)) => {
-            renew(lock, case.ttl_ms, case.now_ms, case.hold).map(Acquire::Renew)
+    let wrong_kind = matches!(
+        (case.key, case.want),
+        (KeyState::Semaphore { .. }, Want::Exclusive | Want::Shared)
+            | (
+                KeyState::Held { .. } | KeyState::Shared { .. },
+                Want::Permits { .. }
+            )
+            | (KeyState::WrongType, _)
+    );
+    if wrong_kind {
+        return Err(LockError::WrongType);
+    }
+    if let (KeyState::Semaphore { limit, .. }, Want::Permits { limit: wanted, .. }) =
+        (case.key, case.want)
+    {
+        if limit != wanted {
+            return Err(LockError::LimitMismatch);
         }
-        Some(_) => Ok(busy(case.holder_deadline_ms.map(rules::lease_over_at))),
-        // Free, but not for a newcomer: the queue is served first (now), a
-        // lock-delay ends first (then).
-        None if case.others_waiting || case.delayed_until_ms.is_some() => {
-            Ok(busy(Some(case.delayed_until_ms.unwrap_or(case.now_ms))))
+    }
+    if let Some(mine) = case.mine {
+        if mine.want != case.want {
+            return Err(mismatch(mine.want, case.want));
         }
-        None => Ok(Acquire::Grant {
+        return renew(mine, case.ttl_ms, case.now_ms, case.hold).map(Acquire::Renew);
+    }
+    let holders = match case.key {
+        KeyState::Shared { holders, .. } | KeyState::Semaphore { holders, .. } => holders,
+        _ => 0,
+    };
+    if holders >= case.max_holders && case.want != Want::Exclusive {
+        return Err(LockError::HoldersLimit);
+    }
+    if case.others_waiting {
+        // No barging: the queue is served first; when it can next move is
+        // the hand-off's business, which a timer already has in hand (a
+        // free key's: now, or when its lock-delay ends).
+        let wake = match case.key {
+            KeyState::Free => Some(case.delayed_until_ms.unwrap_or(case.now_ms)),
+            KeyState::Held { deadline_ms } => deadline_ms.map(rules::lease_over_at),
+            KeyState::Shared { earliest_ms, .. } | KeyState::Semaphore { earliest_ms, .. } => {
+                earliest_ms.map(rules::lease_over_at)
+            }
+            KeyState::WrongType => None,
+        };
+        return Ok(busy(wake));
+    }
+    match serve(case.key, case.want, case.delayed_until_ms, case.max_holders) {
+        Serve::Grant => Ok(Acquire::Grant {
             deadline_ms: rules::deadline_ms(case.now_ms, case.ttl_ms)?,
         }),
+        // `mine` was handled above: `serve` never renews.
+        Serve::Renew => Err(LockError::Internal),
+        Serve::WakeAt(at) => Ok(busy(Some(at))),
+        Serve::Idle => Ok(busy(None)),
+        Serve::FailAll(e) | Serve::FailHead(e) => Err(e),
     }
 }
 
-/// What `LOCK.EXTEND` does.
+/// What `LOCK.EXTEND` (and `SEM.EXTEND`) does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Extend {
     Renewed(Renewal),
-    /// The token does not hold the lock (or nobody does): reply 0.
+    /// The token holds nothing on the key: reply 0.
     NotHolder,
 }
 
-/// `LOCK.EXTEND`: only the holder extends, within the hold policy.
+/// `LOCK.EXTEND` / `SEM.EXTEND`: only a holder extends its own lease (`mine`
+/// is the caller's live hold, if its token has one), within the hold
+/// policy; another holder's lease does not move.
 pub fn extend(
-    holder: Option<&Lock>,
-    token: &[u8],
+    mine: Option<MyHold>,
     ttl_ms: i64,
     now_ms: i64,
     hold: HoldPolicy,
 ) -> Result<Extend, LockError> {
-    match holder {
-        Some(lock) if lock.held_by(token) => renew(lock, ttl_ms, now_ms, hold).map(Extend::Renewed),
-        _ => Ok(Extend::NotHolder),
+    match mine {
+        Some(mine) => renew(mine, ttl_ms, now_ms, hold).map(Extend::Renewed),
+        None => Ok(Extend::NotHolder),
     }
 }
 
-/// The holder's lease, `ttl_ms` from now, if the hold policy allows it; an
-/// extension past the policy is refused whole, so the holder learns of the
-/// limit while it still holds the lock.
-fn renew(lock: &Lock, ttl_ms: i64, now_ms: i64, hold: HoldPolicy) -> Result<Renewal, LockError> {
+/// A holder's own lease, `ttl_ms` from now, if the hold policy allows it;
+/// an extension past the policy is refused whole, so the holder learns of
+/// the limit while it still holds the key.
+pub fn renew(
+    mine: MyHold,
+    ttl_ms: i64,
+    now_ms: i64,
+    hold: HoldPolicy,
+) -> Result<Renewal, LockError> {
     let deadline_ms = rules::deadline_ms(now_ms, ttl_ms)?;
-    rules::check_extend(lock.granted_ms, lock.extends, deadline_ms, hold)?;
+    rules::check_extend(mine.granted_ms, mine.extends, deadline_ms, hold)?;
     Ok(Renewal {
-        fence: lock.fence,
+        fence: mine.fence,
         deadline_ms,
-        extends: lock.extends.saturating_add(1),
+        extends: mine.extends.saturating_add(1),
     })
 }
 
-/// `LOCK.RELEASE`: whether `token` may release the lock (then the key is
-/// deleted and handed to the first waiter); otherwise reply 0.
-pub fn release(holder: Option<&Lock>, token: &[u8]) -> bool {
-    holder.is_some_and(|lock| lock.held_by(token))
-}
-
-/// What a request (a caller or a queued waiter) wants of a key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Want {
-    /// The lock, alone (`LOCK.ACQUIRE`).
-    Exclusive,
-    /// A read lease beside other readers (`LOCK.ACQUIRE … SHARED`).
-    Shared,
-    /// `count` of a semaphore's `limit` permits (`SEM.ACQUIRE`).
-    Permits { limit: u32, count: u32 },
-}
-
-/// A key with waiters, as a hand-off finds it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum KeyState {
-    Free,
-    /// A live exclusive lock, with the deadline of its key's TTL (none: no
-    /// expiry).
-    Held {
-        deadline_ms: Option<i64>,
-    },
-    /// Readers, the earliest of whose leases ends then (none: no reader).
-    Shared {
-        earliest_ms: Option<i64>,
-        holders: usize,
-    },
-    /// A semaphore with `used` of `limit` permits out, by `holders` tokens.
-    Semaphore {
-        limit: u32,
-        used: u64,
-        holders: usize,
-        earliest_ms: Option<i64>,
-    },
-    /// Overwritten with another type.
-    WrongType,
+/// `LOCK.RELEASE` / `SEM.RELEASE`: whether the caller (`mine`, its live
+/// hold) may give a hold back (then it goes, and the queue is served);
+/// otherwise reply 0.
+pub fn release(mine: Option<MyHold>) -> bool {
+    mine.is_some()
 }
 
 /// What a hand-off does with a key's queue.
@@ -173,6 +196,10 @@ pub enum KeyState {
 pub enum Serve {
     /// Grant the key to the head of the queue (then ask again for the next).
     Grant,
+    /// The head's token already holds the key, as the head asks for it (two
+    /// waiters with one token, granted one after the other): renew that
+    /// hold (same fence), as a direct `ACQUIRE` by the holder would.
+    Renew,
     /// Not yet: look again at this time (unix ms).
     WakeAt(i64),
     /// Held without expiry: a release or delete will tell.
@@ -233,140 +260,30 @@ pub fn serve(
     }
 }
 
-/// Everything a shared or semaphore acquire (or an exclusive acquire of a
-/// key held in shared mode) depends on.
-#[derive(Debug, Clone, Copy)]
-pub struct SharedCase<'a> {
-    /// The key as it is now (its expired holders already taken out).
-    pub key: KeyState,
-    /// The caller's own live holder on the key, if its token is one.
-    pub mine: Option<MyHold>,
-    pub want: Want,
-    /// `None`: the server draws a token, which holds nothing.
-    pub token: Option<&'a [u8]>,
-    pub ttl_ms: i64,
-    pub now_ms: i64,
-    pub others_waiting: bool,
-    pub hold: HoldPolicy,
-    pub may_wait: bool,
-    /// `lock.max-holders`.
-    pub max_holders: usize,
-    /// A lock-delay after an expiry is in force until then (unix ms); only
-    /// a free key can have one.
-    pub delayed_until_ms: Option<i64>,
-}
-
-/// The caller's token already holds the key: how.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct MyHold {
-    pub want: Want,
-    pub fence: u64,
-    pub granted_ms: i64,
-    pub extends: u32,
-}
-
-/// A holder's own lease, `ttl_ms` from now, within the hold policy: the
-/// renewal of a reader or of a semaphore's permits, as [`extend`] is for the
-/// exclusive holder.
-pub fn renew_hold(
-    mine: MyHold,
-    ttl_ms: i64,
-    now_ms: i64,
-    hold: HoldPolicy,
-) -> Result<Renewal, LockError> {
-    let deadline_ms = rules::deadline_ms(now_ms, ttl_ms)?;
-    rules::check_extend(mine.granted_ms, mine.extends, deadline_ms, hold)?;
-    Ok(Renewal {
-        fence: mine.fence,
-        deadline_ms,
-        extends: mine.extends.saturating_add(1),
-    })
-}
-
-/// `LOCK.EXTEND` / `SEM.EXTEND` of one holder of a key with several:
-/// `mine` is the caller's live hold, if its token is one.
-pub fn extend_hold(
+/// A hand-off's decision for the head of the queue, whose token may
+/// already hold the key (`mine`): then it is renewed if it asks for the same
+/// hold, and fails (`ModeConflict`, `CountMismatch`) if it asks for another,
+/// exactly as a direct `ACQUIRE` with that token would; otherwise
+/// [`serve`].
+pub fn serve_head(
+    key: KeyState,
+    head: Want,
     mine: Option<MyHold>,
-    ttl_ms: i64,
-    now_ms: i64,
-    hold: HoldPolicy,
-) -> Result<Extend, LockError> {
+    delayed_until_ms: Option<i64>,
+    max_holders: usize,
+) -> Serve {
     match mine {
-        Some(mine) => renew_hold(mine, ttl_ms, now_ms, hold).map(Extend::Renewed),
-        None => Ok(Extend::NotHolder),
+        Some(mine) if mine.want == head => Serve::Renew,
+        Some(mine) => Serve::FailHead(mismatch(mine.want, head)),
+        None => serve(key, head, delayed_until_ms, max_holders),
     }
 }
 
-/// `LOCK.ACQUIRE … SHARED`, `SEM.ACQUIRE`, and `LOCK.ACQUIRE` of a key held
-/// in shared mode. The same token asking again in the same mode renews its
-/// own lease; in another mode (or with another `COUNT`) it is refused with
-/// an error: upgrades deadlock.
-pub fn acquire_shared(case: &SharedCase) -> Result<Acquire, LockError> {
-    let busy = |wake_at_ms: Option<i64>| {
-        if case.may_wait {
-            Acquire::Queue { wake_at_ms }
-        } else {
-            Acquire::Refuse
-        }
-    };
-    let wrong_kind = matches!(
-        (case.key, case.want),
-        (KeyState::Semaphore { .. }, Want::Exclusive | Want::Shared)
-            | (
-                KeyState::Held { .. } | KeyState::Shared { .. },
-                Want::Permits { .. }
-            )
-            | (KeyState::WrongType, _)
-    );
-    if wrong_kind {
-        return Err(LockError::WrongType);
-    }
-    if let (KeyState::Semaphore { limit, .. }, Want::Permits { limit: wanted, .. }) =
-        (case.key, case.want)
-    {
-        if limit != wanted {
-            return Err(LockError::LimitMismatch);
-        }
-    }
-    if let Some(mine) = case.mine {
-        if mine.want != case.want {
-            return Err(match (mine.want, case.want) {
-                (Want::Permits { .. }, Want::Permits { .. }) => LockError::CountMismatch,
-                _ => LockError::ModeConflict,
-            });
-        }
-        return renew_hold(mine, case.ttl_ms, case.now_ms, case.hold).map(Acquire::Renew);
-    }
-    let grant = || -> Result<Acquire, LockError> {
-        Ok(Acquire::Grant {
-            deadline_ms: rules::deadline_ms(case.now_ms, case.ttl_ms)?,
-        })
-    };
-    let holders = match case.key {
-        KeyState::Shared { holders, .. } | KeyState::Semaphore { holders, .. } => holders,
-        _ => 0,
-    };
-    if holders >= case.max_holders && !matches!(case.want, Want::Exclusive) {
-        return Err(LockError::HoldersLimit);
-    }
-    if case.others_waiting {
-        // No barging: the queue is served first; when it can next move is
-        // the hand-off's business, which a timer already has in hand.
-        let wake = match case.key {
-            KeyState::Free => Some(case.now_ms),
-            KeyState::Held { deadline_ms } => deadline_ms.map(rules::lease_over_at),
-            KeyState::Shared { earliest_ms, .. } | KeyState::Semaphore { earliest_ms, .. } => {
-                earliest_ms.map(rules::lease_over_at)
-            }
-            KeyState::WrongType => None,
-        };
-        return Ok(busy(wake));
-    }
-    match serve(case.key, case.want, case.delayed_until_ms, case.max_holders) {
-        Serve::Grant => grant(),
-        Serve::WakeAt(at) => Ok(busy(Some(at))),
-        Serve::Idle => Ok(busy(None)),
-        Serve::FailAll(e) | Serve::FailHead(e) => Err(e),
+/// The error for a token that holds a key as `held` and asks for `wanted`.
+fn mismatch(held: Want, wanted: Want) -> LockError {
+    match (held, wanted) {
+        (Want::Permits { .. }, Want::Permits { .. }) => LockError::CountMismatch,
+        _ => LockError::ModeConflict,
     }
 }
 
@@ -417,32 +334,92 @@ pub fn lock_delay(deadline_ms: i64, delay_ms: i64, now_ms: i64) -> Option<i64> {
     (until > now_ms).then_some(until)
 }
 
+/// What Redis' removal of a key's holds (not by this module: an expiry, a
+/// `DEL`, an overwrite) means, decided as the key leaves, while its value
+/// can still be read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Removal {
+    /// Holds whose lease had run out, or was in its last millisecond: each
+    /// is an expiry if Redis' `expired` event follows.
+    pub expiries: usize,
+    /// Nobody is granted the key before then: the lock-delay after a lock's
+    /// expiry (`lock.expiry-delay-ms`, `delay_ms`), and at least the end of
+    /// a lease's last millisecond, which the lease still owns.
+    pub delay_until_ms: Option<i64>,
+    /// The delay ends again unless the event is `expired`: a client's `DEL`
+    /// in the lease's last millisecond looks the same as Redis 8's expiry.
+    pub provisional: bool,
+}
+
+/// The [`Removal`] of `holds` at `now_ms`; none when no lease had run out
+/// (a `DEL` of live holds: not an expiry). A replica's keys leave by its
+/// master's `DEL`; it starts no delay. A key with several holders starts
+/// no `lock.expiry-delay-ms`: only its leases' last millisecond is kept.
+pub fn removed(holds: &Holds, now_ms: i64, delay_ms: i64, replica: bool) -> Option<Removal> {
+    let mut expiries = 0;
+    let mut last_ms = None;
+    let mut over_at = None;
+    for hold in holds.all() {
+        match unlinked(hold.deadline_ms, now_ms) {
+            Unlinked::Over => {
+                expiries += 1;
+                over_at = Some(hold.deadline_ms);
+            }
+            Unlinked::LastMillisecond => {
+                expiries += 1;
+                last_ms = Some(hold.deadline_ms);
+            }
+            Unlinked::Live => {}
+        }
+    }
+    if expiries == 0 {
+        return None;
+    }
+    let exclusive = matches!(holds, Holds::One(_));
+    let delay_until_ms = match (replica, exclusive) {
+        (true, _) => None,
+        (false, true) => last_ms
+            .or(over_at)
+            .and_then(|deadline| lock_delay(deadline, delay_ms, now_ms)),
+        (false, false) => last_ms.and_then(|deadline| lock_delay(deadline, 0, now_ms)),
+    };
+    Some(Removal {
+        expiries,
+        delay_until_ms,
+        provisional: !exclusive || last_ms.is_some(),
+    })
+}
+
+/// `LOCK.OBSERVE`: when to look at an observed key whose earliest lease
+/// ends at `deadline_ms`: one ms after the lease is over, so that a
+/// waiter's hand-off, due as it ends, runs first, and observers see the
+/// next holder rather than the instant the key was free between the two.
+pub fn observe_at(deadline_ms: i64) -> i64 {
+    rules::lease_over_at(deadline_ms).saturating_add(1)
+}
+
 /// `LOCK.OBSERVE`: whether the holder (by fence; 0 for free) differs from
 /// the one the observer last saw, so that it is answered now.
 pub fn holder_changed(seen_fence: u64, holder_fence: u64) -> bool {
     seen_fence != holder_fence
 }
 
-/// `LOCK.GUARD`: whether `token` holds the lock, so that the guarded
-/// command may run. A guarded command renews nothing and takes no fence.
-pub fn guard(holder: Option<&Lock>, token: &[u8]) -> Result<(), LockError> {
-    match holder {
-        Some(lock) if lock.held_by(token) => Ok(()),
-        Some(_) => Err(LockError::LostOther),
-        None => Err(LockError::LostFree),
-    }
-}
-
-/// `LOCK.GUARD` on a key held in shared mode: a reader (`mine`) may run
-/// read-only commands; anyone else is `LOST`. Whether the command must be
-/// read-only.
-pub fn guard_shared(mine: Option<MyHold>, readers: usize) -> Result<bool, LockError> {
+/// `LOCK.GUARD`: whether the caller (`mine`, its live hold) may run the
+/// guarded command, and whether that command may only read (a reader of a
+/// key held in shared mode); anyone else is `LOST`, telling a free key
+/// (`holders` 0) from one another token holds. A guarded command renews
+/// nothing and takes no fence.
+pub fn guard(mine: Option<MyHold>, holders: usize) -> Result<bool, LockError> {
     match mine {
+        Some(MyHold {
+            want: Want::Exclusive,
+            ..
+        }) => Ok(false),
         Some(MyHold {
             want: Want::Shared, ..
         }) => Ok(true),
         Some(_) => Err(LockError::WrongType),
-        None if readers > 0 => Err(LockError::LostOther),
+        None if holders > 0 => Err(LockError::LostOther),
         None => Err(LockError::LostFree),
     }
 }
@@ -465,31 +442,71 @@ pub struct GuardedRun {
     /// `EVALSHA` and `FCALL`, which are themselves not allowed in scripts
     /// but run a script of their own under one check.
     pub script_mode: bool,
+    /// The read-only twin of a script command (`EVAL` → `EVAL_RO`,
+    /// `EVALSHA` → `EVALSHA_RO`, `FCALL` → `FCALL_RO`), which a reader's
+    /// guard runs instead: the server's refusal of write commands (`RM_Call`'s
+    /// `W`) looks at a command's own flags, and the script commands are not
+    /// flagged `write`, whatever their script does. The twin refuses every
+    /// write the script tries, and a script that declares writes.
+    pub read_only_twin: Option<&'static CStr>,
+}
+
+impl GuardedRun {
+    /// The name to run for a caller that may only read (a reader of a
+    /// shared lock, or `LOCK.GUARD_RO`): the read-only twin of a script
+    /// command, else the command's own.
+    pub fn name_for_reader(&self) -> Option<&'static CStr> {
+        self.read_only_twin
+    }
 }
 
 /// Script commands: allowed in `LOCK.GUARD`, although Redis flags them
-/// `noscript`, so that several keys change under one check.
-const SCRIPT_COMMANDS: [&[u8]; 6] = [
-    b"eval",
-    b"evalsha",
-    b"eval_ro",
-    b"evalsha_ro",
-    b"fcall",
-    b"fcall_ro",
+/// `noscript`, so that several keys change under one check; each with its
+/// read-only twin (none: it is read-only itself).
+const SCRIPT_COMMANDS: [(&[u8], Option<&CStr>); 6] = [
+    (b"eval", Some(c"EVAL_RO")),
+    (b"evalsha", Some(c"EVALSHA_RO")),
+    (b"eval_ro", None),
+    (b"evalsha_ro", None),
+    (b"fcall", Some(c"FCALL_RO")),
+    (b"fcall_ro", None),
 ];
 
-/// Whether `LOCK.GUARD` may run the command named `name` (any case), whose
+/// Whether the command `name` with these arguments blocks. The server flags
+/// `XREAD` and `XREADGROUP` `blocking`, but only their `BLOCK` form blocks
+/// (an option before `STREAMS`); every other command flagged `blocking`
+/// blocks.
+fn blocks<A: ArgBytes>(name: &[u8], flags: CommandFlags, args: &[A]) -> bool {
+    if !flags.blocking {
+        return false;
+    }
+    if !name.eq_ignore_ascii_case(b"xread") && !name.eq_ignore_ascii_case(b"xreadgroup") {
+        return true;
+    }
+    args.iter()
+        .map(ArgBytes::bytes)
+        .take_while(|a| !a.eq_ignore_ascii_case(b"streams"))
+        .any(|a| a.eq_ignore_ascii_case(b"block"))
+}
+
+/// Whether `LOCK.GUARD` may run the command `name args…` (any case), whose
 /// flags the server reported (`None`: the server does not know it; it will
-/// say so itself). Refused: the module's own commands, commands that block,
-/// and commands Redis refuses in scripts (transactions, `WATCH`, pub/sub
-/// subscriptions, …), except the script commands, which are refused only
-/// when `LOCK.GUARD` itself runs in a script (`in_script`): a script cannot
+/// say so itself). Refused: a name with a NUL byte (no command has one, and
+/// the server reads a command's name up to its first NUL: `SET\0x` would
+/// run `SET`), the module's own commands, commands that block, and commands
+/// Redis refuses in scripts (transactions, `WATCH`, pub/sub subscriptions,
+/// …), except the script commands, which are refused only when
+/// `LOCK.GUARD` itself runs in a script (`in_script`): a script cannot
 /// start another (Redis asserts).
-pub fn guarded_command(
+pub fn guarded_command<A: ArgBytes>(
     name: &[u8],
+    args: &[A],
     flags: Option<CommandFlags>,
     in_script: bool,
 ) -> Result<GuardedRun, LockError> {
+    if name.contains(&0) {
+        return Err(LockError::GuardUnknownCommand);
+    }
     let starts = |prefix: &[u8]| {
         name.len() > prefix.len() && name[..prefix.len()].eq_ignore_ascii_case(prefix)
     };
@@ -497,43 +514,69 @@ pub fn guarded_command(
         return Err(LockError::GuardLockCommand);
     }
     let flags = flags.unwrap_or_default();
-    if flags.blocking {
+    if blocks(name, flags, args) {
         return Err(LockError::GuardBlocking);
     }
-    let script = SCRIPT_COMMANDS.iter().any(|s| name.eq_ignore_ascii_case(s));
-    if script && in_script {
+    let script = SCRIPT_COMMANDS
+        .iter()
+        .find(|(s, _)| name.eq_ignore_ascii_case(s));
+    if script.is_some() && in_script {
         return Err(LockError::GuardScriptInScript);
     }
-    if flags.noscript && !script {
+    if flags.noscript && script.is_none() {
         return Err(LockError::GuardNoScript);
     }
     Ok(GuardedRun {
-        script_mode: !script,
+        script_mode: script.is_none(),
+        read_only_twin: script.and_then(|(_, twin)| *twin),
     })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::hold::Hold;
+    use std::borrow::Cow;
 
     const NOW: i64 = 1_000_000;
 
-    fn case<'a>(holder: Option<&'a Lock>, token: Option<&'a [u8]>) -> AcquireCase<'a> {
+    /// An exclusive acquire of a key that `holder` holds (or none), by
+    /// `token`, as the module builds it from the key.
+    fn case(holder: Option<&Hold>, token: Option<&[u8]>) -> AcquireCase {
+        let holds = holder.map_or(Holds::Free, |h| Holds::One(Cow::Borrowed(h)));
         AcquireCase {
-            holder,
-            holder_deadline_ms: holder.and_then(Lock::deadline),
-            token,
+            key: holds.state(NOW),
+            mine: holds.mine(token, NOW),
+            want: Want::Exclusive,
             ttl_ms: 100,
             now_ms: NOW,
             others_waiting: false,
             delayed_until_ms: None,
             hold: HoldPolicy::default(),
             may_wait: false,
+            max_holders: 1000,
         }
     }
 
-    fn held_by(token: &[u8]) -> Lock {
-        Lock::granted(token, 42, NOW - 10, NOW + 50)
+    fn held_by(token: &[u8]) -> Hold {
+        Hold::granted(token, 42, NOW - 10, NOW + 50)
+    }
+
+    /// `extend` by `token` of the exclusive `holder`.
+    fn extend_of(
+        holder: Option<&Hold>,
+        token: &[u8],
+        ttl_ms: i64,
+        hold: HoldPolicy,
+    ) -> Result<Extend, LockError> {
+        let holds = holder.map_or(Holds::Free, |h| Holds::One(Cow::Borrowed(h)));
+        extend(holds.mine(Some(token), NOW), ttl_ms, NOW, hold)
+    }
+
+    fn mine_of(holder: Option<&Hold>, token: &[u8]) -> Option<MyHold> {
+        holder
+            .map_or(Holds::Free, |h| Holds::One(Cow::Borrowed(h)))
+            .mine(Some(token), NOW)
     }
 
     #[test]
@@ -600,7 +643,7 @@ mod tests {
         );
         // Held with no expiry: nothing to arm.
         let persisted = AcquireCase {
-            holder_deadline_ms: None,
+            key: KeyState::Held { deadline_ms: None },
             ..wait(case(Some(&a), Some(b"b")))
         };
         assert_eq!(acquire(&persisted), Ok(Acquire::Queue { wake_at_ms: None }));
@@ -642,13 +685,13 @@ mod tests {
 
     #[test]
     fn renewal_and_extension_follow_the_hold_policy() {
-        let a = Lock::new(b"a", 9, NOW - 1_000, NOW + 10, 2);
+        let a = Hold::new(b"a", 9, NOW - 1_000, NOW + 10, 2);
         let policy = HoldPolicy {
             max_hold_ms: 1_500,
             max_extends: 3,
         };
         assert_eq!(
-            extend(Some(&a), b"a", 400, NOW, policy),
+            extend_of(Some(&a), b"a", 400, policy),
             Ok(Extend::Renewed(Renewal {
                 fence: 9,
                 deadline_ms: NOW + 400,
@@ -656,12 +699,12 @@ mod tests {
             }))
         );
         assert_eq!(
-            extend(Some(&a), b"a", 501, NOW, policy),
+            extend_of(Some(&a), b"a", 501, policy),
             Err(LockError::HoldLimit)
         );
-        let worn = Lock::new(b"a", 9, NOW, NOW + 10, 3);
+        let worn = Hold::new(b"a", 9, NOW, NOW + 10, 3);
         assert_eq!(
-            extend(Some(&worn), b"a", 1, NOW, policy),
+            extend_of(Some(&worn), b"a", 1, policy),
             Err(LockError::ExtendLimit)
         );
         let renew = AcquireCase {
@@ -672,12 +715,12 @@ mod tests {
         assert_eq!(acquire(&renew), Err(LockError::HoldLimit));
         // Not the holder: 0, whatever the policy says.
         assert_eq!(
-            extend(Some(&worn), b"b", 1, NOW, policy),
+            extend_of(Some(&worn), b"b", 1, policy),
             Ok(Extend::NotHolder)
         );
-        assert_eq!(extend(None, b"a", 1, NOW, policy), Ok(Extend::NotHolder));
+        assert_eq!(extend_of(None, b"a", 1, policy), Ok(Extend::NotHolder));
         assert_eq!(
-            extend(Some(&a), b"a", i64::MAX, NOW, HoldPolicy::default()),
+            extend_of(Some(&a), b"a", i64::MAX, HoldPolicy::default()),
             Err(LockError::TtlOverflow)
         );
     }
@@ -685,9 +728,9 @@ mod tests {
     #[test]
     fn only_the_holder_releases() {
         let a = held_by(b"a");
-        assert!(release(Some(&a), b"a"));
-        assert!(!release(Some(&a), b"b"));
-        assert!(!release(None, b"a"));
+        assert!(release(mine_of(Some(&a), b"a")));
+        assert!(!release(mine_of(Some(&a), b"b")));
+        assert!(!release(mine_of(None, b"a")));
     }
 
     #[test]
@@ -774,12 +817,53 @@ mod tests {
         );
     }
 
-    fn shared_case(key: KeyState, want: Want) -> SharedCase<'static> {
-        SharedCase {
+    #[test]
+    fn a_head_whose_token_holds_the_key_is_renewed_or_told_of_the_mismatch() {
+        let permits = |count| Want::Permits { limit: 3, count };
+        let mine = |want| {
+            Some(MyHold {
+                want,
+                fence: 7,
+                granted_ms: 0,
+                extends: 0,
+            })
+        };
+        // Even with no room left: the renewal takes none.
+        assert_eq!(
+            serve_head(sem(3, 3, 2), permits(1), mine(permits(1)), None, 10),
+            Serve::Renew
+        );
+        assert_eq!(
+            serve_head(sem(3, 1, 1), permits(2), mine(permits(1)), None, 10),
+            Serve::FailHead(LockError::CountMismatch)
+        );
+        assert_eq!(
+            serve_head(shared(2, 50), Want::Shared, mine(Want::Shared), None, 2),
+            Serve::Renew
+        );
+        let writer = KeyState::Held {
+            deadline_ms: Some(80),
+        };
+        assert_eq!(
+            serve_head(writer, Want::Exclusive, mine(Want::Exclusive), None, 10),
+            Serve::Renew
+        );
+        assert_eq!(
+            serve_head(shared(1, 50), Want::Exclusive, mine(Want::Shared), None, 10),
+            Serve::FailHead(LockError::ModeConflict)
+        );
+        // No hold of its own: as `serve`.
+        assert_eq!(
+            serve_head(sem(3, 1, 1), permits(2), None, None, 10),
+            Serve::Grant
+        );
+    }
+
+    fn shared_case(key: KeyState, want: Want) -> AcquireCase {
+        AcquireCase {
             key,
             mine: None,
             want,
-            token: Some(b"t"),
             ttl_ms: 100,
             now_ms: NOW,
             others_waiting: false,
@@ -793,17 +877,17 @@ mod tests {
     #[test]
     fn a_shared_or_permit_request_waits_out_a_lock_delay_on_a_free_key() {
         for want in [Want::Shared, Want::Permits { limit: 2, count: 1 }] {
-            let delayed = SharedCase {
+            let delayed = AcquireCase {
                 delayed_until_ms: Some(NOW + 7),
                 ..shared_case(KeyState::Free, want)
             };
-            assert_eq!(acquire_shared(&delayed), Ok(Acquire::Refuse));
-            let waits = SharedCase {
+            assert_eq!(acquire(&delayed), Ok(Acquire::Refuse));
+            let waits = AcquireCase {
                 may_wait: true,
                 ..delayed
             };
             assert_eq!(
-                acquire_shared(&waits),
+                acquire(&waits),
                 Ok(Acquire::Queue {
                     wake_at_ms: Some(NOW + 7)
                 })
@@ -816,38 +900,32 @@ mod tests {
         let grant = Ok(Acquire::Grant {
             deadline_ms: NOW + 100,
         });
+        assert_eq!(acquire(&shared_case(KeyState::Free, Want::Shared)), grant);
+        assert_eq!(acquire(&shared_case(shared(2, 5), Want::Shared)), grant);
         assert_eq!(
-            acquire_shared(&shared_case(KeyState::Free, Want::Shared)),
-            grant
-        );
-        assert_eq!(
-            acquire_shared(&shared_case(shared(2, 5), Want::Shared)),
-            grant
-        );
-        assert_eq!(
-            acquire_shared(&shared_case(shared(3, 5), Want::Shared)),
+            acquire(&shared_case(shared(3, 5), Want::Shared)),
             Err(LockError::HoldersLimit)
         );
         assert_eq!(
-            acquire_shared(&shared_case(shared(1, NOW + 5), Want::Exclusive)),
+            acquire(&shared_case(shared(1, NOW + 5), Want::Exclusive)),
             Ok(Acquire::Refuse)
         );
-        let queued = SharedCase {
+        let queued = AcquireCase {
             may_wait: true,
             ..shared_case(shared(1, NOW + 5), Want::Exclusive)
         };
         assert_eq!(
-            acquire_shared(&queued),
+            acquire(&queued),
             Ok(Acquire::Queue {
                 wake_at_ms: Some(NOW + 6)
             })
         );
         // No barging: a reader behind a queued writer waits too.
-        let behind_writer = SharedCase {
+        let behind_writer = AcquireCase {
             others_waiting: true,
             ..shared_case(shared(1, NOW + 5), Want::Shared)
         };
-        assert_eq!(acquire_shared(&behind_writer), Ok(Acquire::Refuse));
+        assert_eq!(acquire(&behind_writer), Ok(Acquire::Refuse));
         // Renew in the same mode; refuse a change of mode or of COUNT.
         let mine = MyHold {
             want: Want::Shared,
@@ -855,25 +933,25 @@ mod tests {
             granted_ms: NOW - 5,
             extends: 0,
         };
-        let renew = SharedCase {
+        let renew = AcquireCase {
             mine: Some(mine),
             ..shared_case(shared(1, NOW + 5), Want::Shared)
         };
         assert_eq!(
-            acquire_shared(&renew),
+            acquire(&renew),
             Ok(Acquire::Renew(Renewal {
                 fence: 9,
                 deadline_ms: NOW + 100,
                 extends: 1
             }))
         );
-        let upgrade = SharedCase {
+        let upgrade = AcquireCase {
             want: Want::Exclusive,
             ..renew
         };
-        assert_eq!(acquire_shared(&upgrade), Err(LockError::ModeConflict));
+        assert_eq!(acquire(&upgrade), Err(LockError::ModeConflict));
         let permits = |count| Want::Permits { limit: 5, count };
-        let other_count = SharedCase {
+        let other_count = AcquireCase {
             key: sem(5, 2, 1),
             mine: Some(MyHold {
                 want: permits(2),
@@ -881,26 +959,23 @@ mod tests {
             }),
             ..shared_case(sem(5, 2, 1), permits(1))
         };
-        assert_eq!(acquire_shared(&other_count), Err(LockError::CountMismatch));
+        assert_eq!(acquire(&other_count), Err(LockError::CountMismatch));
+        assert_eq!(acquire(&shared_case(sem(5, 2, 1), permits(3))), grant);
         assert_eq!(
-            acquire_shared(&shared_case(sem(5, 2, 1), permits(3))),
-            grant
-        );
-        assert_eq!(
-            acquire_shared(&shared_case(sem(5, 3, 1), permits(3))),
+            acquire(&shared_case(sem(5, 3, 1), permits(3))),
             Ok(Acquire::Refuse)
         );
         assert_eq!(
-            acquire_shared(&shared_case(sem(4, 0, 0), permits(1))),
+            acquire(&shared_case(sem(4, 0, 0), permits(1))),
             Err(LockError::LimitMismatch)
         );
         // Kinds do not mix.
         assert_eq!(
-            acquire_shared(&shared_case(sem(5, 0, 0), Want::Shared)),
+            acquire(&shared_case(sem(5, 0, 0), Want::Shared)),
             Err(LockError::WrongType)
         );
         assert_eq!(
-            acquire_shared(&shared_case(shared(1, 5), permits(1))),
+            acquire(&shared_case(shared(1, 5), permits(1))),
             Err(LockError::WrongType)
         );
     }
@@ -926,6 +1001,40 @@ mod tests {
     }
 
     #[test]
+    fn a_removal_counts_the_expired_holds_and_keeps_the_key_for_the_lock_delay() {
+        let lock = Hold::granted(b"a", 1, 0, 100);
+        let one = Holds::One(Cow::Borrowed(&lock));
+        let removal = |expiries, delay_until_ms, provisional| {
+            Some(Removal {
+                expiries,
+                delay_until_ms,
+                provisional,
+            })
+        };
+        // In its last millisecond (Redis 8): to its end, provisionally.
+        assert_eq!(removed(&one, 100, 0, false), removal(1, Some(101), true));
+        assert_eq!(removed(&one, 101, 50, false), removal(1, Some(150), false));
+        assert_eq!(removed(&one, 151, 50, false), removal(1, None, false));
+        assert_eq!(removed(&one, 99, 50, false), None, "a DEL of a live lock");
+        assert_eq!(removed(&one, 101, 50, true), removal(1, None, false));
+        let persisted = Hold::granted(b"a", 1, 0, -1);
+        assert_eq!(
+            removed(&Holds::One(Cow::Borrowed(&persisted)), 101, 0, false),
+            None
+        );
+        // Readers: each counted; only a last millisecond keeps the key.
+        let mut readers = crate::holders::Holders::new(0);
+        for (token, fence, deadline) in [(b"r1", 1, 100), (b"r2", 2, 200), (b"r3", 3, 300)] {
+            readers.put(Hold::granted(token, fence, 0, deadline));
+        }
+        let many = Holds::Many(&readers);
+        assert_eq!(removed(&many, 200, 50, false), removal(2, Some(201), true));
+        assert_eq!(removed(&many, 150, 50, false), removal(1, None, true));
+        assert_eq!(removed(&many, 50, 50, false), None);
+        assert_eq!(observe_at(100), 102);
+    }
+
+    #[test]
     fn an_observer_is_answered_when_the_holder_is_not_the_one_it_saw() {
         assert!(!holder_changed(0, 0));
         assert!(!holder_changed(42, 42));
@@ -942,33 +1051,44 @@ mod tests {
             granted_ms: 0,
             extends: 0,
         };
-        assert_eq!(guard_shared(Some(reader), 2), Ok(true));
-        assert_eq!(guard_shared(None, 2), Err(LockError::LostOther));
-        assert_eq!(guard_shared(None, 0), Err(LockError::LostFree));
+        assert_eq!(guard(Some(reader), 2), Ok(true));
+        assert_eq!(guard(None, 2), Err(LockError::LostOther));
+        assert_eq!(guard(None, 0), Err(LockError::LostFree));
     }
 
     #[test]
     fn only_the_holder_may_guard_a_command() {
         let a = held_by(b"a");
-        assert_eq!(guard(Some(&a), b"a"), Ok(()));
-        assert_eq!(guard(Some(&a), b"b"), Err(LockError::LostOther));
-        assert_eq!(guard(None, b"a"), Err(LockError::LostFree));
+        assert_eq!(guard(mine_of(Some(&a), b"a"), 1), Ok(false));
+        assert_eq!(guard(mine_of(Some(&a), b"b"), 1), Err(LockError::LostOther));
+        assert_eq!(guard(mine_of(None, b"a"), 0), Err(LockError::LostFree));
     }
 
     #[test]
     fn guarded_commands_exclude_blocking_transactions_and_lock_commands() {
+        const NO_ARGS: [&[u8]; 0] = [];
         let plain = Some(CommandFlags::default());
-        let run = Ok(GuardedRun { script_mode: true });
-        assert_eq!(guarded_command(b"SET", plain, false), run);
-        assert_eq!(guarded_command(b"get", plain, false), run);
+        let run = Ok(GuardedRun {
+            script_mode: true,
+            read_only_twin: None,
+        });
+        assert_eq!(guarded_command(b"SET", &NO_ARGS, plain, false), run);
+        assert_eq!(guarded_command(b"get", &NO_ARGS, plain, false), run);
         // Unknown to the server: it answers for itself.
-        assert_eq!(guarded_command(b"NOSUCH", None, false), run);
+        assert_eq!(guarded_command(b"NOSUCH", &NO_ARGS, None, false), run);
+        // ... but a NUL byte would make the server run another command.
+        for name in [&b"SET\0"[..], b"\0", b"S\0ET", b"EVAL\0"] {
+            assert_eq!(
+                guarded_command(name, &NO_ARGS, None, false),
+                Err(LockError::GuardUnknownCommand)
+            );
+        }
         let blocking = Some(CommandFlags {
             blocking: true,
             noscript: false,
         });
         assert_eq!(
-            guarded_command(b"BLPOP", blocking, false),
+            guarded_command(b"BLPOP", &NO_ARGS, blocking, false),
             Err(LockError::GuardBlocking)
         );
         let noscript = Some(CommandFlags {
@@ -977,29 +1097,82 @@ mod tests {
         });
         for name in [&b"MULTI"[..], b"exec", b"WATCH", b"SUBSCRIBE"] {
             assert_eq!(
-                guarded_command(name, noscript, false),
+                guarded_command(name, &NO_ARGS, noscript, false),
                 Err(LockError::GuardNoScript)
             );
         }
-        for name in [&b"EVALSHA"[..], b"eval", b"FCALL", b"fcall_ro"] {
+        for (name, twin) in [
+            (&b"EVALSHA"[..], Some(c"EVALSHA_RO")),
+            (b"eval", Some(c"EVAL_RO")),
+            (b"FCALL", Some(c"FCALL_RO")),
+            (b"fcall_ro", None),
+            (b"EVAL_RO", None),
+        ] {
             assert_eq!(
-                guarded_command(name, noscript, false),
-                Ok(GuardedRun { script_mode: false })
+                guarded_command(name, &NO_ARGS, noscript, false),
+                Ok(GuardedRun {
+                    script_mode: false,
+                    read_only_twin: twin
+                })
             );
         }
         for name in [&b"LOCK.RELEASE"[..], b"lock.guard", b"SEM.ACQUIRE"] {
             assert_eq!(
-                guarded_command(name, plain, false),
+                guarded_command(name, &NO_ARGS, plain, false),
                 Err(LockError::GuardLockCommand)
             );
         }
         // Not from a script: a script cannot start another.
         assert_eq!(
-            guarded_command(b"EVALSHA", noscript, true),
+            guarded_command(b"EVALSHA", &NO_ARGS, noscript, true),
             Err(LockError::GuardScriptInScript)
         );
-        assert_eq!(guarded_command(b"SET", plain, true), run);
+        assert_eq!(guarded_command(b"SET", &NO_ARGS, plain, true), run);
         // A key-like name is not a lock command.
-        assert_eq!(guarded_command(b"lock", plain, false), run);
+        assert_eq!(guarded_command(b"lock", &NO_ARGS, plain, false), run);
+    }
+
+    #[test]
+    fn only_the_block_form_of_xread_blocks() {
+        let blocking = Some(CommandFlags {
+            blocking: true,
+            noscript: false,
+        });
+        let run = Ok(GuardedRun {
+            script_mode: true,
+            read_only_twin: None,
+        });
+        let reads: [&[&[u8]]; 3] = [
+            &[b"STREAMS", b"s", b"0"],
+            &[b"COUNT", b"5", b"STREAMS", b"block", b"0"],
+            &[b"count", b"1", b"streams", b"s", b"BLOCK"],
+        ];
+        for args in reads {
+            assert_eq!(guarded_command(b"XREAD", args, blocking, false), run);
+        }
+        let group: &[&[u8]] = &[b"GROUP", b"g", b"c", b"STREAMS", b"s", b">"];
+        assert_eq!(guarded_command(b"xreadgroup", group, blocking, false), run);
+        let blocked: [&[&[u8]]; 2] = [
+            &[b"BLOCK", b"0", b"STREAMS", b"s", b"$"],
+            &[b"COUNT", b"1", b"block", b"10", b"STREAMS", b"s", b"$"],
+        ];
+        for args in blocked {
+            assert_eq!(
+                guarded_command(b"XREAD", args, blocking, false),
+                Err(LockError::GuardBlocking)
+            );
+        }
+        let group_blocked: &[&[u8]] =
+            &[b"GROUP", b"g", b"c", b"BLOCK", b"5", b"STREAMS", b"s", b">"];
+        assert_eq!(
+            guarded_command(b"XREADGROUP", group_blocked, blocking, false),
+            Err(LockError::GuardBlocking)
+        );
+        // Any other blocking command blocks whatever its arguments.
+        let args: &[&[u8]] = &[b"list", b"0"];
+        assert_eq!(
+            guarded_command(b"BLPOP", args, blocking, false),
+            Err(LockError::GuardBlocking)
+        );
     }
 }

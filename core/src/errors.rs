@@ -29,6 +29,8 @@ pub enum LockError {
     GuardLockCommand,
     /// LOCK.GUARD of `EVAL`/`FCALL` from inside a script or function.
     GuardScriptInScript,
+    /// LOCK.GUARD of a command name with a NUL byte: no command has one.
+    GuardUnknownCommand,
     /// LOCK.GUARD: the ACL user may not run the inner command or touch one
     /// of its keys.
     GuardNoPerm,
@@ -51,6 +53,8 @@ pub enum LockError {
     OwnerLength,
     /// `LOCK.QUEUE … COUNT` not an integer from 1 to the maximum.
     CountInvalid,
+    /// `LOCK.INFO … HOLDS` not an integer from 1 to the maximum.
+    HoldsInvalid,
     /// `LOCK.OBSERVE`'s fence not 0 or a valid fence.
     ObservedFenceInvalid,
     ArityShared,
@@ -150,6 +154,9 @@ impl LockError {
             LockError::GuardScriptInScript => {
                 c"ERR scripts are not allowed in LOCK.GUARD called from a script or function"
             }
+            LockError::GuardUnknownCommand => {
+                c"ERR unknown command in LOCK.GUARD: a command name cannot contain a NUL byte"
+            }
             LockError::GuardNoPerm => {
                 c"NOPERM this user has no permissions to run the guarded command or to access one of its keys"
             }
@@ -168,6 +175,7 @@ impl LockError {
             LockError::SyntaxRepeatedOwner => c"ERR syntax error: OWNER is given more than once",
             LockError::OwnerLength => c"ERR owner must be 1 to 128 bytes long",
             LockError::CountInvalid => c"ERR COUNT must be an integer from 1 to 1000",
+            LockError::HoldsInvalid => c"ERR HOLDS must be an integer from 1 to 1000",
             LockError::ObservedFenceInvalid => {
                 c"ERR fence must be 0 (free) or an integer from 1 to 9007199254740991"
             }
@@ -269,7 +277,7 @@ impl std::error::Error for LockError {}
 mod tests {
     use super::*;
 
-    const ALL: [LockError; 67] = [
+    const ALL: [LockError; 69] = [
         LockError::HolderInternal,
         LockError::ArityDelHolder,
         LockError::ArityShared,
@@ -292,6 +300,7 @@ mod tests {
         LockError::SyntaxRepeatedOwner,
         LockError::OwnerLength,
         LockError::CountInvalid,
+        LockError::HoldsInvalid,
         LockError::ObservedFenceInvalid,
         LockError::GuardScriptInScript,
         LockError::ArityGuard,
@@ -301,6 +310,7 @@ mod tests {
         LockError::GuardNoScript,
         LockError::GuardLockCommand,
         LockError::GuardNoPerm,
+        LockError::GuardUnknownCommand,
         LockError::SessionInScript,
         LockError::WaitNoPerm,
         LockError::GrantedInvalid,
@@ -358,6 +368,7 @@ mod tests {
             | LockError::GuardLockCommand
             | LockError::GuardScriptInScript
             | LockError::GuardNoPerm
+            | LockError::GuardUnknownCommand
             | LockError::SyntaxUnknownOption
             | LockError::SyntaxRepeatedToken
             | LockError::SyntaxMissingToken
@@ -385,6 +396,7 @@ mod tests {
             | LockError::SyntaxRepeatedOwner
             | LockError::OwnerLength
             | LockError::CountInvalid
+            | LockError::HoldsInvalid
             | LockError::ObservedFenceInvalid
             | LockError::ArityShared
             | LockError::AritySemAcquire

@@ -1,60 +1,19 @@
-//! Keys with several holders at once: a read/write lock in shared mode
-//! (`LOCK.ACQUIRE … SHARED`) and a counting semaphore (`SEM.*`). Each holder
-//! has its own token, lease, fence and label; one holder's extension or
-//! expiry never changes another's lease. No Redis types here: the module
-//! stores a [`Holders`] as the value of its `redisshrd` and `redissema`
-//! types, and the key's TTL is the latest holder's deadline.
+//! The storage of a key with several holds at once: a read/write lock in
+//! shared mode (`LOCK.ACQUIRE … SHARED`) and a counting semaphore (`SEM.*`).
+//! Each [`Hold`] has its own token, lease, fence, label and permits; one
+//! holder's extension or expiry never changes another's lease. No Redis
+//! types here: the module stores a [`Holders`] as the value of its
+//! `redisshrd` and `redissema` types, and the key's TTL is the latest
+//! holder's deadline. Callers read it through [`crate::hold::Holds`].
 
-use crate::lock::OwnerLabel;
-use crate::rules;
-use crate::token::{StoredToken, UUID_LEN};
+use crate::hold::Hold;
 
-/// One holder: a reader of a shared lock, or one token's permits of a
-/// semaphore.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Holder {
-    pub token: StoredToken,
-    pub fence: u64,
-    pub granted_ms: i64,
-    pub deadline_ms: i64,
-    pub extends: u32,
-    /// Permits taken (`COUNT`); 1 for a reader.
-    pub count: u32,
-    pub owner: OwnerLabel,
-}
-
-impl Holder {
-    pub fn new(token: &[u8], fence: u64, granted_ms: i64, deadline_ms: i64, count: u32) -> Self {
-        Holder {
-            token: StoredToken::new(token),
-            fence,
-            granted_ms,
-            deadline_ms,
-            extends: 0,
-            count,
-            owner: OwnerLabel::default(),
-        }
-    }
-
-    pub fn held_by(&self, token: &[u8]) -> bool {
-        self.token.matches(token)
-    }
-
-    pub fn token<'a>(&'a self, buffer: &'a mut [u8; UUID_LEN]) -> &'a [u8] {
-        self.token.bytes(buffer)
-    }
-
-    pub fn is_live(&self, now_ms: i64) -> bool {
-        rules::is_live(self.deadline_ms, now_ms)
-    }
-}
-
-/// The holders of one key. `limit` is a semaphore's number of permits, 0
-/// for a shared lock (any number of readers, up to `lock.max-holders`).
+/// The holds of one key. `limit` is a semaphore's number of permits, 0 for
+/// a shared lock (any number of readers, up to `lock.max-holders`).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Holders {
     pub limit: u32,
-    pub list: Vec<Holder>,
+    pub list: Vec<Hold>,
 }
 
 impl Holders {
@@ -66,22 +25,22 @@ impl Holders {
     }
 
     /// The live holder that `token` is, if any.
-    pub fn find(&self, token: &[u8], now_ms: i64) -> Option<&Holder> {
+    pub fn find(&self, token: &[u8], now_ms: i64) -> Option<&Hold> {
         self.list
             .iter()
             .find(|h| h.is_live(now_ms) && h.held_by(token))
     }
 
-    pub fn find_mut(&mut self, token: &[u8]) -> Option<&mut Holder> {
+    pub fn find_mut(&mut self, token: &[u8]) -> Option<&mut Hold> {
         self.list.iter_mut().find(|h| h.held_by(token))
     }
 
     /// The holder with `fence`, live or not (a SESSION's binding).
-    pub fn by_fence(&self, fence: u64) -> Option<&Holder> {
+    pub fn by_fence(&self, fence: u64) -> Option<&Hold> {
         self.list.iter().find(|h| h.fence == fence)
     }
 
-    pub fn live(&self, now_ms: i64) -> impl Iterator<Item = &Holder> {
+    pub fn live(&self, now_ms: i64) -> impl Iterator<Item = &Hold> {
         self.list.iter().filter(move |h| h.is_live(now_ms))
     }
 
@@ -112,7 +71,7 @@ impl Holders {
     }
 
     /// Take out the holders whose lease ran out by `now_ms`.
-    pub fn take_expired(&mut self, now_ms: i64) -> Vec<Holder> {
+    pub fn take_expired(&mut self, now_ms: i64) -> Vec<Hold> {
         if self.list.iter().all(|h| h.is_live(now_ms)) {
             return Vec::new();
         }
@@ -122,16 +81,20 @@ impl Holders {
     }
 
     /// Take out `token`'s holder.
-    pub fn remove(&mut self, token: &[u8]) -> Option<Holder> {
+    pub fn remove(&mut self, token: &[u8]) -> Option<Hold> {
         let at = self.list.iter().position(|h| h.held_by(token))?;
         Some(self.list.remove(at))
     }
 
     /// Put `holder` in, replacing the one with its token.
-    pub fn put(&mut self, holder: Holder) {
+    pub fn put(&mut self, holder: Hold) {
         // Equal tokens are stored alike (a canonical UUID always as its 16
         // bytes), so the stored forms compare as the tokens do.
-        match self.list.iter_mut().find(|h| h.token == holder.token) {
+        match self
+            .list
+            .iter_mut()
+            .find(|h| h.holder_token == holder.holder_token)
+        {
             Some(existing) => *existing = holder,
             None => {
                 // Most keys have one holder: room for exactly one at first.
@@ -151,8 +114,8 @@ mod tests {
     #[test]
     fn holders_expire_one_by_one_and_the_key_lives_as_long_as_the_latest() {
         let mut h = Holders::new(3);
-        h.put(Holder::new(b"a", 10, 0, 100, 1));
-        h.put(Holder::new(b"b", 11, 0, 200, 2));
+        h.put(Hold::granted(b"a", 10, 0, 100));
+        h.put(Hold::granted(b"b", 11, 0, 200).with_count(2));
         assert_eq!((h.used(50), h.max_fence(50)), (3, 11));
         assert_eq!(h.latest_deadline(), Some(200));
         assert_eq!(h.earliest_deadline(50), Some(100));
@@ -164,7 +127,7 @@ mod tests {
         assert_eq!(h.list.len(), 1);
         assert!(h.take_expired(150).is_empty());
         // Replacing keeps one entry per token.
-        let mut renewed = Holder::new(b"b", 11, 0, 900, 2);
+        let mut renewed = Hold::granted(b"b", 11, 0, 900).with_count(2);
         renewed.extends = 1;
         h.put(renewed);
         assert_eq!((h.list.len(), h.latest_deadline()), (1, Some(900)));

@@ -8,7 +8,11 @@
 //!   policy, lock-delay);
 //! - [`decide`]: one decision per command and event, as a value the module
 //!   executes;
-//! - [`lock`] and [`token`]: the value of a lock key and its compact token;
+//! - [`hold`]: the one hold model: a [`hold::Hold`], a key's
+//!   [`hold::Holds`] over either storage, the kinds of holds and keys, the
+//!   WRONGTYPE rule;
+//! - [`lock`] and [`token`]: an exclusive lock's packed 32-byte value and
+//!   its compact token;
 //! - [`holders`]: the value of a key with several holders (shared locks,
 //!   semaphores);
 //! - [`waitqueue`]: the per-key FIFO of waiters;
@@ -18,14 +22,26 @@
 //! - [`sim`] (feature `sim`): an in-memory lock table that executes the
 //!   decisions, for the differential test and the fuzz targets.
 //!
-//! Imports go one way: `decide` uses `rules`, `lock` and `errors`; nothing
+//! Imports go one way: `decide` uses `hold`, `rules` and `errors`; nothing
 //! here uses `decide`.
+
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::panic,
+        clippy::unreachable,
+        clippy::todo
+    )
+)]
 
 pub mod args;
 pub mod cluster;
 pub mod decide;
 pub mod effect;
 pub mod errors;
+pub mod hold;
 pub mod holders;
 pub mod lock;
 pub mod rules;

@@ -1,102 +1,20 @@
-//! The value of a lock key, as the module keeps it in Redis' keyspace and
-//! writes it to RDB files; no Redis types here (the data type's callbacks
-//! are in the module's `redis/datatype.rs`).
+//! The value of an exclusive lock's key: its one [`Hold`] in 32 bytes, as
+//! the module keeps it in Redis' keyspace; no Redis types here (the data
+//! type's callbacks are in the module's `redis/datatype.rs`).
 
 use std::borrow::Cow;
 use std::num::NonZeroU64;
 
-use crate::token::{StoredToken, UUID_LEN};
-
-/// A held lock. The lease deadline is the key's own Redis TTL, which `PTTL`
-/// shows and Redis expires; `deadline_ms` is the module's copy of it, written
-/// together with the TTL (`redis/key.rs`) and kept equal when a client
-/// changes the TTL, because a lock Redis removes must tell an expiry from a
-/// delete after its TTL is gone.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Lock {
-    pub fence: u64,
-    /// When this holder was granted the lock (unix ms): `lock.max-hold-ms`
-    /// counts from here.
-    pub granted_ms: i64,
-    /// The lease deadline (unix ms); -1 if unknown (a lock loaded from the
-    /// first RDB encoding) or without expiry (`PERSIST`).
-    pub deadline_ms: i64,
-    /// Extensions since the grant: `lock.max-extends` counts these.
-    pub extends: u32,
-    pub holder_token: StoredToken,
-    /// The holder's public label (`OWNER`), if it gave one.
-    pub owner: OwnerLabel,
-}
-
-/// A holder's public label: one pointer wide inside the lock, so a lock
-/// without one (most) costs no more than before labels existed, and the lock
-/// value stays in the same allocator size class.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct OwnerLabel(Option<Box<Box<[u8]>>>);
-
-impl OwnerLabel {
-    pub fn new(label: Option<&[u8]>) -> Self {
-        OwnerLabel(label.map(|l| Box::new(Box::from(l))))
-    }
-
-    pub fn get(&self) -> Option<&[u8]> {
-        self.0.as_deref().map(|l| &**l)
-    }
-
-    /// Bytes kept outside the lock value itself.
-    pub fn heap_len(&self) -> usize {
-        self.0
-            .as_ref()
-            .map_or(0, |l| l.len() + std::mem::size_of::<Box<[u8]>>())
-    }
-}
-
-impl Lock {
-    /// A new holder: granted at `granted_ms`, not yet extended.
-    pub fn granted(token: &[u8], fence: u64, granted_ms: i64, deadline_ms: i64) -> Self {
-        Lock::new(token, fence, granted_ms, deadline_ms, 0)
-    }
-
-    pub fn new(token: &[u8], fence: u64, granted_ms: i64, deadline_ms: i64, extends: u32) -> Self {
-        Lock {
-            fence,
-            granted_ms,
-            deadline_ms,
-            extends,
-            holder_token: StoredToken::new(token),
-            owner: OwnerLabel::default(),
-        }
-    }
-
-    /// The same lock, labelled `owner`.
-    pub fn with_owner(mut self, owner: Option<&[u8]>) -> Self {
-        self.owner = OwnerLabel::new(owner);
-        self
-    }
-
-    /// Whether `token` holds this lock: the one ownership check.
-    pub fn held_by(&self, token: &[u8]) -> bool {
-        self.holder_token.matches(token)
-    }
-
-    /// The holder's token as the client gave it; `buffer` holds a UUID's text.
-    pub fn token<'a>(&'a self, buffer: &'a mut [u8; UUID_LEN]) -> &'a [u8] {
-        self.holder_token.bytes(buffer)
-    }
-
-    /// The deadline, if the lock has one.
-    pub fn deadline(&self) -> Option<i64> {
-        (self.deadline_ms >= 0).then_some(self.deadline_ms)
-    }
-}
+use crate::hold::{Hold, OwnerLabel};
+use crate::token::StoredToken;
 
 /// A lock as its key's value keeps it: 32 bytes, one allocation of the
 /// smallest size class that holds a lock, for the common lock: a UUID token
 /// (or one of up to 15 bytes), no label, fewer than 2,048 extensions, a
 /// deadline from 2020 to 2089 less than 70 minutes after the grant. Any
-/// other lock is kept whole, behind a pointer ([`Lock`], 64 bytes more).
+/// other lock is kept whole, behind a pointer ([`Hold`], 64 bytes more).
 /// Nothing is lost either way: [`StoredLock::get`] gives back exactly the
-/// [`Lock`] it was made from.
+/// [`Hold`] it was made from (a lock's hold is always of one permit).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StoredLock {
     Packed {
@@ -109,7 +27,7 @@ pub enum StoredLock {
         /// the pointer of `Whole` share these 32 bytes (Rust's niche).
         times: NonZeroU64,
     },
-    Whole(Box<Lock>),
+    Whole(Box<Hold>),
 }
 
 /// 2020-01-01 in unix ms: packed deadlines count from here.
@@ -120,12 +38,13 @@ const DEADLINE_BITS: u32 = 41;
 const SHORT_MAX: usize = 15;
 
 impl StoredLock {
-    pub fn new(lock: Lock) -> Self {
+    pub fn new(lock: Hold) -> Self {
         Self::pack(&lock).unwrap_or_else(|| StoredLock::Whole(Box::new(lock)))
     }
 
-    fn pack(lock: &Lock) -> Option<Self> {
+    fn pack(lock: &Hold) -> Option<Self> {
         if lock.owner.get().is_some()
+            || lock.count != 1
             || lock.extends >= 1 << EXTENDS_BITS
             || lock.fence >= 1 << (64 - EXTENDS_BITS)
         {
@@ -156,7 +75,7 @@ impl StoredLock {
     }
 
     /// The lock, as it was stored.
-    pub fn get(&self) -> Cow<'_, Lock> {
+    pub fn get(&self) -> Cow<'_, Hold> {
         match self {
             StoredLock::Whole(lock) => Cow::Borrowed(lock),
             StoredLock::Packed {
@@ -173,12 +92,13 @@ impl StoredLock {
                     let len = usize::from(token[SHORT_MAX]).min(SHORT_MAX);
                     StoredToken::new(&token[..len])
                 };
-                Cow::Owned(Lock {
+                Cow::Owned(Hold {
                     fence: fence_extends >> EXTENDS_BITS,
                     granted_ms: deadline_ms - since,
                     deadline_ms,
                     extends: (fence_extends & ((1 << EXTENDS_BITS) - 1)) as u32,
                     holder_token,
+                    count: 1,
                     owner: OwnerLabel::default(),
                 })
             }
@@ -187,7 +107,7 @@ impl StoredLock {
 
     /// Change the lock in place (a renewal, a deadline a client moved): a
     /// whole one stays whole, a packed one is packed again if it still can.
-    pub fn update(&mut self, change: impl FnOnce(&mut Lock)) {
+    pub fn update(&mut self, change: impl FnOnce(&mut Hold)) {
         match self {
             StoredLock::Whole(lock) => change(lock),
             StoredLock::Packed { .. } => {
@@ -202,9 +122,7 @@ impl StoredLock {
     pub fn heap_len(&self) -> usize {
         match self {
             StoredLock::Packed { .. } => 0,
-            StoredLock::Whole(lock) => {
-                std::mem::size_of::<Lock>() + lock.holder_token.heap_len() + lock.owner.heap_len()
-            }
+            StoredLock::Whole(lock) => std::mem::size_of::<Hold>() + lock.heap_len(),
         }
     }
 }
@@ -213,21 +131,10 @@ impl StoredLock {
 mod tests {
     use super::*;
 
-    #[test]
-    fn held_by_its_token_only() {
-        let lock = Lock::granted(b"me", 7, 1_000, 2_000);
-        assert!(lock.held_by(b"me"));
-        assert!(!lock.held_by(b"m"));
-        assert!(!lock.held_by(b"me "));
-        assert_eq!(lock.token(&mut [0u8; UUID_LEN]), b"me");
-        assert_eq!((lock.extends, lock.deadline()), (0, Some(2_000)));
-        assert_eq!(Lock::granted(b"x", 1, 0, -1).deadline(), None);
-    }
-
     /// A lock of now: granted at `NOW`, for 30 s.
     const NOW: i64 = 1_764_601_200_000;
 
-    fn stored(lock: &Lock) -> StoredLock {
+    fn stored(lock: &Hold) -> StoredLock {
         StoredLock::new(lock.clone())
     }
 
@@ -236,10 +143,10 @@ mod tests {
         assert_eq!(std::mem::size_of::<StoredLock>(), 32);
         let uuid = b"0b8e4f53-3c43-4a0e-9f53-1e7d51f4a9c6";
         for lock in [
-            Lock::granted(uuid, 1_764_601_200_123_456, NOW, NOW + 30_000),
-            Lock::granted(b"worker-1", 7, NOW, NOW + 3_600_000),
-            Lock::granted(b"fifteen-bytes!!", 7, NOW, NOW),
-            Lock::new(uuid, crate::rules::MAX_FENCE, NOW, NOW + 60_000, 2_047),
+            Hold::granted(uuid, 1_764_601_200_123_456, NOW, NOW + 30_000),
+            Hold::granted(b"worker-1", 7, NOW, NOW + 3_600_000),
+            Hold::granted(b"fifteen-bytes!!", 7, NOW, NOW),
+            Hold::new(uuid, crate::rules::MAX_FENCE, NOW, NOW + 60_000, 2_047),
         ] {
             let packed = stored(&lock);
             assert!(matches!(packed, StoredLock::Packed { .. }), "{lock:?}");
@@ -252,28 +159,29 @@ mod tests {
     fn any_other_lock_is_kept_whole() {
         let uuid = b"0b8e4f53-3c43-4a0e-9f53-1e7d51f4a9c6";
         for lock in [
-            Lock::granted(uuid, 7, NOW, NOW + 30_000).with_owner(Some(b"pod-7")),
-            Lock::granted(b"sixteen-bytes!!!", 7, NOW, NOW + 30_000),
-            Lock::granted(&[b'x'; 300], 7, NOW, NOW + 30_000),
-            Lock::new(uuid, 7, NOW, NOW + 30_000, 2_048),
+            Hold::granted(uuid, 7, NOW, NOW + 30_000).with_owner(Some(b"pod-7")),
+            Hold::granted(b"sixteen-bytes!!!", 7, NOW, NOW + 30_000),
+            Hold::granted(&[b'x'; 300], 7, NOW, NOW + 30_000),
+            Hold::new(uuid, 7, NOW, NOW + 30_000, 2_048),
             // 70 minutes or more since the grant, a deadline before 2020 or
             // none, a deadline before the grant (a client's PEXPIRE).
-            Lock::granted(uuid, 7, NOW, NOW + (1 << 22)),
-            Lock::granted(uuid, 7, 0, 1_000),
-            Lock::granted(uuid, 7, NOW, -1),
-            Lock::granted(uuid, 7, NOW, NOW - 1),
+            Hold::granted(uuid, 7, NOW, NOW + (1 << 22)),
+            Hold::granted(uuid, 7, 0, 1_000),
+            Hold::granted(uuid, 7, NOW, -1),
+            Hold::granted(uuid, 7, NOW, NOW - 1),
+            Hold::granted(uuid, 7, NOW, NOW + 30_000).with_count(2),
         ] {
             let whole = stored(&lock);
             assert!(matches!(whole, StoredLock::Whole(_)), "{lock:?}");
             assert_eq!(*whole.get(), lock);
-            assert!(whole.heap_len() >= std::mem::size_of::<Lock>());
+            assert!(whole.heap_len() >= std::mem::size_of::<Hold>());
         }
     }
 
     #[test]
     fn an_update_repacks_a_packed_lock_and_keeps_a_whole_one_whole() {
         let uuid = b"0b8e4f53-3c43-4a0e-9f53-1e7d51f4a9c6";
-        let mut kept = StoredLock::new(Lock::granted(uuid, 7, NOW, NOW + 30_000));
+        let mut kept = StoredLock::new(Hold::granted(uuid, 7, NOW, NOW + 30_000));
         kept.update(|l| (l.deadline_ms, l.extends) = (NOW + 60_000, 1));
         assert!(matches!(kept, StoredLock::Packed { .. }));
         assert_eq!(kept.get().extends, 1);
@@ -284,7 +192,7 @@ mod tests {
         assert!(matches!(kept, StoredLock::Whole(_)));
         kept.update(|l| l.deadline_ms = NOW + 1);
         assert!(matches!(kept, StoredLock::Whole(_)));
-        assert_eq!(*kept.get(), Lock::new(uuid, 7, NOW, NOW + 1, 1));
+        assert_eq!(*kept.get(), Hold::new(uuid, 7, NOW, NOW + 1, 1));
     }
 
     proptest::proptest! {
@@ -304,19 +212,10 @@ mod tests {
             } else {
                 token
             };
-            let lock = Lock::new(&token, fence, granted, granted.saturating_add(since), extends)
+            let lock = Hold::new(&token, fence, granted, granted.saturating_add(since), extends)
                 .with_owner(owner.as_deref());
             let kept = stored(&lock);
             proptest::prop_assert_eq!(&*kept.get(), &lock);
         }
-    }
-
-    #[test]
-    fn a_label_costs_one_pointer_and_the_lock_stays_within_64_bytes() {
-        let labelled = Lock::granted(b"me", 7, 1, 2).with_owner(Some(b"pod-7"));
-        assert_eq!(labelled.owner.get(), Some(&b"pod-7"[..]));
-        assert_eq!(Lock::granted(b"me", 7, 1, 2).owner.get(), None);
-        assert_eq!(std::mem::size_of::<OwnerLabel>(), 8);
-        assert!(std::mem::size_of::<Lock>() <= 64);
     }
 }

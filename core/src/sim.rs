@@ -6,19 +6,20 @@
 //! rules: it only stores what the decisions say. (Feature `sim`; never in
 //! the module.)
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 
 use crate::args::{parse_acquire, parse_extend, parse_release};
 use crate::decide::{self, Acquire, AcquireCase, Extend};
 use crate::errors::LockError;
-use crate::lock::Lock;
+use crate::hold::{Hold, Holds, MyHold, Want};
 use crate::rules::{self, HoldPolicy};
 
 /// Keys to locks, plus the module-wide fence high-water mark, which outlives
 /// every key.
 #[derive(Debug, Clone)]
 pub struct LockTable {
-    locks: HashMap<Vec<u8>, Lock>,
+    locks: HashMap<Vec<u8>, Hold>,
     pub high_water: u64,
     pub max_ttl_ms: i64,
     pub hold: HoldPolicy,
@@ -42,7 +43,7 @@ impl LockTable {
 
     /// The live lock on `key` at `now_ms`; an expired one is dropped, as Redis
     /// drops an expired key when it is looked up.
-    pub fn live(&mut self, key: &[u8], now_ms: i64) -> Option<&Lock> {
+    pub fn live(&mut self, key: &[u8], now_ms: i64) -> Option<&Hold> {
         let expired = self
             .locks
             .get(key)
@@ -51,6 +52,16 @@ impl LockTable {
             self.locks.remove(key);
         }
         self.locks.get(key)
+    }
+
+    /// The key's holds as the decisions see them (an expired lease gone).
+    fn holds(&mut self, key: &[u8], now_ms: i64) -> Holds<'_> {
+        self.live(key, now_ms)
+            .map_or(Holds::Free, |hold| Holds::One(Cow::Borrowed(hold)))
+    }
+
+    fn mine(&mut self, key: &[u8], token: &[u8], now_ms: i64) -> Option<MyHold> {
+        self.holds(key, now_ms).mine(Some(token), now_ms)
     }
 
     /// `LOCK.ACQUIRE key ttl TOKEN token`: `Ok(Some(fence))` when granted or
@@ -66,17 +77,18 @@ impl LockTable {
         let ttl = ttl_ms.to_string();
         let args: [&[u8]; 5] = [b"LOCK.ACQUIRE", key, ttl.as_bytes(), b"TOKEN", token];
         let parsed = parse_acquire(&args, self.max_ttl_ms)?;
-        let holder = self.live(key, now_ms).cloned();
+        let holds = self.holds(key, now_ms);
         let decision = decide::acquire(&AcquireCase {
-            holder: holder.as_ref(),
-            holder_deadline_ms: None,
-            token: parsed.token,
+            key: holds.state(now_ms),
+            mine: holds.mine(parsed.token, now_ms),
+            want: Want::Exclusive,
             ttl_ms: parsed.ttl_ms,
             now_ms,
             others_waiting: false,
             delayed_until_ms: None,
             hold: self.hold,
             may_wait: false,
+            max_holders: 1,
         })?;
         match decision {
             Acquire::Refuse | Acquire::Queue { .. } => Ok(None),
@@ -90,7 +102,7 @@ impl LockTable {
                 let fence =
                     rules::next_fence(self.high_water, now_us).ok_or(LockError::FenceExhausted)?;
                 self.high_water = fence;
-                let lock = Lock::granted(token, fence, now_ms, deadline_ms);
+                let lock = Hold::granted(token, fence, now_ms, deadline_ms);
                 self.locks.insert(key.to_vec(), lock);
                 Ok(Some(fence))
             }
@@ -108,14 +120,8 @@ impl LockTable {
         let ttl = ttl_ms.to_string();
         let args: [&[u8]; 4] = [b"LOCK.EXTEND", key, token, ttl.as_bytes()];
         let parsed = parse_extend(&args, self.max_ttl_ms)?;
-        let holder = self.live(key, now_ms).cloned();
-        match decide::extend(
-            holder.as_ref(),
-            parsed.token,
-            parsed.ttl_ms,
-            now_ms,
-            self.hold,
-        )? {
+        let mine = self.mine(key, parsed.token, now_ms);
+        match decide::extend(mine, parsed.ttl_ms, now_ms, self.hold)? {
             Extend::NotHolder => Ok(false),
             Extend::Renewed(renewal) => {
                 let lock = self.locks.get_mut(key).ok_or(LockError::Internal)?;
@@ -130,7 +136,7 @@ impl LockTable {
     pub fn release(&mut self, key: &[u8], token: &[u8], now_ms: i64) -> Result<bool, LockError> {
         let args: [&[u8]; 3] = [b"LOCK.RELEASE", key, token];
         let parsed = parse_release(&args)?;
-        let released = decide::release(self.live(key, now_ms), parsed.token);
+        let released = decide::release(self.mine(key, parsed.token, now_ms));
         if released {
             self.locks.remove(key);
         }

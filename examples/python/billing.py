@@ -10,7 +10,7 @@ written only under the lock, with `lease.guard("INCRBY", ...)` (the server's
 changes nothing.
 
     redis-server --port 6379 --loadmodule target/debug/libredis_lock.so &
-    pip install ./clients/python
+    make dist-python && pip install target/dist/redis_lock_client-*.whl
     REDIS_URL=redis://127.0.0.1:6379/ python3 examples/python/billing.py
 
 Exits non-zero if the outcome is not the one described (CI runs it).

@@ -4,15 +4,18 @@
 //! integers are read exactly as Redis' `string2ll` reads them.
 //!
 //! The input is one argument per line (`LOCK.ACQUIRE\nk\n30000\nTOKEN\nme`),
-//! so the committed seeds read as commands; a token with a newline in it is
-//! the one thing this cannot spell, and the parsers never look inside one.
+//! so the committed seeds read as commands; an input that begins with a NUL
+//! byte is read instead as length-prefixed arguments (a length byte, then
+//! that many bytes), so that any byte, a newline included, can stand in any
+//! argument: keys, tokens, labels and command names are binary.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use redis_lock_core::args::{
     parse_acquire, parse_extend, parse_guard, parse_i64, parse_info, parse_observe, parse_queue,
-    parse_release, parse_setstate, MAX_QUEUE_COUNT,
+    parse_release, parse_setstate, GUARDED_COMMAND, MAX_QUEUE_COUNT,
 };
+use redis_lock_core::decide::{guarded_command, CommandFlags};
 use redis_lock_core::errors::LockError;
 use redis_lock_core::rules::{
     DEFAULT_MAX_TTL_MS, MAX_FENCE, MAX_OWNER_LEN, MAX_TOKEN_LEN, MAX_WAIT_MS,
@@ -27,8 +30,22 @@ fn coded(e: LockError) {
     );
 }
 
+/// The arguments `data` spells (see the file's comment).
+fn split(data: &[u8]) -> Vec<&[u8]> {
+    let Some((&0, mut rest)) = data.split_first() else {
+        return data.split(|&b| b == b'\n').collect();
+    };
+    let mut args = Vec::new();
+    while let Some((&len, tail)) = rest.split_first() {
+        let len = usize::from(len).min(tail.len());
+        args.push(&tail[..len]);
+        rest = &tail[len..];
+    }
+    args
+}
+
 fuzz_target!(|data: &[u8]| {
-    let args: Vec<&[u8]> = data.split(|&b| b == b'\n').collect();
+    let args: Vec<&[u8]> = split(data);
 
     for a in &args {
         // string2ll: accepted exactly when the bytes are the canonical
@@ -85,7 +102,7 @@ fuzz_target!(|data: &[u8]| {
         Err(e) => coded(e),
     }
     match parse_info(&args) {
-        Ok(()) => assert_eq!(args.len(), 2),
+        Ok(p) => assert!((2..=4).contains(&args.len()) && p.holds.map_or(true, |n| (1..=1000).contains(&n))),
         Err(e) => coded(e),
     }
     match parse_setstate(&args) {
@@ -101,6 +118,25 @@ fuzz_target!(|data: &[u8]| {
         Ok(p) => {
             assert!(args.len() >= 4);
             assert!((1..=MAX_TOKEN_LEN).contains(&p.token.len()));
+            // The guarded command, with every kind of flags the server may
+            // report: a name with a NUL byte never runs, a lock command
+            // never runs, and a script's read-only twin is a script command.
+            let (name, rest) = (args[GUARDED_COMMAND], &args[GUARDED_COMMAND + 1..]);
+            for flags in [None, Some(CommandFlags::default()), Some(CommandFlags { blocking: true, noscript: false }), Some(CommandFlags { blocking: false, noscript: true })] {
+                for in_script in [false, true] {
+                    match guarded_command(name, rest, flags, in_script) {
+                        Ok(run) => {
+                            assert!(!name.contains(&0));
+                            assert!(!name.to_ascii_lowercase().starts_with(b"lock.") || name.len() == 5);
+                            if let Some(twin) = run.read_only_twin {
+                                assert!(twin.to_bytes().ends_with(b"_RO"));
+                                assert!(!run.script_mode);
+                            }
+                        }
+                        Err(e) => coded(e),
+                    }
+                }
+            }
         }
         Err(e) => coded(e),
     }

@@ -1,147 +1,73 @@
 //! `LOCK.ACQUIRE key ttl-ms [TOKEN token] [WAIT timeout-ms] [SESSION]
-//! [OWNER label] [SHARED]` →
-//! `[token, fence]`, or null when the key is busy (another holder, others
-//! queued before the caller, or a lock-delay after an expiry). With `WAIT`, a
-//! busy key queues the caller instead (see `waiting.rs`); with `SESSION`,
-//! the lock is also released when the connection closes (see `sessions.rs`).
+//! [OWNER label] [SHARED]` → `[token, fence]`, or null when the key is busy
+//! (another holder, others queued before the caller, or a lock-delay after
+//! an expiry). With `WAIT`, a busy key queues the caller instead (see
+//! `waiting.rs`); with `SESSION`, the hold is also released when the
+//! connection closes (see `sessions.rs`). `SEM.ACQUIRE` (`sem_acquire.rs`)
+//! parses its own arguments and comes here too: one path for every kind of
+//! hold.
 
 use redis_lock_core::args::{parse_acquire, AcquireArgs};
-use redis_lock_core::decide::{self, Acquire, AcquireCase, KeyState, MyHold, SharedCase, Want};
+use redis_lock_core::decide::{self, Acquire, AcquireCase};
 use redis_lock_core::errors::LockError;
+use redis_lock_core::hold::{self, Family, KeyState, Want};
 use redis_lock_core::token::{self, UUID_LEN};
 use redis_module::{Context, RedisString};
 
-use crate::lease::{self, Grantee, HolderGrant};
+use crate::lease::{self, Grantee};
 use crate::metrics::{self, Counter};
-use crate::redis::key::{Held, LockKey};
+use crate::redis::key::LockKey;
 use crate::redis::{self, client, reply, server};
 use crate::waiting::{self, WaitRequest};
 use crate::{config, expiry, sessions};
 
 pub fn run(ctx: &Context, args: &[RedisString]) -> Result<(), LockError> {
     let parsed = parse_acquire(redis::args(args), config::max_ttl_ms())?;
-    super::refuse_local_write_on_replica(ctx)?;
-    let session = session_of(ctx, parsed.session)?;
-    let name = &args[1];
-    let db = server::selected_db(ctx);
-    let may_wait = parsed.wait_ms.is_some() && server::can_block(ctx);
-
-    let key = LockKey::open_write(ctx, name);
-    let holder = match key.held()? {
-        Held::Free if !parsed.shared => None,
-        Held::Exclusive(lock) if !parsed.shared => Some(lock),
-        // Shared mode, or a key held in shared mode: several holders.
-        _ => {
-            let want = if parsed.shared {
-                Want::Shared
-            } else {
-                Want::Exclusive
-            };
-            return acquire_hold(ctx, key, name, &parsed, want, session);
-        }
+    let want = if parsed.shared {
+        Want::Shared
+    } else {
+        Want::Exclusive
     };
-    // Read after opening the key: opening expires a lease that ran out,
-    // which is what starts a lock-delay.
-    let now_ms = server::now_ms();
-    let holder = holder.as_deref();
-    let decision = decide::acquire(&AcquireCase {
-        holder,
-        holder_deadline_ms: match holder {
-            Some(_) if may_wait => key.deadline(),
-            _ => None,
-        },
-        token: parsed.token,
-        ttl_ms: parsed.ttl_ms,
-        now_ms,
-        others_waiting: waiting::waiters(db, name) > 0,
-        delayed_until_ms: match holder {
-            None => expiry::delayed_until(db, name, now_ms),
-            Some(_) => None,
-        },
-        hold: config::hold_policy(),
-        may_wait,
-    });
-    let caller = Caller {
-        parsed: &parsed,
-        want: Want::Exclusive,
-        session,
-        db,
-        now_ms,
-    };
-    apply(ctx, key, name, &caller, decision)
+    acquire(ctx, &args[1], &parsed, want)
 }
 
-/// `SESSION`: the calling client's id. Inside a script the client is the
-/// script engine's, which never disconnects: a binding to it would be a lie.
-pub(super) fn session_of(ctx: &Context, session: bool) -> Result<Option<u64>, LockError> {
-    match session {
-        true if server::in_script(ctx) => Err(LockError::SessionInScript),
-        true => Ok(Some(client::id(ctx))),
-        false => Ok(None),
-    }
-}
-
-/// The caller's own live hold on `held`, if `token` is one of its holders.
-pub(super) fn my_hold(held: &Held, token: Option<&[u8]>, now_ms: i64) -> Option<MyHold> {
-    let token = token?;
-    match held {
-        Held::Exclusive(lock) if lock.held_by(token) => Some(MyHold {
-            want: Want::Exclusive,
-            fence: lock.fence,
-            granted_ms: lock.granted_ms,
-            extends: lock.extends,
-        }),
-        Held::Shared(h) | Held::Semaphore(h) => h.find(token, now_ms).map(|mine| MyHold {
-            want: if h.limit == 0 {
-                Want::Shared
-            } else {
-                Want::Permits {
-                    limit: h.limit,
-                    count: mine.count,
-                }
-            },
-            fence: mine.fence,
-            granted_ms: mine.granted_ms,
-            extends: mine.extends,
-        }),
-        _ => None,
-    }
-}
-
-/// `LOCK.ACQUIRE … SHARED`, `SEM.ACQUIRE`, and `LOCK.ACQUIRE` of a key held
-/// in shared mode: the caller wants `want` of `name` (open as `key`).
-pub(super) fn acquire_hold(
+/// The caller wants `want` of `name`: an exclusive lock, a read lease, or a
+/// semaphore's permits.
+pub(super) fn acquire(
     ctx: &Context,
-    mut key: LockKey,
     name: &RedisString,
     parsed: &AcquireArgs,
     want: Want,
-    session: Option<u64>,
 ) -> Result<(), LockError> {
+    super::refuse_local_write_on_replica(ctx)?;
+    let session = session_of(ctx, parsed.session)?;
     let db = server::selected_db(ctx);
-    let now_ms = server::now_ms();
-    if server::is_master(ctx) {
-        lease::expire_holders(ctx, &mut key, name, now_ms);
-    }
-    let state = waiting::key_state(&key, now_ms);
-    let mine = my_hold(&key.held()?, parsed.token, now_ms);
-    let decision = decide::acquire_shared(&SharedCase {
+    let (key, now_ms) = super::open_write(ctx, name);
+    let holds = key.held()?;
+    let family = match want {
+        Want::Permits { .. } => Family::Semaphore,
+        _ => Family::Lock,
+    };
+    hold::admits(family, holds.kind())?;
+    let state = holds.state(now_ms);
+    let case = AcquireCase {
         key: state,
-        mine,
+        mine: holds.mine(parsed.token, now_ms),
         want,
-        token: parsed.token,
         ttl_ms: parsed.ttl_ms,
         now_ms,
         others_waiting: waiting::waiters(db, name) > 0,
-        hold: config::hold_policy(),
-        may_wait: parsed.wait_ms.is_some() && server::can_block(ctx),
-        max_holders: config::max_holders(),
-        // A lock-delay keeps everyone off the key, readers and permits too.
+        // A lock-delay keeps everyone off a free key, readers and permits
+        // too.
         delayed_until_ms: match state {
             KeyState::Free => expiry::delayed_until(db, name, now_ms),
             _ => None,
         },
-    });
+        hold: config::hold_policy(),
+        may_wait: parsed.wait_ms.is_some() && server::can_block(ctx),
+        max_holders: config::max_holders(),
+    };
+    drop(holds);
     let caller = Caller {
         parsed,
         want,
@@ -149,7 +75,17 @@ pub(super) fn acquire_hold(
         db,
         now_ms,
     };
-    apply(ctx, key, name, &caller, decision)
+    apply(ctx, key, name, &caller, decide::acquire(&case))
+}
+
+/// `SESSION`: the calling client's id. Inside a script the client is the
+/// script engine's, which never disconnects: a binding to it would be a lie.
+fn session_of(ctx: &Context, session: bool) -> Result<Option<u64>, LockError> {
+    match session {
+        true if server::in_script(ctx) => Err(LockError::SessionInScript),
+        true => Ok(Some(client::id(ctx))),
+        false => Ok(None),
+    }
 }
 
 /// Who asks, and for what.
@@ -162,8 +98,7 @@ struct Caller<'a> {
 }
 
 /// Execute the core's decision for `caller` on `name` (open as `key`): the
-/// one place an ACQUIRE (exclusive, shared or of permits) replies, queues,
-/// renews or grants.
+/// one place an ACQUIRE replies, queues, renews or grants.
 fn apply(
     ctx: &Context,
     mut key: LockKey,
@@ -201,12 +136,7 @@ fn apply(
         Acquire::Renew(renewal) => {
             // Renew is only decided for a caller-supplied token.
             let token = parsed.token.unwrap_or_default();
-            match caller.want {
-                Want::Exclusive => {
-                    lease::renew(ctx, &mut key, name, token, &renewal, parsed.owner)?
-                }
-                _ => lease::renew_holder(ctx, &mut key, name, token, &renewal, parsed.owner)?,
-            }
+            lease::renew(ctx, &mut key, name, token, &renewal, parsed.owner)?;
             drop(key);
             metrics::count(Counter::Renewals);
             waiting::wake_at(ctx, db, name, renewal.wake_at_ms());
@@ -227,24 +157,7 @@ fn apply(
                 now_ms: caller.now_ms,
                 deadline_ms,
             };
-            let (limit, count) = match caller.want {
-                Want::Exclusive => (None, 1),
-                Want::Shared => (Some(0), 1),
-                Want::Permits { limit, count } => (Some(limit), count),
-            };
-            let fence = match limit {
-                None => lease::grant(ctx, &mut key, name, &grantee)?,
-                Some(limit) => lease::grant_holder(
-                    ctx,
-                    &mut key,
-                    name,
-                    &HolderGrant {
-                        grantee,
-                        limit,
-                        count,
-                    },
-                )?,
-            };
+            let fence = lease::grant(ctx, &mut key, name, &grantee, caller.want)?;
             drop(key);
             if let Some(client) = caller.session {
                 sessions::bind(ctx, client, db, name, fence);

@@ -8,12 +8,10 @@
 use redis_lock_core::args::parse_extend_as;
 use redis_lock_core::decide::{self, Extend};
 use redis_lock_core::errors::LockError;
+use redis_lock_core::hold::{self, Family};
 use redis_module::{Context, RedisString};
 
-use super::acquire::my_hold;
-use super::Family;
 use crate::metrics::{self, Counter};
-use crate::redis::key::{Held, LockKey};
 use crate::redis::{self, reply, server};
 use crate::{config, lease, waiting};
 
@@ -33,44 +31,20 @@ fn extend(ctx: &Context, args: &[RedisString], family: Family) -> Result<(), Loc
     let parsed = parse_extend_as(redis::args(args), config::max_ttl_ms(), arity)?;
     super::refuse_local_write_on_replica(ctx)?;
     let name = &args[1];
-
-    let mut key = LockKey::open_write(ctx, name);
-    let now_ms = server::now_ms();
-    let policy = config::hold_policy();
-    let (several, decision) = match key.held()? {
-        // A free key is no semaphore's any more (it goes with its last
-        // holder): 0 below, as for a lock, not WRONGTYPE.
-        Held::Exclusive(_) | Held::Shared(_) if family == Family::Semaphore => {
-            return Err(LockError::WrongType)
-        }
-        Held::Semaphore(_) if family == Family::Lock => return Err(LockError::WrongType),
-        Held::Free => (false, Ok(Extend::NotHolder)),
-        Held::Exclusive(lock) => (
-            false,
-            decide::extend(Some(&lock), parsed.token, parsed.ttl_ms, now_ms, policy),
-        ),
-        Held::Shared(_) | Held::Semaphore(_) => {
-            if server::is_master(ctx) {
-                lease::expire_holders(ctx, &mut key, name, now_ms);
-            }
-            let mine = my_hold(&key.held()?, Some(parsed.token), now_ms);
-            (
-                true,
-                decide::extend_hold(mine, parsed.ttl_ms, now_ms, policy),
-            )
-        }
-    };
-    match decision {
+    let (mut key, now_ms) = super::open_write(ctx, name);
+    let holds = key.held()?;
+    // A free key is no semaphore's any more (it goes with its last holder):
+    // 0 below, as for a lock, not WRONGTYPE.
+    hold::admits(family, holds.kind())?;
+    let mine = holds.mine(Some(parsed.token), now_ms);
+    drop(holds);
+    match decide::extend(mine, parsed.ttl_ms, now_ms, config::hold_policy()) {
         Ok(Extend::NotHolder) => {
             metrics::count(Counter::StaleExtends);
             reply::integer(ctx, 0);
         }
         Ok(Extend::Renewed(renewal)) => {
-            if several {
-                lease::renew_holder(ctx, &mut key, name, parsed.token, &renewal, None)?;
-            } else {
-                lease::renew(ctx, &mut key, name, parsed.token, &renewal, None)?;
-            }
+            lease::renew(ctx, &mut key, name, parsed.token, &renewal, None)?;
             drop(key);
             // A shorter lease brings the hand-off to waiters forward.
             waiting::wake_at(ctx, server::selected_db(ctx), name, renewal.wake_at_ms());

@@ -9,14 +9,35 @@
 use redis_lock_core::args::{parse_guard, GUARDED_COMMAND};
 use redis_lock_core::decide;
 use redis_lock_core::errors::LockError;
+use redis_lock_core::hold::{self, Family};
 use redis_module::{Context, RedisString};
 
-use super::acquire::my_hold;
 use crate::metrics::{self, Counter};
-use crate::redis::key::{Held, LockKey};
+use crate::redis::key::LockKey;
 use crate::redis::{self, call, server};
 
 pub fn run(ctx: &Context, args: &[RedisString]) -> Result<(), LockError> {
+    guard(ctx, args, Access::Write)
+}
+
+/// `LOCK.GUARD_RO`: the same check, for a command that only reads. It is a
+/// read command itself, so it also runs where writes are refused (a
+/// replica, `CLIENT PAUSE WRITE`, `min-replicas-to-write` not met, and
+/// inside `EVAL_RO`/`FCALL_RO`); on a replica it checks the replica's copy of
+/// the lock, which lags its master's (docs/commands.md).
+pub fn run_ro(ctx: &Context, args: &[RedisString]) -> Result<(), LockError> {
+    guard(ctx, args, Access::Read)
+}
+
+/// What the guarded command may do: anything the holder's mode allows, or
+/// only read (`LOCK.GUARD_RO`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Access {
+    Write,
+    Read,
+}
+
+fn guard(ctx: &Context, args: &[RedisString], access: Access) -> Result<(), LockError> {
     // Redis asks where the keys are (ACL key patterns, Cluster routing,
     // `COMMAND GETKEYS`): the lock key and the guarded command's keys.
     if ctx.is_keys_position_request() {
@@ -24,25 +45,26 @@ pub fn run(ctx: &Context, args: &[RedisString]) -> Result<(), LockError> {
         return Ok(());
     }
     let parsed = parse_guard(redis::args(args))?;
-    super::refuse_local_write_on_replica(ctx)?;
+    if access == Access::Write {
+        super::refuse_local_write_on_replica(ctx)?;
+    }
     let command = &args[GUARDED_COMMAND..];
     let flags = call::command_flags(ctx, command);
-    let run = decide::guarded_command(&command[0], flags, server::in_script(ctx))?;
+    let words = redis::args(command);
+    let run = decide::guarded_command(&command[0], &words[1..], flags, server::in_script(ctx))?;
 
     let key = LockKey::open_read(ctx, &args[1]);
     let now_ms = server::now_ms();
-    let allowed = match key.held()? {
-        // A reader of a key held in shared mode may only read.
-        Held::Shared(h) => decide::guard_shared(
-            my_hold(&Held::Shared(h), Some(parsed.token), now_ms),
-            h.count_live(now_ms),
-        ),
-        Held::Semaphore(_) => return Err(LockError::WrongType),
-        Held::Free => decide::guard(None, parsed.token).map(|()| false),
-        Held::Exclusive(lock) => decide::guard(Some(&lock), parsed.token).map(|()| false),
-    };
+    let holds = key.held()?;
+    // A semaphore's permits guard nothing: WRONGTYPE.
+    hold::admits(Family::Lock, holds.kind())?;
+    let allowed = decide::guard(
+        holds.mine(Some(parsed.token), now_ms),
+        holds.count_live(now_ms),
+    );
+    drop(holds);
     let read_only = match allowed {
-        Ok(read_only) => read_only,
+        Ok(read_only) => read_only || access == Access::Read,
         Err(lost) => {
             metrics::count(Counter::GuardsLost);
             return Err(lost);
@@ -50,6 +72,11 @@ pub fn run(ctx: &Context, args: &[RedisString]) -> Result<(), LockError> {
     };
     drop(key);
     metrics::count(Counter::Guards);
-    call::call_and_reply(ctx, command, run.script_mode, read_only);
+    let name = if read_only {
+        run.name_for_reader()
+    } else {
+        None
+    };
+    call::call_and_reply(ctx, command, name, run.script_mode, read_only);
     Ok(())
 }

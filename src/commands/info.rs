@@ -1,21 +1,24 @@
-//! `LOCK.INFO key` → null when free; otherwise a map of `fence`, `ttl` (ms
-//! left, -1 without expiry), `deadline` (unix ms, -1 without expiry),
-//! `granted` (unix ms of the grant), `extends` (extensions since),
+//! `LOCK.INFO key [HOLDS n]` → null when free; otherwise a map of `fence`,
+//! `ttl` (ms left, -1 without expiry), `deadline` (unix ms, -1 without
+//! expiry), `granted` (unix ms of the grant), `extends` (extensions since),
 //! `waiters`, `mode` (`exclusive` or `shared`), `holders`, and `owner` (the
 //! holder's label, when it gave one). For a key held in shared mode,
 //! `fence` is the highest holder fence, `ttl` and `deadline` the latest
-//! lease, `granted` and `extends` those of the holder with the highest
-//! fence. `SEM.INFO key` → null, or a map of `limit`, `used`, `holders`,
-//! `waiters`, `fence` (highest), `ttl` and `deadline` (latest lease). Never
-//! a token.
+//! lease, `granted`, `extends` and `owner` those of the holder with the
+//! highest fence. `SEM.INFO key [HOLDS n]` → null, or a map of `limit`,
+//! `used`, `holders`, `waiters`, `fence` (highest), `ttl` and `deadline`
+//! (latest lease). With `HOLDS n`, the map ends with `holds`: the first `n`
+//! holders, oldest grant first, each with its own fence, ttl, grant time,
+//! extensions, permits and label. Never a token.
+
+use std::ffi::CStr;
 
 use redis_lock_core::args::parse_info_as;
 use redis_lock_core::errors::LockError;
-use redis_lock_core::holders::Holders;
+use redis_lock_core::hold::{self, Family, Hold, Holds, Kind};
 use redis_module::{Context, RedisString};
 
-use super::Family;
-use crate::redis::key::{Held, LockKey};
+use crate::redis::key::LockKey;
 use crate::redis::reply::{self, Field};
 use crate::redis::{self, server};
 use crate::waiting;
@@ -33,69 +36,99 @@ fn info(ctx: &Context, args: &[RedisString], family: Family) -> Result<(), LockE
         Family::Lock => LockError::ArityInfo,
         Family::Semaphore => LockError::AritySemInfo,
     };
-    parse_info_as(redis::args(args), arity)?;
+    let parsed = parse_info_as(redis::args(args), arity)?;
     let key = LockKey::open_read(ctx, &args[1]);
+    let holds = key.held()?;
+    hold::admits(family, holds.kind())?;
     let now_ms = server::now_ms();
+    let Some(newest) = holds.newest(now_ms) else {
+        reply::null(ctx);
+        return Ok(());
+    };
     let waiters = waiting::waiters(server::selected_db(ctx), &args[1]) as i64;
-    let deadline = key.deadline();
-    let ttl = deadline.map_or(-1, |d| (d - now_ms).max(0));
-    match (key.held()?, family) {
-        (Held::Free, _) => reply::null(ctx),
-        (Held::Exclusive(lock), Family::Lock) => {
-            let fields = [
-                (c"fence", Field::Int(lock.fence as i64)),
+    let listed = parsed
+        .holds
+        .map_or_else(Vec::new, |n| listing(&holds, now_ms, n));
+    let mut fields: Vec<(&'static CStr, Field)> = Vec::with_capacity(12);
+    match holds.kind() {
+        Some(Kind::Semaphore { limit }) => {
+            let deadline = holds.latest_deadline(now_ms).unwrap_or(-1);
+            fields.extend([
+                (c"limit", Field::Int(i64::from(limit))),
+                (c"used", Field::Int(used(&holds, now_ms))),
+                (c"holders", Field::Int(holds.count_live(now_ms) as i64)),
+                (c"waiters", Field::Int(waiters)),
+                (c"fence", Field::Int(newest.fence as i64)),
+                (c"ttl", Field::Int((deadline - now_ms).max(0))),
+                (c"deadline", Field::Int(deadline)),
+            ]);
+        }
+        kind => {
+            // A lock's TTL is its key's; readers' is the latest lease.
+            let deadline = match kind {
+                Some(Kind::Exclusive) => key.deadline(),
+                _ => holds.latest_deadline(now_ms),
+            };
+            let ttl = deadline.map_or(-1, |d| (d - now_ms).max(0));
+            let mode: &[u8] = match kind {
+                Some(Kind::Shared) => b"shared",
+                _ => b"exclusive",
+            };
+            fields.extend([
+                (c"fence", Field::Int(newest.fence as i64)),
                 (c"ttl", Field::Int(ttl)),
                 (c"deadline", Field::Int(deadline.unwrap_or(-1))),
-                (c"granted", Field::Int(lock.granted_ms)),
-                (c"extends", Field::Int(i64::from(lock.extends))),
+                (c"granted", Field::Int(newest.granted_ms)),
+                (c"extends", Field::Int(i64::from(newest.extends))),
                 (c"waiters", Field::Int(waiters)),
-                (c"mode", Field::Bytes(b"exclusive")),
-                (c"holders", Field::Int(1)),
-                (c"owner", Field::Bytes(lock.owner.get().unwrap_or_default())),
-            ];
-            // `owner` only when there is one.
-            let shown = if lock.owner.get().is_some() { 9 } else { 8 };
-            reply::map(ctx, &fields[..shown]);
+                (c"mode", Field::Bytes(mode)),
+                (c"holders", Field::Int(holds.count_live(now_ms) as i64)),
+            ]);
+            // `owner` only when there is one: the newest holder's, as
+            // `LOCK.OBSERVE` shows it.
+            if let Some(owner) = newest.owner.get() {
+                fields.push((c"owner", Field::Bytes(owner)));
+            }
         }
-        (Held::Shared(h), Family::Lock) => shared_info(ctx, h, now_ms, waiters),
-        (Held::Semaphore(h), Family::Semaphore) => sem_info(ctx, h, now_ms, waiters),
-        _ => return Err(LockError::WrongType),
     }
+    if parsed.holds.is_some() {
+        fields.push((c"holds", Field::Maps(&listed)));
+    }
+    reply::map(ctx, &fields);
     Ok(())
 }
 
-/// A key held in shared mode: its live readers, as a whole.
-fn shared_info(ctx: &Context, h: &Holders, now_ms: i64, waiters: i64) {
-    let Some(newest) = h.live(now_ms).max_by_key(|x| x.fence) else {
-        return reply::null(ctx);
-    };
-    let deadline = h.live(now_ms).map(|x| x.deadline_ms).max().unwrap_or(-1);
-    let fields = [
-        (c"fence", Field::Int(newest.fence as i64)),
-        (c"ttl", Field::Int((deadline - now_ms).max(0))),
-        (c"deadline", Field::Int(deadline)),
-        (c"granted", Field::Int(newest.granted_ms)),
-        (c"extends", Field::Int(i64::from(newest.extends))),
-        (c"waiters", Field::Int(waiters)),
-        (c"mode", Field::Bytes(b"shared")),
-        (c"holders", Field::Int(h.count_live(now_ms) as i64)),
-    ];
-    reply::map(ctx, &fields);
+/// Permits out (readers, for a shared lock), of live holds.
+fn used(holds: &Holds, now_ms: i64) -> i64 {
+    holds.live(now_ms).map(|h| i64::from(h.count)).sum()
 }
 
-fn sem_info(ctx: &Context, h: &Holders, now_ms: i64, waiters: i64) {
-    if h.count_live(now_ms) == 0 {
-        return reply::null(ctx);
-    }
-    let deadline = h.live(now_ms).map(|x| x.deadline_ms).max().unwrap_or(-1);
-    let fields = [
-        (c"limit", Field::Int(i64::from(h.limit))),
-        (c"used", Field::Int(h.used(now_ms) as i64)),
-        (c"holders", Field::Int(h.count_live(now_ms) as i64)),
-        (c"waiters", Field::Int(waiters)),
-        (c"fence", Field::Int(h.max_fence(now_ms) as i64)),
-        (c"ttl", Field::Int((deadline - now_ms).max(0))),
-        (c"deadline", Field::Int(deadline)),
-    ];
-    reply::map(ctx, &fields);
+type Fields<'a> = Vec<(&'static CStr, Field<'a>)>;
+
+/// The first `count` live holds, oldest grant (lowest fence) first, each a
+/// map of `fence`, `ttl`, `granted`, `extends`, `count` (a semaphore's
+/// permits) and `owner` (when it gave one). Never a token.
+fn listing<'a>(holds: &'a Holds, now_ms: i64, count: usize) -> Vec<Fields<'a>> {
+    let semaphore = matches!(holds.kind(), Some(Kind::Semaphore { .. }));
+    let mut live: Vec<&Hold> = holds.live(now_ms).collect();
+    live.sort_unstable_by_key(|h| h.fence);
+    live.into_iter()
+        .take(count)
+        .map(|h| {
+            let ttl = h.deadline().map_or(-1, |d| (d - now_ms).max(0));
+            let mut fields = vec![
+                (c"fence", Field::Int(h.fence as i64)),
+                (c"ttl", Field::Int(ttl)),
+                (c"granted", Field::Int(h.granted_ms)),
+                (c"extends", Field::Int(i64::from(h.extends))),
+            ];
+            if semaphore {
+                fields.push((c"count", Field::Int(i64::from(h.count))));
+            }
+            if let Some(owner) = h.owner.get() {
+                fields.push((c"owner", Field::Bytes(owner)));
+            }
+            fields
+        })
+        .collect()
 }

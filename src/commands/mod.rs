@@ -4,28 +4,32 @@
 //! `waiting.rs`), then reply.
 
 pub mod acquire;
+pub mod effects;
 pub mod extend;
 pub mod guard;
-pub mod holders;
 pub mod info;
 pub mod observe;
 pub mod queue;
 pub mod release;
 pub mod sem_acquire;
-pub mod setstate;
 
 use redis_lock_core::errors::LockError;
-use redis_module::Context;
+use redis_module::{Context, RedisString};
 
+use crate::lease;
+use crate::redis::key::LockKey;
 use crate::redis::server;
 
-/// Which family of commands a shared body serves: `LOCK.*` (exclusive and
-/// shared locks) or `SEM.*` (semaphores); each refuses the other's keys with
-/// `WRONGTYPE`.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub enum Family {
-    Lock,
-    Semaphore,
+/// Open `name` for a write command, and read the clock: after opening,
+/// since opening a lock whose lease ran out expires it (which starts a
+/// lock-delay). The holds of a key with several whose lease ran out are
+/// taken out too (Redis expires only the whole key), each replicated and
+/// counted as an expiry.
+fn open_write(ctx: &Context, name: &RedisString) -> (LockKey, i64) {
+    let mut key = LockKey::open_write(ctx, name);
+    let now_ms = server::now_ms();
+    lease::expire(ctx, &mut key, name, now_ms);
+    (key, now_ms)
 }
 
 /// Lock writes on a replica come only from its master. Redis already refuses

@@ -6,8 +6,8 @@
 //! Never a token. An empty array when nobody waits.
 
 use redis_lock_core::args::parse_queue;
-use redis_lock_core::decide::Want;
 use redis_lock_core::errors::LockError;
+use redis_lock_core::hold::Want;
 use redis_module::{Context, RedisString};
 
 use crate::redis::key::LockKey;

@@ -6,14 +6,13 @@
 use redis_lock_core::args::parse_release_as;
 use redis_lock_core::decide;
 use redis_lock_core::errors::LockError;
+use redis_lock_core::hold::{self, Family};
 use redis_module::{Context, RedisString};
 
-use super::Family;
 use crate::lease::ReleasedBy;
 use crate::metrics::{self, Counter};
-use crate::redis::key::{Held, LockKey};
 use crate::redis::{self, reply, server};
-use crate::{lease, waiting};
+use crate::waiting;
 
 pub fn run(ctx: &Context, args: &[RedisString]) -> Result<(), LockError> {
     release(ctx, args, Family::Lock)
@@ -31,41 +30,24 @@ fn release(ctx: &Context, args: &[RedisString], family: Family) -> Result<(), Lo
     let parsed = parse_release_as(redis::args(args), arity)?;
     super::refuse_local_write_on_replica(ctx)?;
     let name = &args[1];
-    let db = server::selected_db(ctx);
-
-    let mut key = LockKey::open_write(ctx, name);
-    let held = match key.held()? {
-        // A free key is no semaphore's any more (it goes with its last
-        // holder): 0 below, as for a lock, not WRONGTYPE.
-        Held::Exclusive(_) | Held::Shared(_) if family == Family::Semaphore => {
-            return Err(LockError::WrongType)
+    let (key, now_ms) = super::open_write(ctx, name);
+    let holds = key.held()?;
+    // A free key is no semaphore's any more (it goes with its last holder):
+    // 0 below, as for a lock, not WRONGTYPE.
+    hold::admits(family, holds.kind())?;
+    let kind = holds.kind();
+    let mine = holds.mine(Some(parsed.token), now_ms);
+    drop(holds);
+    match kind {
+        Some(kind) if decide::release(mine) => {
+            let db = server::selected_db(ctx);
+            waiting::release(ctx, db, key, name, kind, parsed.token, ReleasedBy::Holder);
+            reply::integer(ctx, 1);
         }
-        Held::Semaphore(_) if family == Family::Lock => return Err(LockError::WrongType),
-        Held::Shared(_) | Held::Semaphore(_) => {
-            let now_ms = server::now_ms();
-            if server::is_master(ctx) {
-                lease::expire_holders(ctx, &mut key, name, now_ms);
-            }
-            let holds = match key.held()? {
-                Held::Shared(h) | Held::Semaphore(h) => h.find(parsed.token, now_ms).is_some(),
-                _ => false,
-            };
-            if holds {
-                waiting::release_holder(ctx, db, key, name, parsed.token, ReleasedBy::Holder);
-                reply::integer(ctx, 1);
-                return Ok(());
-            }
-            false
+        _ => {
+            metrics::count(Counter::StaleReleases);
+            reply::integer(ctx, 0);
         }
-        Held::Free => false,
-        Held::Exclusive(lock) => decide::release(Some(&lock), parsed.token),
-    };
-    if !held {
-        metrics::count(Counter::StaleReleases);
-        reply::integer(ctx, 0);
-        return Ok(());
     }
-    waiting::release(ctx, db, key, name, ReleasedBy::Holder);
-    reply::integer(ctx, 1);
     Ok(())
 }

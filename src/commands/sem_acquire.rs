@@ -6,27 +6,22 @@
 //! `limit` other than the one the key was created with is refused. With
 //! `WAIT`, the caller queues, first in, first out across counts: a request
 //! at the head that needs more permits than are free blocks smaller ones
-//! behind it.
+//! behind it. The acquire itself is `LOCK.ACQUIRE`'s (`acquire.rs`).
 
 use redis_lock_core::args::parse_sem_acquire;
-use redis_lock_core::decide::Want;
 use redis_lock_core::errors::LockError;
+use redis_lock_core::hold::Want;
 use redis_module::{Context, RedisString};
 
-use super::acquire::{acquire_hold, session_of};
+use super::acquire::acquire;
 use crate::config;
-use crate::redis::key::LockKey;
-use crate::redis::{self};
+use crate::redis;
 
 pub fn run(ctx: &Context, args: &[RedisString]) -> Result<(), LockError> {
     let parsed = parse_sem_acquire(redis::args(args), config::max_ttl_ms())?;
-    super::refuse_local_write_on_replica(ctx)?;
-    let session = session_of(ctx, parsed.lock.session)?;
-    let name = &args[1];
-    let key = LockKey::open_write(ctx, name);
     let want = Want::Permits {
         limit: parsed.limit,
         count: parsed.count,
     };
-    acquire_hold(ctx, key, name, &parsed.lock, want, session)
+    acquire(ctx, &args[1], &parsed.lock, want)
 }

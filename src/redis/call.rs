@@ -4,6 +4,7 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap;
+use std::ffi::CStr;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::os::raw::{c_char, c_int};
 
@@ -96,7 +97,7 @@ fn cached_or_asked(ctx: &Context, name: &[u8]) -> Option<(CommandFlags, bool)> {
 
 /// `COMMAND INFO name`: its flags, and whether it has subcommands.
 fn ask(ctx: &Context, name: &[u8]) -> Option<(CommandFlags, bool)> {
-    let name = ctx.create_string(name);
+    let name = super::string(ctx, name);
     unsafe {
         let call = raw::RedisModule_Call?;
         let reply = call(
@@ -208,20 +209,56 @@ pub fn report_keys(ctx: &Context, args: &[RedisString], first: usize) {
     }
 }
 
-/// Run `args[0] args[1..]` as the calling client's ACL user, in the client's
-/// protocol, replicated to replicas and the AOF as Redis replicates it
-/// (its effects), and reply with its reply as it is. `script_mode`: refuse,
-/// as a script would, what scripts may not do; `read_only`: refuse every
-/// write command (a reader's guard). An ACL refusal is replied as `NOPERM`;
-/// every other error is the command's own.
-pub fn call_and_reply(ctx: &Context, args: &[RedisString], script_mode: bool, read_only: bool) {
+thread_local! {
+    /// How deep the module is inside a guarded command's `RM_Call`: a lock
+    /// command called from there (a script run by `LOCK.GUARD … EVAL` that
+    /// calls `LOCK.RELEASE`) is refused, as it is at the top level.
+    static GUARDING: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// Whether a guarded command is running now (see [`call_and_reply`]).
+pub fn guarding() -> bool {
+    GUARDING.with(|g| g.get() > 0)
+}
+
+/// While alive, a guarded command runs (main thread only).
+struct Guarding;
+
+impl Guarding {
+    fn start() -> Guarding {
+        GUARDING.with(|g| g.set(g.get() + 1));
+        Guarding
+    }
+}
+
+impl Drop for Guarding {
+    fn drop(&mut self) {
+        GUARDING.with(|g| g.set(g.get().saturating_sub(1)));
+    }
+}
+
+/// Run `args[0] args[1..]` (or `name args[1..]`, a read-only twin of the
+/// command) as the calling client's ACL user, in the client's protocol,
+/// replicated to replicas and the AOF as Redis replicates it (its effects),
+/// and reply with its reply as it is. `script_mode`: refuse, as a script
+/// would, what scripts may not do; `read_only`: refuse every write command
+/// (a reader's guard). An ACL refusal is replied as `NOPERM`; every other
+/// error is the command's own. The caller has refused a name with a NUL
+/// byte: the server reads the name as a C string.
+pub fn call_and_reply(
+    ctx: &Context,
+    args: &[RedisString],
+    name: Option<&CStr>,
+    script_mode: bool,
+    read_only: bool,
+) {
     let flags: &[u8] = match (script_mode, read_only) {
         (true, false) => b"0CSME!",
         (false, false) => b"0CME!",
         (true, true) => b"0CSWME!",
         (false, true) => b"0CWME!",
     };
-    let Some(name) = args.first() else {
+    let Some(first) = args.first() else {
         return;
     };
     let rest = &args[1..];
@@ -247,8 +284,12 @@ pub fn call_and_reply(ctx: &Context, args: &[RedisString], script_mode: bool, re
         };
         let mut len = 0usize;
         // An sds: NUL-terminated, as RM_Call reads a command name.
-        let command = ptr_len(name.inner, &mut len).cast::<c_char>();
+        let command = match name {
+            Some(name) => name.as_ptr(),
+            None => ptr_len(first.inner, &mut len).cast::<c_char>(),
+        };
         let c = ctx.get_raw();
+        let guarding = Guarding::start();
         let a = |i: usize| rest[i].inner;
         set_errno(0);
         let reply = match rest.len() {
@@ -280,6 +321,7 @@ pub fn call_and_reply(ctx: &Context, args: &[RedisString], script_mode: bool, re
             }
         };
         let refused_by_acl = errno() == libc::EACCES;
+        drop(guarding);
         if reply.is_null() {
             let error = if refused_by_acl {
                 LockError::GuardNoPerm

@@ -41,7 +41,7 @@ pub fn may_access(ctx: &Context, user: Option<&[u8]>, key: &RedisString) -> bool
     let Some(user) = user else {
         return true;
     };
-    let name = ctx.create_string(user);
+    let name = super::string(ctx, user);
     unsafe {
         let (Some(lookup), Some(check), Some(free)) = (
             raw::RedisModule_GetModuleUserFromUserName,

@@ -161,6 +161,11 @@ unsafe fn dispatch(
 }
 
 fn run(ctx: &Context, args: &[RedisString], body: Body) {
+    // Lock commands are not guarded commands, at any depth: a script that
+    // `LOCK.GUARD` runs may not call one either.
+    if super::call::guarding() && !ctx.is_keys_position_request() {
+        return reply::error(ctx, LockError::GuardLockCommand);
+    }
     // Its effects may be left unbuilt while nothing reads them (`replicate.rs`).
     match replicate::in_command(ctx, || guarded(|| body(ctx, args))) {
         Some(Ok(())) => {}

@@ -1,8 +1,13 @@
-//! The lock as a Redis data type (`redislock`), with every callback Redis
-//! makes on it: RDB save and load, AOF rewrite, digest, memory usage, free,
-//! unlink, and the aux field that carries the fence high-water mark in an
-//! RDB. What the module does with the high-water mark and with an unlinked
-//! lock is the layer above's: it registers [`Hooks`] at load.
+//! The module's data types, with every callback Redis makes on them: RDB
+//! save and load, AOF rewrite, digest, memory usage, free, unlink, and the
+//! aux field that carries the fence high-water mark in an RDB. Three types,
+//! one skeleton: `redislock` keeps an exclusive lock's one hold packed
+//! ([`StoredLock`]), `redisshrd` (a lock held in shared mode) and
+//! `redissema` (a semaphore) keep a list of holds ([`Holders`]); each
+//! callback is written once, over the [`Storage`] they share, and each hold
+//! is saved, loaded, rewritten and digested by the same functions whichever
+//! type holds it. What the module does with the high-water mark and with an
+//! unlinked key is the layer above's: it registers [`Hooks`] at load.
 
 use std::cell::Cell;
 use std::ffi::c_void;
@@ -11,8 +16,11 @@ use std::ptr;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::OnceLock;
 
+use redis_lock_core::decide::Removal;
+use redis_lock_core::effect::Permits;
+use redis_lock_core::hold::{Hold, Holds, Kind};
 use redis_lock_core::holders::Holders;
-use redis_lock_core::lock::{Lock, StoredLock};
+use redis_lock_core::lock::StoredLock;
 use redis_lock_core::rules;
 use redis_lock_core::token::UUID_LEN;
 use redis_module::native_types::RedisType;
@@ -22,21 +30,20 @@ use super::guard::guarded;
 use super::server;
 
 /// What the module does when Redis hands it module-wide state or tells it a
-/// lock is leaving the keyspace.
+/// key is leaving the keyspace.
 pub struct Hooks {
     /// The fence high-water mark, saved in the RDB aux field.
     pub high_water: fn() -> u64,
     /// A high-water mark read from an RDB aux field.
     pub observe_fence: fn(u64),
-    /// Whether the module wants to hear of `lock` leaving the keyspace
-    /// (asked first, so that the common case costs no key-name lookup).
-    pub wants_unlinked: fn(&Lock) -> bool,
-    /// Redis is removing `lock` from `db` (release, `DEL`, expiry,
-    /// eviction, overwrite); its key name is the slice.
-    pub unlinked: fn(i32, &[u8], &Lock),
-    /// Redis is removing a key with several holders from `db`; its key
-    /// name is the slice.
-    pub holders_unlinked: fn(i32, &[u8], &Holders),
+    /// What Redis' removal of these holds means (asked first, so that the
+    /// common case, a live lease deleted or released, costs no key-name
+    /// lookup); see `decide::removed`.
+    pub removed: fn(&Holds) -> Option<Removal>,
+    /// Redis is removing a key of `kind` from the db (an expiry, `DEL`,
+    /// eviction, an overwrite) whose removal means this; its name is the
+    /// slice.
+    pub unlinked: fn(i32, &[u8], Kind, Removal),
 }
 
 static HOOKS: OnceLock<Hooks> = OnceLock::new();
@@ -58,17 +65,381 @@ pub fn own_write<R>(write: impl FnOnce() -> R) -> R {
     result
 }
 
-/// The database and name of the key that an unlink callback is about,
-/// unless the module itself is removing it ([`own_write`]).
+/// Register the hooks (once, at load, before any RDB is read).
+pub fn set_hooks(hooks: Hooks) {
+    let _ = HOOKS.set(hooks);
+}
+
+/// Values of the module's types in memory (locks, shared locks,
+/// semaphores): created by grants, the master's effects and RDB loads,
+/// gone when Redis frees them.
+static LIVE_VALUES: AtomicI64 = AtomicI64::new(0);
+
+pub fn live_values() -> i64 {
+    LIVE_VALUES.load(Ordering::Relaxed).max(0)
+}
+
+/// A value on the heap, for Redis to own.
+pub fn new_value<T: Storage>(value: T) -> *mut T {
+    LIVE_VALUES.fetch_add(1, Ordering::Relaxed);
+    Box::into_raw(Box::new(value))
+}
+
+/// Free a value Redis did not take (or is done with).
+///
+/// # Safety
+/// `value` came from [`new_value`] and nothing else owns it any more.
+pub unsafe fn free_value<T: Storage>(value: *mut T) {
+    if !value.is_null() {
+        LIVE_VALUES.fetch_sub(1, Ordering::Relaxed);
+        drop(Box::from_raw(value));
+    }
+}
+
+/// Which of the three types a callback serves: [`LOCK`], [`SHARED`] or
+/// [`SEMAPHORE`] (a const parameter of the shared callbacks).
+type TypeId = u8;
+const LOCK: TypeId = 0;
+const SHARED: TypeId = 1;
+const SEMAPHORE: TypeId = 2;
+
+/// What a type keeps, as the shared callbacks need it.
+pub trait Storage: Sized {
+    /// Read one value of encoding `encver` for the type `of`; `None` for a
+    /// short, corrupt or unknown payload, or one of another type.
+    fn load(rdb: *mut raw::RedisModuleIO, encver: c_int, of: TypeId) -> Option<Self>;
+    fn save(&self, rdb: *mut raw::RedisModuleIO);
+    /// Its holds as the lock commands see them.
+    fn holds(&self) -> Holds<'_>;
+    /// Bytes outside the value's own allocation.
+    fn heap_len(&self) -> usize;
+}
+
+/// Version of the RDB encoding of a lock: its hold ([`save_hold`], without a
+/// count); the aux field (which Redis tags with the same version) is
+/// `[fence high-water mark: unsigned]`. Version 2 (no owner) and version 1
+/// (token and fence only) still load.
+const LOCK_ENCODING: i32 = 3;
+
+/// Version of the RDB encoding of a key with several holders: `[limit:
+/// unsigned][holders: unsigned]`, then each hold ([`save_hold`], with its
+/// count).
+const HOLDERS_ENCODING: i32 = 1;
+
+/// The most holders an RDB payload may carry (a corrupt count must not make
+/// the loader reserve memory for it).
+const MAX_LOADED_HOLDERS: u64 = 1_000_000;
+
+impl Storage for StoredLock {
+    fn load(rdb: *mut raw::RedisModuleIO, encver: c_int, of: TypeId) -> Option<Self> {
+        if of != LOCK || !(1..=LOCK_ENCODING).contains(&encver) {
+            return None;
+        }
+        let hold = if encver == 1 {
+            // Token and fence only: the hold counts from the load, with no
+            // known deadline.
+            let token = raw::load_string_buffer(rdb).ok()?;
+            let token = rules::check_token(token.as_ref()).ok()?;
+            let fence = rules::check_fence(raw::load_unsigned(rdb).ok()?).ok()?;
+            Hold::granted(token, fence, server::now_ms(), -1)
+        } else {
+            load_hold(rdb, false, encver >= 3)?
+        };
+        // The fence high-water mark is not raised here: Redis may still
+        // refuse this value. A full RDB load restores it from the aux field,
+        // and a RESTORE raises it once the key is stored (`events.rs`).
+        Some(StoredLock::new(hold))
+    }
+
+    fn save(&self, rdb: *mut raw::RedisModuleIO) {
+        save_hold(rdb, &self.get(), false);
+    }
+
+    fn holds(&self) -> Holds<'_> {
+        Holds::One(self.get())
+    }
+
+    fn heap_len(&self) -> usize {
+        StoredLock::heap_len(self)
+    }
+}
+
+impl Storage for Holders {
+    fn load(rdb: *mut raw::RedisModuleIO, encver: c_int, of: TypeId) -> Option<Self> {
+        if encver != HOLDERS_ENCODING {
+            return None;
+        }
+        let limit = u32::try_from(raw::load_unsigned(rdb).ok()?).ok()?;
+        // A shared lock stores no limit (0), a semaphore its number of
+        // permits: the type and the value must say the same.
+        let fits = match of {
+            SHARED => limit == 0,
+            SEMAPHORE => limit >= 1,
+            _ => false,
+        };
+        if !fits {
+            return None;
+        }
+        let n = raw::load_unsigned(rdb).ok()?;
+        if n == 0 || n > MAX_LOADED_HOLDERS {
+            return None;
+        }
+        let mut holders = Holders::new(limit);
+        let mut used = 0u64;
+        for _ in 0..n {
+            let hold = load_hold(rdb, true, true)?;
+            let count_ok = if limit == 0 {
+                hold.count == 1
+            } else {
+                hold.count >= 1
+            };
+            if hold.deadline_ms < 0 || !count_ok {
+                return None;
+            }
+            used += u64::from(hold.count);
+            holders.put(hold);
+        }
+        // Two holders with one token, or more permits than the limit: corrupt.
+        let over_limit = limit > 0 && used > u64::from(limit);
+        if holders.list.len() as u64 != n || over_limit {
+            return None;
+        }
+        Some(holders)
+    }
+
+    fn save(&self, rdb: *mut raw::RedisModuleIO) {
+        raw::save_unsigned(rdb, u64::from(self.limit));
+        raw::save_unsigned(rdb, self.list.len() as u64);
+        for hold in &self.list {
+            save_hold(rdb, hold, true);
+        }
+    }
+
+    fn holds(&self) -> Holds<'_> {
+        Holds::Many(self)
+    }
+
+    fn heap_len(&self) -> usize {
+        self.list.capacity() * std::mem::size_of::<Hold>()
+            + self.list.iter().map(Hold::heap_len).sum::<usize>()
+    }
+}
+
+/// One hold in an RDB: `[token: string buffer][fence: unsigned][granted-ms:
+/// signed][deadline-ms: signed][extends: unsigned]`, then `[count:
+/// unsigned]` in a key with several holders, then `[owner: string buffer,
+/// empty for none]`.
+fn save_hold(rdb: *mut raw::RedisModuleIO, hold: &Hold, with_count: bool) {
+    let mut buffer = [0u8; UUID_LEN];
+    raw::save_slice(rdb, hold.token(&mut buffer));
+    raw::save_unsigned(rdb, hold.fence);
+    raw::save_signed(rdb, hold.granted_ms);
+    raw::save_signed(rdb, hold.deadline_ms);
+    raw::save_unsigned(rdb, u64::from(hold.extends));
+    if with_count {
+        raw::save_unsigned(rdb, u64::from(hold.count));
+    }
+    raw::save_slice(rdb, hold.owner.get().unwrap_or_default());
+}
+
+/// One hold as [`save_hold`] wrote it (without the owner in a lock's
+/// version 2), every value checked as the commands check it.
+fn load_hold(rdb: *mut raw::RedisModuleIO, with_count: bool, with_owner: bool) -> Option<Hold> {
+    let token = raw::load_string_buffer(rdb).ok()?;
+    let token = rules::check_token(token.as_ref()).ok()?;
+    let fence = rules::check_fence(raw::load_unsigned(rdb).ok()?).ok()?;
+    let granted_ms = raw::load_signed(rdb).ok()?;
+    let deadline_ms = raw::load_signed(rdb).ok()?;
+    let extends = u32::try_from(raw::load_unsigned(rdb).ok()?).ok()?;
+    let count = match with_count {
+        true => u32::try_from(raw::load_unsigned(rdb).ok()?).ok()?,
+        false => 1,
+    };
+    let owner = match with_owner {
+        true => Some(raw::load_string_buffer(rdb).ok()?),
+        false => None,
+    };
+    let owner = match owner.as_ref().map(|o| o.as_ref()) {
+        None | Some([]) => None,
+        Some(label) => Some(rules::check_owner(label).ok()?),
+    };
+    if granted_ms < 0 || deadline_ms < -1 {
+        return None;
+    }
+    Some(
+        Hold::new(token, fence, granted_ms, deadline_ms, extends)
+            .with_count(count)
+            .with_owner(owner),
+    )
+}
+
+/// A key's holds rewritten into the AOF, each as the text form of its effect
+/// with absolute times (`LOCK.SETSTATE key token fence deadline granted
+/// extends [OWNER label]` for a lock, `LOCK.SETHOLDER key limit count token
+/// fence deadline granted extends [OWNER label]` for each of several); Redis
+/// appends the key's `PEXPIREAT` from its TTL.
+fn rewrite(aof: *mut raw::RedisModuleIO, key: *mut raw::RedisModuleString, holds: &Holds) {
+    let Some(emit) = (unsafe { raw::RedisModule_EmitAOF }) else {
+        return;
+    };
+    let limit = holds.kind().and_then(Kind::limit);
+    for hold in holds.all() {
+        let mut buffer = [0u8; UUID_LEN];
+        let token = hold.token(&mut buffer);
+        let (token_ptr, token_len) = (token.as_ptr().cast::<c_char>(), token.len());
+        let owner = hold.owner.get().unwrap_or_default();
+        let (owner_ptr, owner_len) = (owner.as_ptr().cast::<c_char>(), owner.len());
+        let times = (
+            hold.fence as c_longlong,
+            hold.deadline_ms as c_longlong,
+            hold.granted_ms as c_longlong,
+            c_longlong::from(hold.extends),
+        );
+        let permits = limit.map(|limit| Permits {
+            limit,
+            count: hold.count,
+        });
+        // The label's two arguments are passed always; a format without
+        // them reads none.
+        let label = c"OWNER".as_ptr();
+        // SAFETY: each format names exactly the arguments that follow it.
+        unsafe {
+            match (permits, hold.owner.get().is_some()) {
+                (None, labelled) => emit(
+                    aof,
+                    c"LOCK.SETSTATE".as_ptr(),
+                    if labelled { c"sbllllcb" } else { c"sbllll" }.as_ptr(),
+                    key,
+                    token_ptr,
+                    token_len,
+                    times.0,
+                    times.1,
+                    times.2,
+                    times.3,
+                    label,
+                    owner_ptr,
+                    owner_len,
+                ),
+                (Some(p), labelled) => emit(
+                    aof,
+                    c"LOCK.SETHOLDER".as_ptr(),
+                    if labelled { c"sllbllllcb" } else { c"sllbllll" }.as_ptr(),
+                    key,
+                    c_longlong::from(p.limit),
+                    c_longlong::from(p.count),
+                    token_ptr,
+                    token_len,
+                    times.0,
+                    times.1,
+                    times.2,
+                    times.3,
+                    label,
+                    owner_ptr,
+                    owner_len,
+                ),
+            }
+        }
+    }
+}
+
+/// A key's holds in `DEBUG DIGEST`: the limit of a key with several
+/// holders, then each hold's token, fence, grant time, extensions, count
+/// (several holders) and label.
+fn digest(md: *mut raw::RedisModuleDigest, holds: &Holds) {
+    let (Some(add_buffer), Some(add_ll), Some(end)) = (unsafe {
+        (
+            raw::RedisModule_DigestAddStringBuffer,
+            raw::RedisModule_DigestAddLongLong,
+            raw::RedisModule_DigestEndSequence,
+        )
+    }) else {
+        return;
+    };
+    let limit = holds.kind().and_then(Kind::limit);
+    // SAFETY: the digest Redis passed, and buffers that live for each call.
+    unsafe {
+        if let Some(limit) = limit {
+            add_ll(md, c_longlong::from(limit));
+        }
+        for hold in holds.all() {
+            let mut buffer = [0u8; UUID_LEN];
+            let token = hold.token(&mut buffer);
+            add_buffer(md, token.as_ptr().cast::<c_char>(), token.len());
+            add_ll(md, hold.fence as c_longlong);
+            add_ll(md, hold.granted_ms as c_longlong);
+            add_ll(md, c_longlong::from(hold.extends));
+            if limit.is_some() {
+                add_ll(md, c_longlong::from(hold.count));
+            }
+            if let Some(owner) = hold.owner.get() {
+                add_buffer(md, owner.as_ptr().cast::<c_char>(), owner.len());
+            }
+        }
+        end(md);
+    }
+}
+
+/// Load one value; any short, corrupt or unknown payload gives null, which
+/// Redis turns into an error (`RESTORE`) instead of a crash.
+unsafe extern "C" fn rdb_load<T: Storage, const OF: TypeId>(
+    rdb: *mut raw::RedisModuleIO,
+    encver: c_int,
+) -> *mut c_void {
+    guarded(|| T::load(rdb, encver, OF))
+        .flatten()
+        .map_or(ptr::null_mut(), |value| new_value(value).cast())
+}
+
+unsafe extern "C" fn rdb_save<T: Storage>(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
+    (*value.cast::<T>()).save(rdb);
+}
+
+unsafe extern "C" fn aof_rewrite<T: Storage>(
+    aof: *mut raw::RedisModuleIO,
+    key: *mut raw::RedisModuleString,
+    value: *mut c_void,
+) {
+    rewrite(aof, key, &(*value.cast::<T>()).holds());
+}
+
+unsafe extern "C" fn mem_usage<T: Storage>(value: *const c_void) -> usize {
+    std::mem::size_of::<T>() + (*value.cast::<T>()).heap_len()
+}
+
+unsafe extern "C" fn digest_of<T: Storage>(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
+    digest(md, &(*value.cast::<T>()).holds());
+}
+
+unsafe extern "C" fn free<T: Storage>(value: *mut c_void) {
+    free_value(value.cast::<T>());
+}
+
+/// Redis removes the key (its lease ran out, `DEL`, a rename, an
+/// overwrite): the module hears of it unless it removes the value itself
+/// ([`own_write`]), and only when the hooks say the removal means anything
+/// (see `decide::removed`).
+unsafe extern "C" fn unlink<T: Storage>(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void) {
+    let (Some(stored), Some(hooks)) = (value.cast::<T>().as_ref(), HOOKS.get()) else {
+        return;
+    };
+    if OWN_WRITE.with(Cell::get) {
+        return;
+    }
+    let holds = stored.holds();
+    let Some(removal) = guarded(|| (hooks.removed)(&holds)).flatten() else {
+        return;
+    };
+    let (Some(kind), Some((db, key))) = (holds.kind(), unlinked_key(ctx)) else {
+        return;
+    };
+    guarded(|| (hooks.unlinked)(db, key, kind, removal));
+}
+
+/// The database and name of the key that an unlink callback is about.
 ///
 /// # Safety
 /// `ctx` is the callback's own context, and the slice does not outlive it.
-pub(super) unsafe fn unlinked_key<'a>(
-    ctx: *mut raw::RedisModuleKeyOptCtx,
-) -> Option<(i32, &'a [u8])> {
-    if OWN_WRITE.with(Cell::get) {
-        return None;
-    }
+unsafe fn unlinked_key<'a>(ctx: *mut raw::RedisModuleKeyOptCtx) -> Option<(i32, &'a [u8])> {
     let (Some(name_of), Some(db_of), Some(ptr_len)) = (
         raw::RedisModule_GetKeyNameFromOptCtx,
         raw::RedisModule_GetDbIdFromOptCtx,
@@ -91,240 +462,13 @@ pub(super) unsafe fn unlinked_key<'a>(
     ))
 }
 
-/// Register the hooks (once, at load, before any RDB is read).
-pub fn set_hooks(hooks: Hooks) {
-    let _ = HOOKS.set(hooks);
-}
-
-pub(super) fn hooks() -> Option<&'static Hooks> {
-    HOOKS.get()
-}
-
-/// Values of the module's types in memory (locks, shared locks,
-/// semaphores): created by grants, `LOCK.SETSTATE`/`SETHOLDER` and RDB
-/// loads, gone when Redis frees them.
-static LIVE_VALUES: AtomicI64 = AtomicI64::new(0);
-
-pub fn live_values() -> i64 {
-    LIVE_VALUES.load(Ordering::Relaxed).max(0)
-}
-
-pub(super) fn value_created() {
-    LIVE_VALUES.fetch_add(1, Ordering::Relaxed);
-}
-
-pub(super) fn value_freed() {
-    LIVE_VALUES.fetch_sub(1, Ordering::Relaxed);
-}
-
-/// A lock value on the heap, for Redis to own.
-pub fn new_value(lock: Lock) -> *mut StoredLock {
-    value_created();
-    Box::into_raw(Box::new(StoredLock::new(lock)))
-}
-
-/// Free a value Redis did not take (or is done with).
-///
-/// # Safety
-/// `value` came from [`new_value`] and nothing else owns it any more.
-pub unsafe fn free_value(value: *mut StoredLock) {
-    if !value.is_null() {
-        value_freed();
-        drop(Box::from_raw(value));
-    }
-}
-
-pub fn raw_type() -> *mut raw::RedisModuleType {
-    *LOCK_TYPE.raw_type.borrow()
-}
-
-/// Version of the RDB encoding: a lock is `[token: string buffer][fence:
-/// unsigned][granted-ms: signed][deadline-ms: signed][extends: unsigned]
-/// [owner: string buffer, empty for none]`, and the aux field (which Redis
-/// tags with the same version) is `[fence high-water mark: unsigned]`.
-/// Version 2 (no owner) and version 1 (token and fence only) still load.
-const ENCODING_VERSION: i32 = 3;
-
-pub static LOCK_TYPE: RedisType = RedisType::new(
-    "redislock",
-    ENCODING_VERSION,
-    raw::RedisModuleTypeMethods {
-        version: raw::REDISMODULE_TYPE_METHOD_VERSION as u64,
-        rdb_load: Some(rdb_load),
-        rdb_save: Some(rdb_save),
-        aof_rewrite: Some(aof_rewrite),
-        mem_usage: Some(mem_usage),
-        digest: Some(digest),
-        free: Some(free),
-        aux_load: Some(aux_load),
-        aux_save: Some(aux_save),
-        aux_save2: None,
-        aux_save_triggers: raw::REDISMODULE_AUX_BEFORE_RDB as c_int,
-        free_effort: None,
-        unlink: None,
-        // COPY of a lock would put one fence under two keys; Redis refuses COPY
-        // for a module type without this callback, which is what we want.
-        copy: None,
-        defrag: None,
-        copy2: None,
-        free_effort2: None,
-        mem_usage2: None,
-        unlink2: Some(unlink),
-    },
-);
-
-/// Load one lock; any short, corrupt or unknown payload gives null, which
-/// Redis turns into an error (`RESTORE`) instead of a crash.
-unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
-    guarded(|| load_lock(rdb, encver))
-        .flatten()
-        .map_or(ptr::null_mut(), |lock| new_value(lock).cast())
-}
-
-fn load_lock(rdb: *mut raw::RedisModuleIO, encver: c_int) -> Option<Lock> {
-    if !(1..=ENCODING_VERSION).contains(&encver) {
-        return None;
-    }
-    let token = raw::load_string_buffer(rdb).ok()?;
-    let token = rules::check_token(token.as_ref()).ok()?;
-    let fence = raw::load_unsigned(rdb).ok()?;
-    let fence = rules::check_fence(fence).ok()?;
-    let (granted_ms, deadline_ms, extends) = if encver == 1 {
-        // Unknown: the hold counts from the load.
-        (server::now_ms(), -1, 0)
-    } else {
-        let granted = raw::load_signed(rdb).ok()?;
-        let deadline = raw::load_signed(rdb).ok()?;
-        let extends = u32::try_from(raw::load_unsigned(rdb).ok()?).ok()?;
-        if granted < 0 || deadline < -1 {
-            return None;
-        }
-        (granted, deadline, extends)
-    };
-    let owner = if encver >= 3 {
-        Some(raw::load_string_buffer(rdb).ok()?)
-    } else {
-        None
-    };
-    let owner = match owner.as_ref().map(|o| o.as_ref()) {
-        None | Some([]) => None,
-        Some(label) => Some(rules::check_owner(label).ok()?),
-    };
-    // The fence high-water mark is not raised here: Redis may still refuse
-    // this value. A full RDB load restores it from the aux field, and a
-    // RESTORE raises it once the key is stored (`events.rs`).
-    Some(Lock::new(token, fence, granted_ms, deadline_ms, extends).with_owner(owner))
-}
-
-unsafe extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
-    let lock = (*value.cast::<StoredLock>()).get();
-    let mut buffer = [0u8; UUID_LEN];
-    raw::save_slice(rdb, lock.token(&mut buffer));
-    raw::save_unsigned(rdb, lock.fence);
-    raw::save_signed(rdb, lock.granted_ms);
-    raw::save_signed(rdb, lock.deadline_ms);
-    raw::save_unsigned(rdb, u64::from(lock.extends));
-    raw::save_slice(rdb, lock.owner.get().unwrap_or_default());
-}
-
-/// Rewritten as `LOCK.SETSTATE key token fence deadline granted extends
-/// [OWNER label]` (absolute times); Redis itself appends `PEXPIREAT key
-/// <deadline>` after it, from the key's TTL.
-unsafe extern "C" fn aof_rewrite(
-    aof: *mut raw::RedisModuleIO,
-    key: *mut raw::RedisModuleString,
-    value: *mut c_void,
-) {
-    let lock = (*value.cast::<StoredLock>()).get();
-    let mut buffer = [0u8; UUID_LEN];
-    let token = lock.token(&mut buffer);
-    let Some(emit) = raw::RedisModule_EmitAOF else {
-        return;
-    };
-    match lock.owner.get() {
-        None => emit(
-            aof,
-            c"LOCK.SETSTATE".as_ptr(),
-            c"sbllll".as_ptr(),
-            key,
-            token.as_ptr().cast::<c_char>(),
-            token.len(),
-            lock.fence as c_longlong,
-            lock.deadline_ms as c_longlong,
-            lock.granted_ms as c_longlong,
-            c_longlong::from(lock.extends),
-        ),
-        Some(owner) => emit(
-            aof,
-            c"LOCK.SETSTATE".as_ptr(),
-            c"sbllllcb".as_ptr(),
-            key,
-            token.as_ptr().cast::<c_char>(),
-            token.len(),
-            lock.fence as c_longlong,
-            lock.deadline_ms as c_longlong,
-            lock.granted_ms as c_longlong,
-            c_longlong::from(lock.extends),
-            c"OWNER".as_ptr(),
-            owner.as_ptr().cast::<c_char>(),
-            owner.len(),
-        ),
-    }
-}
-
-unsafe extern "C" fn mem_usage(value: *const c_void) -> usize {
-    let stored = &*value.cast::<StoredLock>();
-    std::mem::size_of::<StoredLock>() + stored.heap_len()
-}
-
-unsafe extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
-    let lock = (*value.cast::<StoredLock>()).get();
-    let mut buffer = [0u8; UUID_LEN];
-    let token = lock.token(&mut buffer);
-    if let (Some(add_buffer), Some(add_ll), Some(end)) = (
-        raw::RedisModule_DigestAddStringBuffer,
-        raw::RedisModule_DigestAddLongLong,
-        raw::RedisModule_DigestEndSequence,
-    ) {
-        add_buffer(md, token.as_ptr().cast::<c_char>(), token.len());
-        add_ll(md, lock.fence as c_longlong);
-        add_ll(md, lock.granted_ms as c_longlong);
-        add_ll(md, c_longlong::from(lock.extends));
-        if let Some(owner) = lock.owner.get() {
-            add_buffer(md, owner.as_ptr().cast::<c_char>(), owner.len());
-        }
-        end(md);
-    }
-}
-
-unsafe extern "C" fn free(value: *mut c_void) {
-    free_value(value.cast::<StoredLock>());
-}
-
-unsafe extern "C" fn unlink(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void) {
-    let Some(stored) = value.cast::<StoredLock>().as_ref() else {
-        return;
-    };
-    let lock = &*stored.get();
-    let Some(hooks) = HOOKS.get() else {
-        return;
-    };
-    if !guarded(|| (hooks.wants_unlinked)(lock)).unwrap_or(false) {
-        return;
-    }
-    let Some((db, key)) = unlinked_key(ctx) else {
-        return;
-    };
-    guarded(|| (hooks.unlinked)(db, key, lock));
-}
-
 unsafe extern "C" fn aux_save(rdb: *mut raw::RedisModuleIO, _when: c_int) {
     let high_water = HOOKS.get().map_or(0, |hooks| (hooks.high_water)());
     raw::save_unsigned(rdb, high_water);
 }
 
 unsafe extern "C" fn aux_load(rdb: *mut raw::RedisModuleIO, encver: c_int, _when: c_int) -> c_int {
-    if encver > ENCODING_VERSION {
+    if encver > LOCK_ENCODING {
         return raw::Status::Err as c_int;
     }
     match raw::load_unsigned(rdb) {
@@ -335,5 +479,86 @@ unsafe extern "C" fn aux_load(rdb: *mut raw::RedisModuleIO, encver: c_int, _when
             raw::Status::Ok as c_int
         }
         Err(_) => raw::Status::Err as c_int,
+    }
+}
+
+/// Every callback of the type `OF`, storing `T`; the aux field (the fence
+/// high-water mark) rides on the lock type alone.
+const fn methods<T: Storage, const OF: TypeId>() -> raw::RedisModuleTypeMethods {
+    let with_aux = OF == LOCK;
+    raw::RedisModuleTypeMethods {
+        version: raw::REDISMODULE_TYPE_METHOD_VERSION as u64,
+        rdb_load: Some(rdb_load::<T, OF>),
+        rdb_save: Some(rdb_save::<T>),
+        aof_rewrite: Some(aof_rewrite::<T>),
+        mem_usage: Some(mem_usage::<T>),
+        digest: Some(digest_of::<T>),
+        free: Some(free::<T>),
+        aux_load: if with_aux { Some(aux_load) } else { None },
+        aux_save: if with_aux { Some(aux_save) } else { None },
+        aux_save2: None,
+        aux_save_triggers: if with_aux {
+            raw::REDISMODULE_AUX_BEFORE_RDB as c_int
+        } else {
+            0
+        },
+        free_effort: None,
+        unlink: None,
+        // COPY would put one fence under two keys; Redis refuses COPY for
+        // a module type without this callback, which is what we want.
+        copy: None,
+        defrag: None,
+        copy2: None,
+        free_effort2: None,
+        mem_usage2: None,
+        unlink2: Some(unlink::<T>),
+    }
+}
+
+/// An exclusive lock (its name is persisted in RDB files: 9 characters).
+pub static LOCK_TYPE: RedisType =
+    RedisType::new("redislock", LOCK_ENCODING, methods::<StoredLock, LOCK>());
+/// A lock held in shared mode by readers.
+pub static SHARED_TYPE: RedisType =
+    RedisType::new("redisshrd", HOLDERS_ENCODING, methods::<Holders, SHARED>());
+/// A counting semaphore.
+pub static SEMAPHORE_TYPE: RedisType = RedisType::new(
+    "redissema",
+    HOLDERS_ENCODING,
+    methods::<Holders, SEMAPHORE>(),
+);
+
+/// The registered type of each kind of key.
+pub fn type_of(kind: Kind) -> *mut raw::RedisModuleType {
+    let registered = match kind {
+        Kind::Exclusive => &LOCK_TYPE,
+        Kind::Shared => &SHARED_TYPE,
+        Kind::Semaphore { .. } => &SEMAPHORE_TYPE,
+    };
+    *registered.raw_type.borrow()
+}
+
+/// How a key of the module's types keeps its holds.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Stored {
+    /// One hold, packed: a [`StoredLock`].
+    Packed,
+    /// A list: a [`Holders`] (a shared lock or a semaphore, by its limit).
+    List,
+}
+
+/// How a value of type `value_type` keeps its holds, if the type is one of
+/// the module's.
+pub fn stored_as(value_type: *mut raw::RedisModuleType) -> Option<Stored> {
+    if value_type.is_null() {
+        None
+    } else if value_type == type_of(Kind::Exclusive) {
+        Some(Stored::Packed)
+    } else if value_type == type_of(Kind::Shared)
+        || value_type == type_of(Kind::Semaphore { limit: 1 })
+    {
+        Some(Stored::List)
+    } else {
+        None
     }
 }

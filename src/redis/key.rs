@@ -1,31 +1,27 @@
 //! An open lock key: the only place that touches Redis' key API.
 //!
-//! The deadline has one writer: [`LockKey::store`] and [`LockKey::renew`]
-//! set the lock value and the key's TTL together, and
-//! [`LockKey::mirror_deadline`] brings the value's copy back in step when a
+//! A key holds [`Holds`] (`core/src/hold.rs`): one exclusive hold, packed in
+//! a `redislock` value, or several in a `redisshrd` or `redissema` list.
+//! Above this file nobody tells the storages apart: [`LockKey::put`],
+//! [`LockKey::renew`] and [`LockKey::take`] work on a hold of any kind.
+//!
+//! The deadline has one writer: these set the holds and the key's TTL
+//! together (a lock's TTL is its deadline, a list's is its latest hold's),
+//! and [`LockKey::mirror_deadline`] brings a lock's copy back in step when a
 //! client changed the TTL itself (`PEXPIRE`, `PERSIST`, `RESTORE`). The TTL
 //! is the truth that Redis expires and `PTTL` shows.
 
+use std::borrow::Cow;
+use std::ffi::c_void;
 use std::os::raw::c_int;
 
 use redis_lock_core::errors::LockError;
+use redis_lock_core::hold::{Hold, Holds, Kind, Want};
 use redis_lock_core::holders::Holders;
-use std::borrow::Cow;
-
-use redis_lock_core::lock::{Lock, OwnerLabel, StoredLock};
+use redis_lock_core::lock::StoredLock;
 use redis_module::{raw, Context, RedisString};
 
-use super::{datatype, holders_type};
-
-/// What a key holds, for the lock commands.
-pub enum Held<'a> {
-    Free,
-    Exclusive(Cow<'a, Lock>),
-    /// A lock held in shared mode (`redisshrd`).
-    Shared(&'a Holders),
-    /// A semaphore (`redissema`).
-    Semaphore(&'a Holders),
-}
+use super::datatype::{self, Storage, Stored};
 
 pub struct LockKey {
     key: *mut raw::RedisModuleKey,
@@ -56,89 +52,20 @@ impl LockKey {
         }
     }
 
-    /// The exclusive lock on the key: `Ok(None)` when the key is free,
-    /// `WRONGTYPE` when it holds anything else (a shared lock included).
-    pub fn lock(&self) -> Result<Option<Cow<'_, Lock>>, LockError> {
-        Ok(self.value()?.map(|value| unsafe { (*value).get() }))
+    /// What the key holds; `WRONGTYPE` for a key of any other type.
+    pub fn held(&self) -> Result<Holds<'_>, LockError> {
+        // SAFETY: the value belongs to this open key and is of the storage
+        // its type says; `&self` keeps the key open while it is borrowed.
+        Ok(match self.value()? {
+            None => Holds::Free,
+            Some((Stored::Packed, value)) => unsafe { &*value.cast::<StoredLock>() }.holds(),
+            Some((Stored::List, value)) => Holds::Many(unsafe { &*value.cast::<Holders>() }),
+        })
     }
 
-    /// What the key holds: free, an exclusive lock, a shared lock or a
-    /// semaphore; `WRONGTYPE` for any other type.
-    pub fn held(&self) -> Result<Held<'_>, LockError> {
-        let Some((kind, value)) = self.raw_value()? else {
-            return Ok(Held::Free);
-        };
-        // SAFETY: the value belongs to this open key and has the type Redis
-        // says it has.
-        unsafe {
-            Ok(match kind {
-                Kind::Exclusive => Held::Exclusive((*value.cast::<StoredLock>()).get()),
-                Kind::Shared => Held::Shared(&*value.cast::<Holders>()),
-                Kind::Semaphore => Held::Semaphore(&*value.cast::<Holders>()),
-            })
-        }
-    }
-
-    /// The holders of a shared lock or semaphore, to change in place (then
-    /// call [`LockKey::holders_changed`]).
-    pub fn holders_mut(&mut self) -> Option<&mut Holders> {
-        match self.raw_value() {
-            Ok(Some((Kind::Shared | Kind::Semaphore, value))) if self.writable => {
-                // SAFETY: as in `held`, and `&mut self` holds the key.
-                Some(unsafe { &mut *value.cast::<Holders>() })
-            }
-            _ => None,
-        }
-    }
-
-    /// After a change of holders: the key's TTL follows the latest lease,
-    /// and a key with no holder left is deleted.
-    pub fn holders_changed(&mut self) {
-        let latest = match self.holders_mut() {
-            Some(holders) if holders.list.is_empty() => None,
-            Some(holders) => Some(holders.latest_deadline()),
-            None => return,
-        };
-        match latest {
-            None => self.delete(),
-            Some(deadline) => self.set_ttl(deadline),
-        }
-    }
-
-    /// Put `holders` in the key (a shared lock or a semaphore, by its limit)
-    /// with the latest lease as the key's TTL.
-    pub fn store_holders(&mut self, holders: Holders) -> Result<(), LockError> {
-        if !self.writable || self.key.is_null() {
-            return Err(LockError::Internal);
-        }
-        let deadline = holders.latest_deadline();
-        let value_type = holders_type::type_of(&holders);
-        let value = holders_type::new_value(holders);
-        let status = datatype::own_write(|| unsafe {
-            raw::RedisModule_ModuleTypeSetValue.map_or(raw::Status::Err as c_int, |f| {
-                f(self.key, value_type, value.cast())
-            })
-        });
-        if status != raw::Status::Ok as c_int {
-            // SAFETY: Redis did not take ownership; nothing else has it.
-            unsafe { holders_type::free_value(value) };
-            return Err(LockError::Internal);
-        }
-        self.set_ttl(deadline);
-        Ok(())
-    }
-
-    fn value(&self) -> Result<Option<*mut StoredLock>, LockError> {
-        match self.raw_value()? {
-            None => Ok(None),
-            Some((Kind::Exclusive, value)) => Ok(Some(value.cast::<StoredLock>())),
-            Some(_) => Err(LockError::WrongType),
-        }
-    }
-
-    /// The module value of the key and its kind; `WRONGTYPE` for a key of
-    /// another type.
-    fn raw_value(&self) -> Result<Option<(Kind, *mut std::ffi::c_void)>, LockError> {
+    /// The module value of the key and how it keeps its holds; `WRONGTYPE`
+    /// for a key of another type.
+    fn value(&self) -> Result<Option<(Stored, *mut c_void)>, LockError> {
         if self.key.is_null() {
             return Ok(None);
         }
@@ -152,33 +79,69 @@ impl LockKey {
             }
             let value_type =
                 raw::RedisModule_ModuleTypeGetType.map_or(std::ptr::null_mut(), |f| f(self.key));
-            let kind = if value_type == datatype::raw_type() {
-                Kind::Exclusive
-            } else if value_type == holders_type::shared_type() {
-                Kind::Shared
-            } else if value_type == holders_type::semaphore_type() {
-                Kind::Semaphore
-            } else {
-                return Err(LockError::WrongType);
-            };
+            let stored = datatype::stored_as(value_type).ok_or(LockError::WrongType)?;
             let value =
                 raw::RedisModule_ModuleTypeGetValue.map_or(std::ptr::null_mut(), |f| f(self.key));
-            Ok((!value.is_null()).then_some((kind, value)))
+            Ok((!value.is_null()).then_some((stored, value)))
         }
     }
 
-    /// Put `lock` in the key with its deadline as the key's TTL, replacing
-    /// whatever lock was there. `&mut`: it frees the old value, so no `&Lock`
-    /// from [`LockKey::lock`] may outlive it.
-    pub fn store(&mut self, lock: Lock) -> Result<(), LockError> {
+    /// The key's list of holds, to change in place (a key open for writing).
+    fn list_mut(&mut self) -> Option<&mut Holders> {
+        match self.value() {
+            // SAFETY: as in `held`, and `&mut self` holds the key.
+            Ok(Some((Stored::List, value))) if self.writable => {
+                Some(unsafe { &mut *value.cast::<Holders>() })
+            }
+            _ => None,
+        }
+    }
+
+    /// The key's packed lock, to change in place (a key open for writing).
+    fn packed_mut(&mut self) -> Option<&mut StoredLock> {
+        match self.value() {
+            // SAFETY: as in `held`, and `&mut self` holds the key.
+            Ok(Some((Stored::Packed, value))) if self.writable => {
+                Some(unsafe { &mut *value.cast::<StoredLock>() })
+            }
+            _ => None,
+        }
+    }
+
+    /// Put `hold` on the key as `want` says: an exclusive hold replaces
+    /// whatever the key held; a reader or permits join the key's other
+    /// holds of the same kind (replacing the one with the same token), or
+    /// replace anything else. The TTL follows. `&mut`: it may free the old
+    /// value, so no view from [`LockKey::held`] may outlive it.
+    pub fn put(&mut self, want: Want, hold: Hold) -> Result<(), LockError> {
+        let kind = want.kind();
+        let Some(limit) = kind.limit() else {
+            let deadline = hold.deadline();
+            self.set_value(kind, StoredLock::new(hold))?;
+            self.set_ttl(deadline);
+            return Ok(());
+        };
+        match self.list_mut() {
+            Some(holders) if holders.limit == limit => holders.put(hold),
+            _ => {
+                let mut holders = Holders::new(limit);
+                holders.put(hold);
+                self.set_value(kind, holders)?;
+            }
+        }
+        self.follow_latest();
+        Ok(())
+    }
+
+    /// Store `value` as the key's value, of the type of `kind`.
+    fn set_value<T: Storage>(&mut self, kind: Kind, value: T) -> Result<(), LockError> {
         if !self.writable || self.key.is_null() {
             return Err(LockError::Internal);
         }
-        let deadline = lock.deadline();
-        let value = datatype::new_value(lock);
+        let value = datatype::new_value(value);
         let status = datatype::own_write(|| unsafe {
             raw::RedisModule_ModuleTypeSetValue.map_or(raw::Status::Err as c_int, |f| {
-                f(self.key, datatype::raw_type(), value.cast())
+                f(self.key, datatype::type_of(kind), value.cast())
             })
         });
         if status != raw::Status::Ok as c_int {
@@ -186,44 +149,116 @@ impl LockKey {
             unsafe { datatype::free_value(value) };
             return Err(LockError::Internal);
         }
-        self.set_ttl(deadline);
         Ok(())
     }
 
-    /// The holder's lease moves to `deadline_ms`, its `extends`-th extension:
-    /// the value and the TTL together; with `owner`, a new label.
+    /// `token`'s lease moves to `deadline_ms`, its `extends`-th extension,
+    /// with `owner` as its new label if given; the key's TTL follows. The
+    /// hold as it is now, and the key's kind (for its effect).
     pub fn renew(
         &mut self,
+        token: &[u8],
         deadline_ms: i64,
         extends: u32,
         owner: Option<&[u8]>,
-    ) -> Result<Cow<'_, Lock>, LockError> {
-        let value = match self.value()? {
-            Some(value) if self.writable => value,
-            _ => return Err(LockError::Internal),
-        };
-        // SAFETY: the value belongs to this open key, which `&mut self` holds.
-        let stored = unsafe { &mut *value };
-        stored.update(|lock| {
-            lock.deadline_ms = deadline_ms;
-            lock.extends = extends;
+    ) -> Result<(Kind, Cow<'_, Hold>), LockError> {
+        let change = |hold: &mut Hold| {
+            hold.deadline_ms = deadline_ms;
+            hold.extends = extends;
             if owner.is_some() {
-                lock.owner = OwnerLabel::new(owner);
+                hold.owner = redis_lock_core::hold::OwnerLabel::new(owner);
             }
-        });
-        self.set_ttl(Some(deadline_ms));
-        Ok(stored.get())
+        };
+        if let Some(stored) = self.packed_mut() {
+            stored.update(change);
+            self.set_ttl(Some(deadline_ms));
+            // SAFETY: as in `packed_mut`; the key stays open while borrowed.
+            let stored = self.packed_mut().ok_or(LockError::Internal)?;
+            return Ok((Kind::Exclusive, stored.get()));
+        }
+        let holders = self.list_mut().ok_or(LockError::Internal)?;
+        holders
+            .find_mut(token)
+            .map(change)
+            .ok_or(LockError::Internal)?;
+        self.follow_latest();
+        let holders = self.list_mut().ok_or(LockError::Internal)?;
+        let kind = Kind::of_limit(holders.limit);
+        let hold = holders.find_mut(token).ok_or(LockError::Internal)?;
+        Ok((kind, Cow::Borrowed(&*hold)))
     }
 
-    /// Make the lock's copy of its deadline equal the key's TTL again, after
+    /// Take `token`'s hold off the key, as the caller decided it may: a
+    /// lock's key goes; one of several holds goes (its TTL then follows the
+    /// latest of the others). `Some(true)` when the key went with it,
+    /// `Some(false)` when others hold it still, `None` when it held nothing.
+    pub fn take(&mut self, token: &[u8]) -> Option<bool> {
+        if self.packed_mut().is_some() {
+            self.delete();
+            return Some(true);
+        }
+        let holders = self.list_mut()?;
+        holders.remove(token)?;
+        if holders.list.is_empty() {
+            self.delete();
+            return Some(true);
+        }
+        // The TTL follows the latest lease: set again only if it differs,
+        // which a replica's and the AOF's `LOCK.DELHOLDER` also make sure of.
+        let latest = holders.latest_deadline();
+        if self.deadline() != latest {
+            self.set_ttl(latest);
+        }
+        Some(false)
+    }
+
+    /// Take out the holds of a key with several whose lease ran out by
+    /// `now_ms` (a lock's key is expired by Redis itself): the key's kind,
+    /// those holds, and whether the key went with the last of them; `None`
+    /// when none ran out.
+    pub fn expire(&mut self, now_ms: i64) -> Option<(Kind, Vec<Hold>, bool)> {
+        let holders = self.list_mut()?;
+        let expired = holders.take_expired(now_ms);
+        if expired.is_empty() {
+            return None;
+        }
+        let kind = Kind::of_limit(holders.limit);
+        let gone = holders.list.is_empty();
+        self.follow_latest();
+        Some((kind, expired, gone))
+    }
+
+    /// A key with several holds: its TTL becomes its latest hold's
+    /// deadline, and it goes when none is left. The deadline, if the TTL
+    /// moved.
+    pub fn follow_latest(&mut self) -> Option<i64> {
+        let latest = match self.list_mut() {
+            Some(holders) if holders.list.is_empty() => None,
+            Some(holders) => holders.latest_deadline(),
+            None => return None,
+        };
+        match latest {
+            None => {
+                self.delete();
+                None
+            }
+            Some(deadline) => {
+                let moved = self.deadline() != Some(deadline);
+                self.set_ttl(Some(deadline));
+                moved.then_some(deadline)
+            }
+        }
+    }
+
+    /// Make a lock's copy of its deadline equal the key's TTL again, after
     /// something other than the module changed the TTL. Works on a key open
     /// for reading too: only the module's own value is touched. (A key with
     /// several holders keeps a deadline per holder; its TTL is theirs.)
     pub fn mirror_deadline(&self) {
-        if let Ok(Some(value)) = self.value() {
+        if let Ok(Some((Stored::Packed, value))) = self.value() {
             let deadline_ms = self.deadline().unwrap_or(-1);
             // SAFETY: the value belongs to this open key.
-            unsafe { (*value).update(|lock| lock.deadline_ms = deadline_ms) };
+            unsafe { (*value.cast::<StoredLock>()).update(|hold| hold.deadline_ms = deadline_ms) };
         }
     }
 
@@ -250,7 +285,7 @@ impl LockKey {
         }
     }
 
-    /// Delete the key. `&mut`: it frees the value, as [`LockKey::store`] does.
+    /// Delete the key. `&mut`: it frees the value, as [`LockKey::put`] does.
     pub fn delete(&mut self) {
         if !self.writable || self.key.is_null() {
             return;
@@ -261,13 +296,6 @@ impl LockKey {
             }
         });
     }
-}
-
-#[derive(Clone, Copy)]
-enum Kind {
-    Exclusive,
-    Shared,
-    Semaphore,
 }
 
 impl Drop for LockKey {

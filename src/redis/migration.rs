@@ -230,7 +230,7 @@ pub fn cluster_nodes(ctx: &Context) -> Option<String> {
 
 /// The hash slot of `key`.
 pub fn slot_of(ctx: &Context, key: &[u8]) -> u16 {
-    let name = ctx.create_string(key);
+    let name = super::string(ctx, key);
     let slot = unsafe { raw::RedisModule_ClusterKeySlot.map_or(0, |f| f(name.inner)) };
     u16::try_from(slot).unwrap_or(0)
 }

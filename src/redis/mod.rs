@@ -17,7 +17,6 @@ pub mod command;
 pub mod datatype;
 pub mod events;
 pub mod guard;
-pub mod holders_type;
 pub mod info;
 pub mod key;
 pub mod migration;
@@ -28,7 +27,14 @@ pub mod settings;
 pub mod timer;
 
 use redis_lock_core::args::ArgBytes;
-use redis_module::RedisString;
+use redis_module::{Context, RedisString};
+
+/// A Redis string with exactly these bytes: binary-safe, for key names and
+/// any other client bytes (NUL, `\r\n`, high bytes). `Context::create_string`
+/// goes through a C string and panics on a NUL byte; `clippy.toml` forbids it.
+pub fn string(ctx: &Context, bytes: &[u8]) -> RedisString {
+    RedisString::create_from_slice(ctx.get_raw(), bytes)
+}
 
 /// A command argument, for the core's parsers.
 #[repr(transparent)]

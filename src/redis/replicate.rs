@@ -8,6 +8,7 @@ use std::ptr::null_mut;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicPtr, AtomicU64, Ordering};
 
 use redis_lock_core::effect::{self, Permits, State};
+use redis_lock_core::hold::Kind;
 use redis_module::{raw, Context, RedisString};
 
 use super::server;
@@ -85,9 +86,11 @@ fn count_only(ctx: &Context) {
     }
 }
 
-/// A lock's whole state, as it is replicated.
-pub struct LockState<'a> {
+/// A hold's whole state, as it is replicated.
+pub struct HoldState<'a> {
     pub token: &'a [u8],
+    /// Permits held (1 for a lock or a reader).
+    pub count: u32,
     pub fence: u64,
     pub deadline_ms: i64,
     pub granted_ms: i64,
@@ -95,25 +98,35 @@ pub struct LockState<'a> {
     pub owner: Option<&'a [u8]>,
 }
 
-/// `LOCK.SETSTATE key token state`: a lock's whole state with every value
-/// explicit, packed into one argument (`redis_lock_core::effect`): the
-/// server copies and formats each argument for every reader, so three
-/// fewer arguments is what each grant saves while anything reads.
-pub fn lock_state(ctx: &Context, key: &RedisString, lock: &LockState) {
+/// A hold on a key of `kind`, with every value explicit and packed into one
+/// argument (`redis_lock_core::effect`): `LOCK.SETSTATE key token state` for
+/// a lock, `LOCK.SETHOLDER key token state` (its limit and count in front)
+/// for one of several holders. The server copies and formats each argument
+/// for every reader, so three fewer arguments is what each grant saves while
+/// anything reads.
+pub fn hold(ctx: &Context, key: &RedisString, kind: Kind, hold: &HoldState) {
     if unread(ctx) {
         return count_only(ctx);
     }
+    let permits = kind.limit().map(|limit| Permits {
+        limit,
+        count: hold.count,
+    });
     let state = effect::pack(
-        None,
+        permits,
         &State {
-            fence: lock.fence,
-            deadline_ms: lock.deadline_ms,
-            granted_ms: lock.granted_ms,
-            extends: lock.extends,
-            owner: lock.owner,
+            fence: hold.fence,
+            deadline_ms: hold.deadline_ms,
+            granted_ms: hold.granted_ms,
+            extends: hold.extends,
+            owner: hold.owner,
         },
     );
-    send_packed(ctx, c"LOCK.SETSTATE", key, lock.token, state.bytes());
+    let command = match permits {
+        None => c"LOCK.SETSTATE",
+        Some(_) => c"LOCK.SETHOLDER",
+    };
+    send_packed(ctx, command, key, hold.token, state.bytes());
 }
 
 /// `command key token state`.
@@ -142,6 +155,25 @@ pub fn del(ctx: &Context, key: &RedisString) {
     unsafe {
         if let Some(replicate) = raw::RedisModule_Replicate {
             replicate(ctx.get_raw(), c"DEL".as_ptr(), c"s".as_ptr(), key.inner);
+        }
+    }
+}
+
+/// `PEXPIREAT key at-ms`: a key's TTL put back by the module (a key with
+/// several holders follows its latest one).
+pub fn expire_at(ctx: &Context, key: &RedisString, at_ms: i64) {
+    if unread(ctx) {
+        return count_only(ctx);
+    }
+    unsafe {
+        if let Some(replicate) = raw::RedisModule_Replicate {
+            replicate(
+                ctx.get_raw(),
+                c"PEXPIREAT".as_ptr(),
+                c"sl".as_ptr(),
+                key.inner,
+                at_ms as std::os::raw::c_longlong,
+            );
         }
     }
 }
@@ -180,41 +212,6 @@ pub fn touched(ctx: &Context, key: &RedisString) {
             signal(ctx.get_raw(), key.inner);
         }
     }
-}
-
-/// One holder of a shared lock (`limit` 0) or of a semaphore, as
-/// `LOCK.SETHOLDER key token state`, its limit, count, fence, deadline, grant
-/// time, extensions and label packed as for `LOCK.SETSTATE`: every value
-/// explicit, so a replica or a replay adds or updates exactly this holder.
-pub struct HolderState<'a> {
-    pub limit: u32,
-    pub count: u32,
-    pub token: &'a [u8],
-    pub fence: u64,
-    pub deadline_ms: i64,
-    pub granted_ms: i64,
-    pub extends: u32,
-    pub owner: Option<&'a [u8]>,
-}
-
-pub fn holder(ctx: &Context, key: &RedisString, h: &HolderState) {
-    if unread(ctx) {
-        return count_only(ctx);
-    }
-    let state = effect::pack(
-        Some(Permits {
-            limit: h.limit,
-            count: h.count,
-        }),
-        &State {
-            fence: h.fence,
-            deadline_ms: h.deadline_ms,
-            granted_ms: h.granted_ms,
-            extends: h.extends,
-            owner: h.owner,
-        },
-    );
-    send_packed(ctx, c"LOCK.SETHOLDER", key, h.token, state.bytes());
 }
 
 /// `LOCK.DELHOLDER key token`: one holder is gone (released or expired);

@@ -66,24 +66,33 @@ pub fn error_text(ctx: &Context, text: &CStr) {
 pub enum Field<'a> {
     Int(i64),
     Bytes(&'a [u8]),
+    /// An array of maps (`LOCK.INFO`'s `holds`).
+    Maps(&'a [Vec<(&'static CStr, Field<'a>)>]),
 }
 
 /// A map of names to values: a RESP3 map, or a flat name/value array on
 /// RESP2 (Redis' `ReplyWithMap` picks by the client's protocol).
 pub fn map(ctx: &Context, fields: &[(&CStr, Field)]) {
     unsafe {
-        if let (Some(map), Some(name), Some(integer), Some(buffer)) = (
+        if let (Some(reply_map), Some(name), Some(integer), Some(buffer)) = (
             raw::RedisModule_ReplyWithMap,
             raw::RedisModule_ReplyWithCString,
             raw::RedisModule_ReplyWithLongLong,
             raw::RedisModule_ReplyWithStringBuffer,
         ) {
-            map(ctx.get_raw(), fields.len() as c_long);
+            reply_map(ctx.get_raw(), fields.len() as c_long);
             for (field, value) in fields {
                 name(ctx.get_raw(), field.as_ptr());
                 match value {
                     Field::Int(n) => integer(ctx.get_raw(), *n),
                     Field::Bytes(b) => buffer(ctx.get_raw(), b.as_ptr().cast::<c_char>(), b.len()),
+                    Field::Maps(maps) => {
+                        array(ctx, maps.len());
+                        for fields in maps.iter() {
+                            map(ctx, fields);
+                        }
+                        0
+                    }
                 };
             }
         }

@@ -3,17 +3,22 @@
 LOCK_MODULE       the module (default: target/debug/libredis_lock.so at the repo root)
 LOCK_TEST_SERVER  the server binary (default: redis-server; make test-python
                   also runs the suite on Valkey 8.1's valkey-server)
+LOCK_PACKAGE      "wheel": the package under test must be installed from a
+                  wheel file (make test-python installs target/dist's)
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import json
 import os
 import signal
 import socket
 import subprocess
 import time
 from collections.abc import Callable, Iterator
+from importlib.metadata import distribution
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -21,8 +26,26 @@ from typing import Any
 import pytest
 
 REPO = Path(__file__).resolve().parents[3]
-MODULE = os.environ.get("LOCK_MODULE", str(REPO / "target/debug/libredis_lock.so"))
+MODULE = str(Path(os.environ.get("LOCK_MODULE", REPO / "target/debug/libredis_lock.so")).resolve())
 SERVER = os.environ.get("LOCK_TEST_SERVER", "redis-server")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """With LOCK_PACKAGE=wheel, refuses to test anything but a package
+    installed from a wheel file (pip's direct_url.json names the file)."""
+    if os.environ.get("LOCK_PACKAGE") != "wheel":
+        return
+    import redis_lock_client
+
+    origin = json.loads(distribution("redis-lock-client").read_text("direct_url.json") or "{}")
+    source = REPO / "clients/python/src"
+    if not origin.get("url", "").endswith(".whl") or Path(
+        redis_lock_client.__file__
+    ).resolve().is_relative_to(source):
+        raise pytest.UsageError(
+            f"LOCK_PACKAGE=wheel, but redis_lock_client comes from {redis_lock_client.__file__} "
+            f"(installed from {origin.get('url')}): make dist-python, then pip install the wheel"
+        )
 
 
 def wait_until(condition: Callable[[], object], timeout: float = 5.0) -> None:
@@ -34,22 +57,32 @@ def wait_until(condition: Callable[[], object], timeout: float = 5.0) -> None:
 
 
 class Server:
-    """A server on a free loopback port; killed (resumed first if paused) at the end."""
+    """A server on a free loopback port; killed (resumed first if paused) at the end.
+
+    `shut_down()` stops it as an operator would (`SHUTDOWN SAVE`: its locks go
+    to the RDB file) and `start()` brings it back on the same port with them."""
 
     def __init__(self, directory: Path) -> None:
+        self.directory = directory
         for _attempt in range(5):
             with socket.socket() as probe:
                 probe.bind(("127.0.0.1", 0))
                 self.port = probe.getsockname()[1]
-            self.process = subprocess.Popen(
-                [SERVER, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-                 "--appendonly", "no", "--dir", str(directory), "--logfile", "server.log",
-                 "--loadmodule", MODULE],
-            )  # fmt: skip
-            if self._answers():
+            if self._launch():
                 return
             self.stop()
-        log = (directory / "server.log").read_text(errors="replace")
+        self._fail()
+
+    def _launch(self) -> bool:
+        self.process = subprocess.Popen(
+            [SERVER, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "no", "--dir", str(self.directory), "--logfile", "server.log",
+             "--loadmodule", MODULE],
+        )  # fmt: skip
+        return self._answers()
+
+    def _fail(self) -> None:
+        log = (self.directory / "server.log").read_text(errors="replace")
         raise RuntimeError(f"{SERVER} with {MODULE} did not start:\n{log}")
 
     def _answers(self) -> bool:
@@ -69,6 +102,23 @@ class Server:
 
     def resume(self) -> None:
         self.process.send_signal(signal.SIGCONT)
+
+    def shut_down(self) -> None:
+        """`SHUTDOWN SAVE`: the server writes its data (locks included) and exits."""
+        with socket.create_connection(("127.0.0.1", self.port), timeout=5) as conn:
+            conn.sendall(b"SHUTDOWN SAVE\r\n")
+            with contextlib.suppress(OSError):
+                conn.recv(64)
+        self.process.wait(10)
+
+    def start(self) -> None:
+        """Starts it again on the same port, loading what `shut_down()` saved."""
+        for _attempt in range(5):
+            if self._launch():
+                return
+            self.stop()
+            time.sleep(0.2)
+        self._fail()
 
     def stop(self) -> None:
         self.resume()
@@ -104,3 +154,11 @@ def admin(server: Server) -> Iterator[Any]:
     made = redis.Redis(port=server.port, socket_timeout=5)
     yield made
     made.close()
+
+
+def no_retry(lib: ModuleType, *, asyncio: bool = False) -> Any:
+    """A Retry of `lib` (sync or asyncio) that never retries: the tests that take
+    the server away need the connection error at once, not a backoff."""
+    retry = importlib.import_module(f"{lib.__name__}{'.asyncio' if asyncio else ''}.retry")
+    backoff = importlib.import_module(f"{lib.__name__}.backoff")
+    return retry.Retry(backoff.NoBackoff(), 0)

@@ -8,8 +8,10 @@ being a dependency.
 
 from __future__ import annotations
 
+import enum
 import importlib
 import math
+import os
 import re
 import time
 import uuid
@@ -127,6 +129,13 @@ def _shorter(a: float | None, b: float | None) -> float | None:
 
 
 REFUSED_MESSAGE = "the token no longer holds the lock: released, expired, deleted or taken"
+OVERWRITTEN_MESSAGE = (
+    "WRONGTYPE: the key now holds another type of value: it was overwritten, and the lock with it"
+)
+FORKED_MESSAGE = (
+    "this process is a fork of the one that holds the lease: the lease is the parent's, "
+    "and the child must neither use it nor release it"
+)
 LOST_IN_BLOCK = "the lease was lost before the block ended: its work may not have been protected"
 
 
@@ -453,6 +462,7 @@ class LeaseClock:
     def __init__(self, sent: float, ttl_ms: int, margin: float | None) -> None:
         self.ttl_ms = ttl_ms
         self.margin_fraction = margin
+        self.sent_at = sent
         self.valid_until = sent + ttl_ms / 1000
         self.next_extend_at = sent + self.interval
         self.limit_reached = False
@@ -480,7 +490,12 @@ class LeaseClock:
         return min(self.ttl / 20, 0.5)
 
     def extended(self, sent: float, ttl_ms: int) -> None:
+        """An extend sent at `sent` succeeded. Of two extends in flight at once
+        (the watchdog's and the caller's), the one sent last counts."""
+        if sent < self.sent_at:
+            return
         self.ttl_ms = ttl_ms
+        self.sent_at = sent
         self.valid_until = sent + ttl_ms / 1000
         self.next_extend_at = sent + self.interval
 
@@ -496,6 +511,96 @@ class LeaseClock:
         return "the lease is about to end and no extend succeeded (server down or unreachable?)"
 
 
+class Renewal(enum.Enum):
+    """What one reply to a watchdog's extend means for its lease."""
+
+    EXTENDED = "extended"  # 1: the deadline moves
+    REFUSED = "refused"  # 0: the token no longer holds the lock: lost now
+    OVERWRITTEN = "overwritten"  # WRONGTYPE: the key holds another type now: lost now
+    LIMIT = "limit"  # LIMIT: no more extends; the lease ends at its deadline
+    FAILED = "failed"  # no answer, or another error: try again until the deadline
+
+
+def renewal_of(reply: object) -> Renewal:
+    """The meaning of a watchdog extend's reply: the reply itself, or the
+    exception it came as (this package's, or a connection error)."""
+    if isinstance(reply, LimitReached):
+        return Renewal.LIMIT
+    if isinstance(reply, ServerError) and reply.code == "WRONGTYPE":
+        return Renewal.OVERWRITTEN
+    if isinstance(reply, BaseException):
+        return Renewal.FAILED
+    return Renewal.EXTENDED if reply == 1 else Renewal.REFUSED
+
+
+class Renewing:
+    """The leases a watchdog keeps, and what it does next: which to extend,
+    which are past their deadline, when to wake. One per `Locks`; the sync
+    and asyncio watchdogs add the I/O (and the sync one a lock around it).
+
+    How a batch is renewed is `commands()`: one extend a lease today; a
+    server-side group of leases would make it one command for the batch,
+    with nothing else here changing.
+    """
+
+    def __init__(self) -> None:
+        self.leases: set[LeaseFacts] = set()
+
+    def past_deadline(self, now: float) -> list[LeaseFacts]:
+        return [
+            lease for lease in self.leases if now >= lease._clock.lost_at and not lease._stopped
+        ]
+
+    def due(self, now: float) -> list[tuple[LeaseFacts, int]]:
+        """The leases to extend now, each with the ttl to extend it by."""
+        return [(lease, lease._clock.ttl_ms) for lease in self.leases if lease._extend_due(now)]
+
+    def next_wake(self, now: float, *, extending: bool) -> float:
+        """The next deadline or (when `extending`) next extend of any lease."""
+        wake = math.inf
+        for lease in self.leases:
+            if lease._stopped:
+                continue  # being released: leaves the set at once
+            wake = min(wake, lease._clock.lost_at)
+            if extending and lease._extending and not lease._clock.limit_reached:
+                wake = min(wake, lease._clock.next_extend_at)
+        return wake
+
+    @staticmethod
+    def commands(batch: list[tuple[LeaseFacts, int]]) -> list[tuple[object, ...]]:
+        return [(lease._commands.extend, lease.key, lease.token, ttl_ms) for lease, ttl_ms in batch]
+
+    @staticmethod
+    def shortest_interval(batch: list[tuple[LeaseFacts, int]]) -> float:
+        """How long the watchdog may wait to connect for a batch."""
+        return min(lease._clock.interval for lease, _ in batch)
+
+    @staticmethod
+    def patience(batch: list[tuple[LeaseFacts, int]]) -> float:
+        """How long to wait for a batch's replies before giving up on its
+        connection: the longest interval of its leases (each would be due again)."""
+        return max(lease._clock.interval for lease, _ in batch)
+
+    @staticmethod
+    def apply(
+        lease: LeaseFacts, renewal: Renewal, sent: float, ttl_ms: int, now: float
+    ) -> tuple[LostReason, str] | None:
+        """Applies one reply to its lease's clock; the loss to record, if any."""
+        if lease._stopped:
+            return None  # released or lost meanwhile
+        if renewal is Renewal.EXTENDED:
+            lease._clock.extended(sent, ttl_ms)
+        elif renewal is Renewal.REFUSED:
+            return LostReason.REFUSED, REFUSED_MESSAGE
+        elif renewal is Renewal.OVERWRITTEN:
+            return LostReason.REFUSED, OVERWRITTEN_MESSAGE
+        elif renewal is Renewal.LIMIT:
+            lease._clock.limit_reached = True  # it ends at its deadline
+        else:
+            lease._clock.failed(now)
+        return None
+
+
 class LeaseFacts:
     """What a sync and an asyncio lease both hold: the lock's facts, the clock,
     why it was lost. Each adds its own `lost` event and I/O.
@@ -503,18 +608,22 @@ class LeaseFacts:
     `shared` is true for a read lease; `count` is the number of a semaphore's
     permits the lease holds (None for a lock)."""
 
-    def __init__(self, request: Acquire, fence: int, clock: LeaseClock) -> None:
+    lost: Any  # threading.Event or asyncio.Event, both asking `_lost_by_clock()`
+
+    def __init__(self, request: Acquire, fence: int, clock: LeaseClock, extending: bool) -> None:
         self.key = request.key
         self.token = request.token
         self.fence = fence
         self.shared = request.shared
         self.count = None if request.permits is None else request.permits.count
         self._commands = request.commands
-        self.lost_reason: LostReason | None = None
-        self.lost_message: str | None = None
+        self._lost_reason: LostReason | None = None
+        self._lost_message: str | None = None
         self._clock = clock
+        self._extending = extending  # the watchdog extends it
         self._stopped = False  # released or lost: the watchdog ends
-        self._released = False
+        self._released = False  # a release was answered
+        self._pid = os.getpid()
 
     @property
     def valid_until(self) -> float:
@@ -523,16 +632,76 @@ class LeaseFacts:
 
     @property
     def released(self) -> bool:
+        """True once a `release()` was answered (whatever the answer)."""
         return self._released
+
+    @property
+    def held(self) -> bool:
+        """True while the lease holds by this process's clock: not released, not
+        lost, and before `valid_until` less the safety margin. Computed when
+        read, so it is right the moment a paused process runs again (and
+        `lost` is set then); False in a forked child."""
+        return not self._stopped and not self.lost.is_set()
+
+    def remaining(self) -> float:
+        """Seconds left until the lease must be taken as lost (`valid_until`
+        less the safety margin), by the monotonic clock; 0.0 once not `held`."""
+        if not self.held:
+            return 0.0
+        return max(self._clock.lost_at - now(), 0.0)
+
+    @property
+    def lost_reason(self) -> LostReason | None:
+        """Why `lost` is set (None while it is not)."""
+        return LostReason.FORKED if self._forked else self._lost_reason
+
+    @property
+    def lost_message(self) -> str | None:
+        """The loss in words (None while `lost` is not set)."""
+        return FORKED_MESSAGE if self._forked else self._lost_message
+
+    @property
+    def _forked(self) -> bool:
+        return os.getpid() != self._pid
+
+    def _extend_due(self, now: float) -> bool:
+        clock = self._clock
+        return self._extending and not clock.limit_reached and now >= clock.next_extend_at
+
+    def _lost_by_clock(self) -> bool:
+        """Whether the clock says the lease is lost; records it (and sets
+        `lost`) when the deadline less the margin has come and nobody noticed."""
+        if self._forked:
+            return True  # the parent's lease: nothing here may touch its state
+        if self._stopped or now() < self._clock.lost_at:
+            return False
+        self._mark_lost(self._clock.expiry_reason(), self._clock.expiry_message())
+        return True
+
+    def _mark_lost(self, reason: LostReason, message: str) -> None:
+        raise NotImplementedError
 
     def _record_loss(self, reason: LostReason, message: str) -> bool:
         """Notes the loss; False when the lease was already released or lost."""
         if self._stopped:
             return False
         self._stopped = True
-        self.lost_reason = reason
-        self.lost_message = message
+        self._lost_reason = reason
+        self._lost_message = message
         return True
+
+
+def extend_error(lease: LeaseFacts, error: LockError) -> Lost | None:
+    """The `Lost` an explicit extend raises for an error reply that means the
+    lock is gone (WRONGTYPE: the key was overwritten); None for the others."""
+    if isinstance(error, ServerError) and error.code == "WRONGTYPE":
+        lease._mark_lost(LostReason.REFUSED, OVERWRITTEN_MESSAGE)
+        return Lost(LostReason.REFUSED, OVERWRITTEN_MESSAGE)
+    return None
+
+
+def forked_error() -> Lost:
+    return Lost(LostReason.FORKED, FORKED_MESSAGE)
 
 
 def now() -> float:

@@ -30,6 +30,9 @@ class LostReason(str, enum.Enum):
     LIMIT = "limit"
     """The server's hold policy (`lock.max-hold-ms`, `lock.max-extends`) refused
     an extension, and the deadline, less the margin, came."""
+    FORKED = "forked"
+    """Seen in a forked child: the lease is its parent's, no watchdog runs for it
+    there, and the child must neither use it nor release it."""
 
 
 class Lost(LockError):

@@ -1,21 +1,35 @@
 """Locks and leases over a synchronous client (redis.Redis, valkey.Valkey).
 
-A lease has two daemon threads: the watchdog, which extends it every ttl/3 on
-a connection of its own, and the deadline watcher, which sets `lost` when the
-deadline less the margin comes without a successful extend. They are apart so
-that an extend stuck on a paused server cannot delay `lost`.
+Each `Locks` has one watchdog thread for all its leases (`_Watchdog`), started
+with the first lease and ended with the last. It extends the leases that are
+due every ttl/3, all of them in one pipelined batch on one connection of its
+own, and sets `lost` at each lease's deadline less the margin. It never waits
+on the network past the next deadline (its reads are bounded, its connect and
+handshake too), so an extend stuck on a paused server does not delay `lost`.
+`Lease.lost.is_set()`, `held` and `remaining()` also read the clock
+themselves, so they are right the moment a paused process runs again.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
+import os
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from . import _common as common
 from ._common import Leader
-from ._errors import LimitReached, Lost, LostReason, NotAcquired
+from ._errors import LimitReached, LockError, Lost, LostReason, NotAcquired
+
+# While a batch of extends is in flight, the watchdog looks at its leases'
+# deadlines (and at leases added meanwhile) at least this often.
+_WATCH_SLICE_S = 0.05
+# The longest the watchdog's connect and handshake may take.
+_CONNECT_LIMIT_S = 2.0
+# Below this, the watchdog does not try to connect (it tries again later).
+_SHORTEST_CONNECT_S = 0.005
 
 
 class _Dedicated:
@@ -31,11 +45,176 @@ class _Dedicated:
         self.pool.disconnect()
 
 
+class _Batch:
+    """Extends sent together on the watchdog's connection, awaiting replies."""
+
+    def __init__(self, leases: list[tuple[common.LeaseFacts, int]], sent: float) -> None:
+        self.leases = leases
+        self.sent = sent
+        self.answered = 0
+        self.give_up_at = sent + common.Renewing.patience(leases)
+
+    @property
+    def missing(self) -> int:
+        return len(self.leases) - self.answered
+
+
+class _Link:
+    """The watchdog's connection to the server: one for all the leases of a
+    `Locks`, opened when first needed with every wait bounded (the shortest
+    interval of the leases then due, at most _CONNECT_LIMIT_S), and read only
+    when a reply is there, so that it never blocks past a deadline."""
+
+    def __init__(self, locks: Locks) -> None:
+        self.locks = locks
+        self.connection: Any = None
+
+    def send(self, commands: list[tuple[object, ...]], limit: float) -> None:
+        """Sends `commands` in one write, opening the connection first if it is
+        not open, with `limit` seconds (at most _CONNECT_LIMIT_S) for that."""
+        if self.connection is None:
+            if limit < _SHORTEST_CONNECT_S:
+                raise TimeoutError("no time left to connect before a lease's deadline")
+            limit = min(limit, _CONNECT_LIMIT_S)
+            kwargs = common.dedicated_pool_kwargs(self.locks.client, self.locks.family, limit)
+            connection_class = kwargs.pop("connection_class")
+            kwargs.pop("max_connections")
+            kwargs["socket_connect_timeout"] = limit
+            self.connection = connection_class(**kwargs)
+        packed = self.connection.pack_commands(commands)
+        self.connection.send_packed_command(packed, check_health=False)
+
+    def replies(self, count: int, until: float) -> list[object]:
+        """Up to `count` replies, those that come before `until` (an error reply
+        as this package's exception). A connection error is raised."""
+        replies: list[object] = []
+        while len(replies) < count:
+            left = until - common.now()
+            if left <= 0 or not self.connection.can_read(timeout=left):
+                break
+            try:
+                replies.append(self.connection.read_response())
+            except self.locks.family.response_error as error:
+                replies.append(common.lock_error(error))
+        return replies
+
+    def close(self) -> None:
+        connection, self.connection = self.connection, None
+        if connection is not None:
+            with contextlib.suppress(Exception):
+                connection.disconnect()
+
+
+class _Watchdog:
+    """The thread that keeps every lease of one `Locks` (see the module's doc).
+
+    `lock` guards every lease's clock and state and the set of leases; the
+    thread holds it only between network calls, never during one.
+    """
+
+    def __init__(self, locks: Locks) -> None:
+        self.locks = locks
+        self.lock = threading.RLock()
+        self._wake = threading.Condition(self.lock)
+        self._renewing = common.Renewing()
+        self._running = False
+        self.pid = os.getpid()
+
+    def add(self, lease: Lease) -> None:
+        with self.lock:
+            self._renewing.leases.add(lease)
+            if not self._running:
+                self._running = True
+                threading.Thread(target=self._run, name="redis-lock-watchdog", daemon=True).start()
+            self._wake.notify_all()
+
+    def remove(self, lease: Lease) -> None:
+        with self.lock:
+            self._renewing.leases.discard(lease)
+            self._wake.notify_all()
+
+    def _run(self) -> None:
+        link = _Link(self.locks)
+        batch: _Batch | None = None
+        try:
+            while True:
+                with self.lock:
+                    now = common.now()
+                    for lease in self._renewing.past_deadline(now):
+                        lease._lost_by_clock()
+                    if not self._renewing.leases:
+                        self._running = False  # decided under the lock: add() starts another
+                        return
+                    due = self._renewing.due(now) if batch is None else []
+                    wake = self._renewing.next_wake(now, extending=batch is None)
+                    deadline = self._renewing.next_wake(now, extending=False)
+                    if batch is None and not due:
+                        self._wake.wait(None if math.isinf(wake) else max(wake - now, 0.0))
+                        continue
+                if batch is None:
+                    batch = self._send(link, due, deadline)
+                if batch is not None:
+                    batch = self._read(link, batch, min(wake, common.now() + _WATCH_SLICE_S))
+        except BaseException:
+            with self.lock:  # a bug or an interpreter shutdown: the next lease starts another
+                self._running = False
+            raise
+        finally:
+            link.close()
+
+    def _send(
+        self, link: _Link, due: list[tuple[common.LeaseFacts, int]], deadline: float
+    ) -> _Batch | None:
+        """Sends the extends of `due` in one write; None when that failed. A
+        connection to open must be ready before `deadline` (the next lease's
+        loss): a handshake with a paused server does not hold `lost` back."""
+        sent = common.now()
+        try:
+            link.send(
+                common.Renewing.commands(due),
+                min(common.Renewing.shortest_interval(due), deadline - sent),
+            )
+        except Exception as error:
+            link.close()
+            self._settle(due, [error] * len(due), sent)
+            return None
+        return _Batch(due, sent)
+
+    def _read(self, link: _Link, batch: _Batch, until: float) -> _Batch | None:
+        """Settles the replies that come before `until`; the batch while some
+        are still to come, None once it is settled."""
+        try:
+            replies = link.replies(batch.missing, until)
+        except Exception as error:  # the connection failed: no reply will come
+            link.close()
+            replies = [error] * batch.missing
+        if len(replies) < batch.missing and common.now() >= batch.give_up_at:
+            link.close()  # replies that came later would be read as the next batch's
+            lost = TimeoutError("no reply to the watchdog's extend")
+            replies += [lost] * (batch.missing - len(replies))
+        self._settle(
+            batch.leases[batch.answered : batch.answered + len(replies)], replies, batch.sent
+        )
+        batch.answered += len(replies)
+        return batch if batch.missing else None
+
+    def _settle(
+        self, leases: list[tuple[common.LeaseFacts, int]], replies: list[object], sent: float
+    ) -> None:
+        with self.lock:
+            now = common.now()
+            for (lease, ttl_ms), reply in zip(leases, replies, strict=True):
+                loss = common.Renewing.apply(lease, common.renewal_of(reply), sent, ttl_ms, now)
+                if loss is not None:
+                    lease._mark_lost(*loss)
+
+
 class Locks:
     """Fenced locks on one server, through `client` (redis.Redis or valkey.Valkey).
 
     `safety_margin` is the fraction of the ttl by which `Lease.lost` is set
-    before the client's deadline (default 0.1).
+    before the client's deadline (default 0.1). One watchdog thread, with one
+    connection of its own, keeps all the leases of a `Locks`.
     """
 
     def __init__(self, client: Any, *, safety_margin: float | None = None) -> None:
@@ -45,6 +224,15 @@ class Locks:
             raise TypeError("an asyncio client: use redis_lock_client.asyncio.Locks")
         common.dedicated_pool_kwargs(client, self.family, None)
         self.safety_margin = common.check_margin(safety_margin)
+        self._watchdog_of_process = _Watchdog(self)
+
+    @property
+    def _watchdog(self) -> _Watchdog:
+        """This process's watchdog: a forked child starts its own (the parent's
+        thread does not exist there, and its lock may have been held)."""
+        if self._watchdog_of_process.pid != os.getpid():
+            self._watchdog_of_process = _Watchdog(self)
+        return self._watchdog_of_process
 
     def acquire(
         self,
@@ -62,14 +250,19 @@ class Locks:
         With `wait` (seconds), waits in the server's queue on a connection of
         its own, and returns None when the wait runs out. With `session`, the
         server also releases the lock when that connection closes (the lease
-        keeps it open). With `watchdog` (default), a thread extends the lease
-        every ttl/3 until `release()`. `owner` is a public label (1 to 128
-        bytes) that `LOCK.INFO`, `LOCK.QUEUE` and `LOCK.OBSERVE` show.
+        keeps it open). With `watchdog` (default), the `Locks`' watchdog
+        extends the lease every ttl/3 until `release()`. `owner` is a public
+        label (1 to 128 bytes) that `LOCK.INFO`, `LOCK.QUEUE` and
+        `LOCK.OBSERVE` show.
 
         With `shared`, a read lease (`LOCK.ACQUIRE … SHARED`): granted beside
         other readers, each with its own token, lease and fence; refused while
         a writer holds the key or anyone waits for it. Its `guard()` runs
         read-only commands only.
+
+        Whatever interrupts it (a connection error, an exception, a signal)
+        after the server may have granted the lock, it releases the token
+        before raising: a grant never outlives the call without its lease.
         """
         request = common.Acquire.of(key, ttl, wait, session, owner, shared=shared)
         return self._acquire(request, watchdog)
@@ -83,25 +276,27 @@ class Locks:
             reply = self._call(
                 self.client if dedicated is None else dedicated.client, *request.args
             )
+            fence = common.fence_of(reply)
+            if dedicated is not None and (fence is None or not request.session):
+                dedicated.close()
+                dedicated = None
+            if fence is None:
+                return None
+            clock = common.LeaseClock(sent, request.ttl_ms, self.safety_margin)
+            lease = Lease(self, request, fence, clock, watchdog)
+            lease._session = dedicated
+            if request.wait_ms is not None:
+                lease._confirm_after_wait()
+            lease._start()
+            return lease
         except BaseException:
-            # The reply may be lost after a grant: give back what this token may hold.
+            # The reply may be lost after a grant, or the grant was not handed
+            # over (the confirming extend failed, an interrupt): give back what
+            # this token may hold.
             if dedicated is not None:
                 dedicated.close()
             self._release_quietly(request)
             raise
-        fence = common.fence_of(reply)
-        if dedicated is not None and (fence is None or not request.session):
-            dedicated.close()
-            dedicated = None
-        if fence is None:
-            return None
-        clock = common.LeaseClock(sent, request.ttl_ms, self.safety_margin)
-        lease = Lease(self, request, fence, clock)
-        lease._session = dedicated
-        if request.wait_ms is not None:
-            lease._confirm_after_wait()
-        lease._start(watchdog)
-        return lease
 
     def lock(
         self,
@@ -117,7 +312,8 @@ class Locks:
         """`acquire` as a context manager: yields the lease, releases it on exit.
 
         Raises `NotAcquired` when the lock is held (or the wait ran out), and
-        `Lost` on exit when the lease was lost before the block ended.
+        `Lost` on exit when the lease was lost before the block ended (also
+        when the server went away: the release's error is its `__cause__`).
         """
         request = common.Acquire.of(key, ttl, wait, session, owner, shared=shared)
         return _holding(
@@ -147,7 +343,8 @@ class Locks:
 @contextlib.contextmanager
 def _holding(acquire: Callable[[], Lease | None], not_acquired: str) -> Iterator[Lease]:
     """The lease `acquire` gives, held for a block: released on exit; `NotAcquired`
-    (with that message) without one, `Lost` on exit when it was lost meanwhile."""
+    (with that message) without one, `Lost` on exit when it was lost meanwhile,
+    its cause the release's error when that failed too."""
     lease = acquire()
     if lease is None:
         raise NotAcquired(not_acquired)
@@ -157,60 +354,105 @@ def _holding(acquire: Callable[[], Lease | None], not_acquired: str) -> Iterator
         with contextlib.suppress(Exception):
             lease.release()  # the block's own exception matters more
         raise
-    released = lease.released or lease.release()  # the block may have released it
+    try:
+        released = lease.released or lease.release()  # the block may have released it
+    except Exception as error:
+        if lease.lost.is_set():  # the server went away, and the lease with it
+            raise Lost(lease.lost_reason or LostReason.EXPIRED, common.LOST_IN_BLOCK) from error
+        raise
     if lease.lost.is_set() or not released:
         raise Lost(lease.lost_reason or LostReason.REFUSED, common.LOST_IN_BLOCK)
 
 
+class _LostEvent(threading.Event):
+    """`Lease.lost`: a threading.Event that also asks the lease's clock, so it is
+    set the moment the deadline less the margin has passed, whichever thread
+    asks first (after a pause, before the watchdog runs again)."""
+
+    def __init__(self, lease: Lease) -> None:
+        super().__init__()
+        self._lease = lease
+
+    def is_set(self) -> bool:
+        return super().is_set() or self._lease._lost_by_clock()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return self.is_set() or super().wait(timeout)
+
+
 class Lease(common.LeaseFacts):
     """A held lock, or a semaphore's permits: `key`, `token`, `fence`,
-    `valid_until`, `shared` (a read lease), `count` (permits; None for a lock);
-    `lost` is set when it is gone or about to be (see `lost_reason`)."""
+    `valid_until`, `held`, `remaining()`, `shared` (a read lease), `count`
+    (permits; None for a lock); `lost` is set when it is gone or about to be
+    (see `lost_reason`).
+
+    In a forked child the lease is the parent's: `held` is False, `lost` is
+    set with `LostReason.FORKED`, `release()` returns False without sending,
+    and `extend()` and `guard()` raise `Lost`.
+    """
 
     def __init__(
-        self, locks: Locks, request: common.Acquire, fence: int, clock: common.LeaseClock
+        self,
+        locks: Locks,
+        request: common.Acquire,
+        fence: int,
+        clock: common.LeaseClock,
+        extending: bool = True,
     ) -> None:
-        super().__init__(request, fence, clock)
-        self.lost = threading.Event()
+        super().__init__(request, fence, clock, extending)
         self._locks = locks
         self._session: _Dedicated | None = None
-        self._cond = threading.Condition(threading.RLock())
+        self._watchdog = locks._watchdog
+        self._lock = self._watchdog.lock
+        self.lost: threading.Event = _LostEvent(self)
 
     def extend(self, ttl: float | None = None) -> None:
         """Sets the lease to end `ttl` seconds from now (default: the current ttl).
 
-        Raises `Lost` when the token no longer holds the lock, and
+        Raises `Lost` when the token no longer holds the lock (the key was
+        deleted, expired, taken, or overwritten with another type), and
         `LimitReached` when the server's hold policy refuses (the lease then
         still holds until its current deadline).
         """
+        if self._forked:
+            raise common.forked_error()
         ttl_ms = self._clock.ttl_ms if ttl is None else common.ttl_to_ms(ttl)
         sent = common.now()
-        reply = self._locks._call(
-            self._locks.client, self._commands.extend, self.key, self.token, ttl_ms
-        )
+        try:
+            reply = self._locks._call(
+                self._locks.client, self._commands.extend, self.key, self.token, ttl_ms
+            )
+        except LockError as error:
+            lost = common.extend_error(self, error)
+            if lost is None:
+                raise
+            raise lost from error
         if reply != 1:
             self._mark_lost(LostReason.REFUSED, common.REFUSED_MESSAGE)
             raise Lost(LostReason.REFUSED, common.REFUSED_MESSAGE)
-        with self._cond:
+        with self._lock:
             self._clock.extended(sent, ttl_ms)
-            self._cond.notify_all()
 
     def release(self) -> bool:
         """Stops the watchdog and releases: True if released, False if it was
-        already gone (expired, deleted, taken or released before)."""
-        with self._cond:
-            already = self._released
-            self._released = self._stopped = True
-            self._cond.notify_all()
-        if already:
-            return False
+        already gone (expired, deleted, taken or released before). A release
+        that failed on the network raises the client's error and can be called
+        again: it sends again."""
+        if self._forked:
+            return False  # the parent's lease
+        with self._lock:
+            if self._released:
+                return False
+            self._stopped = True
+            self._watchdog.remove(self)
         try:
             reply = self._locks._call(
                 self._locks.client, self._commands.release, self.key, self.token
             )
         finally:
             if self._session is not None:
-                self._session.close()
+                self._session.close()  # the server releases a session lock with it
+        self._released = True
         return bool(reply == 1)
 
     def guard(self, *command: object) -> Any:
@@ -219,6 +461,8 @@ class Lease(common.LeaseFacts):
         A read lease runs read-only commands only (others: `ServerError`); a
         semaphore's permits guard nothing (`TypeError`)."""
         guard = common.check_command(self._commands, command)
+        if self._forked:
+            raise common.forked_error()
         try:
             return self._locks._call(self._locks.client, guard, self.key, self.token, *command)
         except Lost as lost:
@@ -234,57 +478,15 @@ class Lease(common.LeaseFacts):
         except Lost:
             pass  # `lost` is set: the caller sees it
 
-    def _start(self, watchdog: bool) -> None:
-        threading.Thread(target=self._watch_deadline, name="lease-deadline", daemon=True).start()
-        if watchdog and not self.lost.is_set():
-            threading.Thread(target=self._keep_alive, name="lease-watchdog", daemon=True).start()
+    def _start(self) -> None:
+        if not self._stopped:
+            self._watchdog.add(self)
 
     def _mark_lost(self, reason: LostReason, message: str) -> None:
-        with self._cond:
+        with self._lock:
             if self._record_loss(reason, message):
+                self._watchdog.remove(self)
                 self.lost.set()
-                self._cond.notify_all()
-
-    def _watch_deadline(self) -> None:
-        with self._cond:
-            while not self._stopped:
-                remaining = self._clock.lost_at - common.now()
-                if remaining <= 0:
-                    self._mark_lost(self._clock.expiry_reason(), self._clock.expiry_message())
-                    return
-                self._cond.wait(remaining)
-
-    def _keep_alive(self) -> None:
-        connection = _Dedicated(self._locks, read_timeout=self._clock.interval)
-        try:
-            while True:
-                with self._cond:
-                    while not self._stopped and common.now() < self._clock.next_extend_at:
-                        self._cond.wait(self._clock.next_extend_at - common.now())
-                    if self._stopped:
-                        return
-                    ttl_ms = self._clock.ttl_ms
-                sent = common.now()
-                try:
-                    reply = self._locks._call(
-                        connection.client, self._commands.extend, self.key, self.token, ttl_ms
-                    )
-                except LimitReached:
-                    with self._cond:
-                        self._clock.limit_reached = True  # the deadline watcher ends it
-                    return
-                except Exception:
-                    with self._cond:
-                        self._clock.failed(common.now())  # try again until the deadline
-                    continue
-                if reply != 1:
-                    self._mark_lost(LostReason.REFUSED, common.REFUSED_MESSAGE)
-                    return
-                with self._cond:
-                    self._clock.extended(sent, ttl_ms)
-                    self._cond.notify_all()
-        finally:
-            connection.close()
 
 
 class Election(common.ElectionFacts):

@@ -1,18 +1,20 @@
 """Locks and leases over an asyncio client (redis.asyncio.Redis, valkey.asyncio.Valkey).
 
 The same API as the package's top level, with coroutines and an
-`asyncio.Event` for `lost`. A lease has one task: it extends every ttl/3 on a
-connection of its own, each extend bounded by the time left before the
-deadline less the margin, and sets `lost` when that comes.
+`asyncio.Event` for `lost`. Each `Locks` has one watchdog task for all its
+leases (`_Watchdog`), started with the first lease and ended with the last:
+it sets `lost` at each lease's deadline less the margin, and extends the
+leases that are due every ttl/3 in one pipeline through the client's own
+connection pool, in a task of its own bounded in time, so that an extend
+stuck on a paused server does not delay `lost`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import Any, Literal
 
 from . import _common as common
 from ._common import Leader
@@ -46,9 +48,88 @@ class _Dedicated:
         await self.pool.disconnect()
 
 
+class _Watchdog:
+    """The task that keeps every lease of one `Locks` (see the module's doc)."""
+
+    def __init__(self, locks: Locks) -> None:
+        self.locks = locks
+        self._renewing = common.Renewing()
+        self._task: asyncio.Task[None] | None = None
+        self._batch: asyncio.Task[None] | None = None
+        self._wake: asyncio.Event | None = None
+
+    def add(self, lease: Lease) -> None:
+        self._renewing.leases.add(lease)
+        if self._task is None or self._task.done():
+            self._wake = asyncio.Event()
+            self._task = asyncio.create_task(self._run(), name="redis-lock-watchdog")
+        self._notify()
+
+    def remove(self, lease: Lease) -> None:
+        self._renewing.leases.discard(lease)
+        self._notify()
+
+    def _notify(self) -> None:
+        if self._wake is not None:
+            self._wake.set()
+
+    async def _run(self) -> None:
+        wake_event = self._wake
+        assert wake_event is not None
+        try:
+            while True:
+                wake_event.clear()
+                now = common.now()
+                for lease in self._renewing.past_deadline(now):
+                    lease._lost_by_clock()
+                if not self._renewing.leases:
+                    return
+                if self._batch is None:
+                    due = self._renewing.due(now)
+                    if due:
+                        self._batch = asyncio.create_task(self._renew(due))
+                wake = self._renewing.next_wake(now, extending=self._batch is None)
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(wake_event.wait(), max(wake - now, 0.0))
+        finally:
+            if self._batch is not None:
+                self._batch.cancel()
+
+    async def _renew(self, due: list[tuple[common.LeaseFacts, int]]) -> None:
+        """Extends `due` in one pipeline, for at most the longest interval of
+        its leases; settles each reply (a failure: a retry before the deadline)."""
+        sent = common.now()
+        replies: list[object]
+        try:
+            pipeline = self.locks.client.pipeline(transaction=False)
+            for command in common.Renewing.commands(due):
+                pipeline.execute_command(*command)
+            answers = await asyncio.wait_for(
+                pipeline.execute(raise_on_error=False), common.Renewing.patience(due)
+            )
+            replies = [self._reply(answer) for answer in answers]
+        except Exception as error:  # a timeout too: redis-py then drops that connection
+            replies = [error] * len(due)
+        finally:
+            self._batch = None
+            self._notify()
+        now = common.now()
+        for (lease, ttl_ms), reply in zip(due, replies, strict=True):
+            loss = common.Renewing.apply(lease, common.renewal_of(reply), sent, ttl_ms, now)
+            if loss is not None:
+                lease._mark_lost(*loss)
+
+    def _reply(self, answer: object) -> object:
+        if isinstance(answer, self.locks.family.response_error):
+            return common.lock_error(answer)
+        return answer
+
+
 class Locks:
     """Fenced locks on one server, through an asyncio `client`
-    (redis.asyncio.Redis or valkey.asyncio.Valkey). See `redis_lock_client.Locks`."""
+    (redis.asyncio.Redis or valkey.asyncio.Valkey). See `redis_lock_client.Locks`.
+    One watchdog task keeps all the leases of a `Locks`, through the client's
+    connection pool."""
 
     def __init__(self, client: Any, *, safety_margin: float | None = None) -> None:
         self.client = client
@@ -57,6 +138,8 @@ class Locks:
             raise TypeError("a synchronous client: use redis_lock_client.Locks")
         common.dedicated_pool_kwargs(client, self.family, None)
         self.safety_margin = common.check_margin(safety_margin)
+        self._watchdog = _Watchdog(self)
+        self._giving_back: set[asyncio.Task[None]] = set()
 
     async def acquire(
         self,
@@ -71,7 +154,9 @@ class Locks:
     ) -> Lease | None:
         """The lease on `key` for `ttl` seconds, or None when another holds it
         (or the `wait` ran out); with `shared`, a read lease beside other
-        readers. As `redis_lock_client.Locks.acquire`."""
+        readers. As `redis_lock_client.Locks.acquire`: cancelled (or
+        `asyncio.timeout()`) after the server may have granted the lock, it
+        releases the token, shielded from a second cancellation."""
         request = common.Acquire.of(key, ttl, wait, session, owner, shared=shared)
         return await self._acquire(request, watchdog)
 
@@ -84,26 +169,40 @@ class Locks:
             reply = await self._call(
                 self.client if dedicated is None else dedicated.client, *request.args
             )
-        except BaseException:
-            # The reply may be lost after a grant (or the task was cancelled):
-            # give back what this token may hold.
-            if dedicated is not None:
+            fence = common.fence_of(reply)
+            if dedicated is not None and (fence is None or not request.session):
                 await dedicated.close()
-            await self._release_quietly(request)
+                dedicated = None
+            if fence is None:
+                return None
+            clock = common.LeaseClock(sent, request.ttl_ms, self.safety_margin)
+            lease = Lease(self, request, fence, clock, watchdog)
+            lease._session = dedicated
+            if request.wait_ms is not None:
+                await lease._confirm_after_wait()
+            lease._start()
+            return lease
+        except BaseException:
+            # The reply may be lost after a grant, or the grant was not handed
+            # over (the task was cancelled, the confirming extend failed):
+            # give back what this token may hold, even if cancelled again.
+            await self._give_back(request, dedicated)
             raise
-        fence = common.fence_of(reply)
-        if dedicated is not None and (fence is None or not request.session):
-            await dedicated.close()
-            dedicated = None
-        if fence is None:
-            return None
-        clock = common.LeaseClock(sent, request.ttl_ms, self.safety_margin)
-        lease = Lease(self, request, fence, clock)
-        lease._session = dedicated
-        if request.wait_ms is not None:
-            await lease._confirm_after_wait()
-        lease._start(watchdog)
-        return lease
+
+    async def _give_back(self, request: common.Acquire, dedicated: _Dedicated | None) -> None:
+        async def give_back() -> None:
+            if dedicated is not None:
+                with contextlib.suppress(Exception):
+                    await dedicated.close()
+            with contextlib.suppress(Exception):  # else it ends at its ttl
+                await self.client.execute_command(
+                    request.commands.release, request.key, request.token
+                )
+
+        task = asyncio.create_task(give_back())
+        self._giving_back.add(task)  # a reference until it ends
+        task.add_done_callback(self._giving_back.discard)
+        await asyncio.shield(task)
 
     def lock(
         self,
@@ -117,7 +216,8 @@ class Locks:
         shared: bool = False,
     ) -> contextlib.AbstractAsyncContextManager[Lease]:
         """`acquire` as an async context manager: yields the lease, releases it on
-        exit. Raises `NotAcquired`, and `Lost` on exit if the lease was lost."""
+        exit. Raises `NotAcquired`, and `Lost` on exit if the lease was lost
+        (its cause the release's error when the server went away)."""
         request = common.Acquire.of(key, ttl, wait, session, owner, shared=shared)
         return _holding(
             lambda: self._acquire(request, watchdog), common.not_acquired_message(key, wait)
@@ -138,17 +238,14 @@ class Locks:
         except self.family.response_error as error:
             raise common.lock_error(error) from error
 
-    async def _release_quietly(self, request: common.Acquire) -> None:
-        with contextlib.suppress(Exception):
-            await self.client.execute_command(request.commands.release, request.key, request.token)
-
 
 @contextlib.asynccontextmanager
 async def _holding(
     acquire: Callable[[], Awaitable[Lease | None]], not_acquired: str
 ) -> AsyncIterator[Lease]:
     """The lease `acquire` gives, held for a block: released on exit; `NotAcquired`
-    (with that message) without one, `Lost` on exit when it was lost meanwhile."""
+    (with that message) without one, `Lost` on exit when it was lost meanwhile,
+    its cause the release's error when that failed too."""
     lease = await acquire()
     if lease is None:
         raise NotAcquired(not_acquired)
@@ -158,33 +255,67 @@ async def _holding(
         with contextlib.suppress(Exception):
             await lease.release()  # the block's own exception matters more
         raise
-    released = lease.released or await lease.release()  # the block may have released it
+    try:
+        released = lease.released or await lease.release()  # the block may have released it
+    except Exception as error:
+        if lease.lost.is_set():  # the server went away, and the lease with it
+            raise Lost(lease.lost_reason or LostReason.EXPIRED, common.LOST_IN_BLOCK) from error
+        raise
     if lease.lost.is_set() or not released:
         raise Lost(lease.lost_reason or LostReason.REFUSED, common.LOST_IN_BLOCK)
 
 
+class _LostEvent(asyncio.Event):
+    """`Lease.lost`: an asyncio.Event that also asks the lease's clock, so it is
+    set the moment the deadline less the margin has passed."""
+
+    def __init__(self, lease: Lease) -> None:
+        super().__init__()
+        self._lease = lease
+
+    def is_set(self) -> bool:
+        return super().is_set() or self._lease._lost_by_clock()
+
+    async def wait(self) -> Literal[True]:
+        if self.is_set():
+            return True
+        return await super().wait()
+
+
 class Lease(common.LeaseFacts):
     """A held lock, or a semaphore's permits: `key`, `token`, `fence`,
-    `valid_until`, `shared`, `count`; `lost` (an asyncio.Event) is set when it
-    is gone or about to be (see `lost_reason`)."""
+    `valid_until`, `held`, `remaining()`, `shared`, `count`; `lost` (an
+    asyncio.Event) is set when it is gone or about to be (see `lost_reason`)."""
 
     def __init__(
-        self, locks: Locks, request: common.Acquire, fence: int, clock: common.LeaseClock
+        self,
+        locks: Locks,
+        request: common.Acquire,
+        fence: int,
+        clock: common.LeaseClock,
+        extending: bool = True,
     ) -> None:
-        super().__init__(request, fence, clock)
-        self.lost = asyncio.Event()
+        super().__init__(request, fence, clock, extending)
         self._locks = locks
         self._session: _Dedicated | None = None
-        self._task: asyncio.Task[None] | None = None
+        self.lost: asyncio.Event = _LostEvent(self)
 
     async def extend(self, ttl: float | None = None) -> None:
         """Sets the lease to end `ttl` seconds from now (default: the current ttl).
         Raises `Lost` or `LimitReached`, as `redis_lock_client.Lease.extend`."""
+        if self._forked:
+            raise common.forked_error()
         ttl_ms = self._clock.ttl_ms if ttl is None else common.ttl_to_ms(ttl)
         sent = common.now()
-        reply = await self._locks._call(
-            self._locks.client, self._commands.extend, self.key, self.token, ttl_ms
-        )
+        try:
+            reply = await self._locks._call(
+                self._locks.client, self._commands.extend, self.key, self.token, ttl_ms
+            )
+        except LockError as error:
+            lost = common.extend_error(self, error)
+            if lost is None:
+                raise
+            raise lost from error
         if reply != 1:
             self._mark_lost(LostReason.REFUSED, common.REFUSED_MESSAGE)
             raise Lost(LostReason.REFUSED, common.REFUSED_MESSAGE)
@@ -192,18 +323,20 @@ class Lease(common.LeaseFacts):
 
     async def release(self) -> bool:
         """Stops the watchdog and releases: True if released, False if it was
-        already gone (expired, deleted, taken or released before)."""
-        if self._released:
+        already gone (expired, deleted, taken or released before). A release
+        that failed on the network raises and can be called again."""
+        if self._forked or self._released:
             return False
-        self._released = self._stopped = True
-        await self._stop_task()
+        self._stopped = True
+        self._locks._watchdog.remove(self)
         try:
             reply = await self._locks._call(
                 self._locks.client, self._commands.release, self.key, self.token
             )
         finally:
             if self._session is not None:
-                await self._session.close()
+                await self._session.close()  # the server releases a session lock with it
+        self._released = True
         return bool(reply == 1)
 
     async def guard(self, *command: object) -> Any:
@@ -211,6 +344,8 @@ class Lease(common.LeaseFacts):
         returns its reply. Raises `Lost` (and sets `lost`) when it does not hold;
         as `redis_lock_client.Lease.guard`."""
         guard = common.check_command(self._commands, command)
+        if self._forked:
+            raise common.forked_error()
         try:
             return await self._locks._call(
                 self._locks.client, guard, self.key, self.token, *command
@@ -228,61 +363,14 @@ class Lease(common.LeaseFacts):
         except Lost:
             pass  # `lost` is set: the caller sees it
 
-    def _start(self, watchdog: bool) -> None:
+    def _start(self) -> None:
         if not self._stopped:
-            self._task = asyncio.create_task(self._watch(watchdog))
-
-    async def _stop_task(self) -> None:
-        task, self._task = self._task, None
-        if task is not None and task is not asyncio.current_task():
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            self._locks._watchdog.add(self)
 
     def _mark_lost(self, reason: LostReason, message: str) -> None:
-        if not self._record_loss(reason, message):
-            return
-        self.lost.set()
-        if self._task is not None and self._task is not asyncio.current_task():
-            self._task.cancel()
-
-    async def _watch(self, watchdog: bool) -> None:
-        clock = self._clock
-        connection = _Dedicated(self._locks, read_timeout=clock.interval) if watchdog else None
-        try:
-            while not self._stopped:
-                now = common.now()
-                if now >= clock.lost_at:
-                    self._mark_lost(clock.expiry_reason(), clock.expiry_message())
-                    return
-                extending = connection is not None and not clock.limit_reached
-                due = clock.next_extend_at if extending else math.inf
-                if now < due:
-                    await asyncio.sleep(min(due, clock.lost_at) - now)
-                    continue
-                assert connection is not None
-                ttl_ms = clock.ttl_ms
-                try:
-                    reply = await asyncio.wait_for(
-                        self._locks._call(
-                            connection.client, self._commands.extend, self.key, self.token, ttl_ms
-                        ),
-                        timeout=max(clock.lost_at - now, 0),
-                    )
-                except LimitReached:
-                    clock.limit_reached = True  # the lease ends at its deadline
-                    continue
-                except Exception:
-                    await connection.close()  # a timed-out read leaves the connection unusable
-                    clock.failed(common.now())  # try again until the deadline
-                    continue
-                if reply != 1:
-                    self._mark_lost(LostReason.REFUSED, common.REFUSED_MESSAGE)
-                    return
-                clock.extended(now, ttl_ms)
-        finally:
-            if connection is not None:
-                await connection.close()
+        if self._record_loss(reason, message):
+            self._locks._watchdog.remove(self)
+            self.lost.set()
 
 
 class Election(common.ElectionFacts):

@@ -1,0 +1,287 @@
+package redislock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+const (
+	// waitReadSlack: a dedicated connection reads this much longer than the
+	// server's WAIT (or OBSERVE) timeout, so that the server's own answer
+	// always comes first.
+	waitReadSlack = 5 * time.Second
+	// deadlineGrace: when the caller's deadline bounded a WAIT, how long
+	// past it Obtain waits for the server's answer, which is due then.
+	deadlineGrace = time.Second
+	// cleanupTimeout bounds a release sent after an error.
+	cleanupTimeout = 5 * time.Second
+	// defaultMargin: Lock.Context is cancelled this fraction of the ttl
+	// before the client's deadline.
+	defaultMargin = 0.1
+)
+
+// Client takes and keeps locks, semaphores' permits and elections through a
+// Driver. It is safe for concurrent use.
+type Client struct {
+	driver Driver
+	margin float64
+}
+
+// ClientOption adjusts a Client.
+type ClientOption func(*Client)
+
+// WithSafetyMargin sets the fraction of the ttl (0 to 0.5, default 0.1) by
+// which a lock is declared lost before the client's own deadline, when no
+// extend has succeeded. New panics on a value outside [0, 0.5).
+func WithSafetyMargin(fraction float64) ClientOption {
+	return func(c *Client) {
+		if !(fraction >= 0 && fraction < 0.5) {
+			panic(fmt.Sprintf("redislock: safety margin must be in [0, 0.5), not %v", fraction))
+		}
+		c.margin = fraction
+	}
+}
+
+// New is a Client over driver: NewRedigo(pool) for one server, or
+// cluster.New(c) for Redis Cluster through redisc.
+func New(driver Driver, opts ...ClientOption) *Client {
+	c := &Client{driver: driver, margin: defaultMargin}
+	for _, opt := range opts {
+		opt(c)
+	}
+	return c
+}
+
+// Obtain takes the lock on key for ttl, and keeps it alive with a watchdog
+// (LOCK.EXTEND every ttl/3) until Release.
+//
+// Without Wait it does not block: ErrNotObtained at once when another token
+// holds the key (or others wait for it). With Wait(d) it queues in the
+// server's FIFO queue on a connection of its own for up to d, or until ctx's
+// deadline when that is sooner (then the error is also
+// context.DeadlineExceeded); when ctx is cancelled it leaves the queue (by
+// closing that connection) and returns ctx.Err(). On any error after the
+// command may have been sent (a lost reply, a cancelled wait) it releases
+// with the token it drew before returning.
+func (c *Client) Obtain(ctx context.Context, key string, ttl time.Duration, opts ...Option) (*Lock, error) {
+	req, err := newRequest(exclusive, key, ttl, collect(opts))
+	if err != nil {
+		return nil, err
+	}
+	return c.acquire(ctx, req)
+}
+
+// WithLock obtains the lock, runs fn with a context that is cancelled when the
+// lock is lost (or ctx is done), and releases the lock. It returns fn's error;
+// else a *LostError (ErrLost) when the lock was lost before fn returned; else
+// Obtain's error (ErrNotObtained when it is held).
+func (c *Client) WithLock(ctx context.Context, key string, ttl time.Duration, fn func(ctx context.Context, lock *Lock) error, opts ...Option) error {
+	lock, err := c.Obtain(ctx, key, ttl, opts...)
+	if err != nil {
+		return err
+	}
+	return lock.run(ctx, fn)
+}
+
+// Info is LOCK.INFO: nil when the key is free.
+type Info struct {
+	Fence    int64         // the holder's fence (the highest reader's, for a shared lock)
+	TTL      time.Duration // left in the lease; -1 without a TTL
+	Deadline time.Time     // the end of the lease; zero without a TTL
+	Granted  time.Time     // when the holder was granted the lock
+	Extends  int64         // extensions since the grant
+	Waiters  int64         // clients waiting in the queue
+	Holders  int64         // readers holding a shared lock (1 for an exclusive one)
+	Shared   bool          // held in shared mode
+	Owner    string        // the holder's label; "" without one
+}
+
+// Info is LOCK.INFO key: nil when free. The token is never part of it.
+func (c *Client) Info(ctx context.Context, key string) (*Info, error) {
+	reply, err := c.driver.Do(ctx, "LOCK.INFO", key)
+	if err != nil {
+		return nil, err
+	}
+	fields, err := replyFields(reply)
+	if fields == nil || err != nil {
+		return nil, err
+	}
+	info := &Info{Holders: 1}
+	for name, value := range fields { // fields of later versions are skipped
+		switch name {
+		case "owner":
+			info.Owner, err = replyString(value)
+		case "mode":
+			var mode string
+			mode, err = replyString(value)
+			info.Shared = mode == "shared"
+		case "fence", "ttl", "deadline", "granted", "extends", "waiters", "holders":
+			var n int64
+			if n, err = replyInt(value); err != nil {
+				break
+			}
+			switch name {
+			case "fence":
+				info.Fence = n
+			case "ttl":
+				info.TTL = durationOrNone(n)
+			case "deadline":
+				info.Deadline = unixMs(n)
+			case "granted":
+				info.Granted = unixMs(n)
+			case "extends":
+				info.Extends = n
+			case "waiters":
+				info.Waiters = n
+			case "holders":
+				info.Holders = n
+			}
+		}
+		if err != nil {
+			return nil, fmt.Errorf("redislock: LOCK.INFO field %q: %w", name, err)
+		}
+	}
+	return info, nil
+}
+
+func durationOrNone(n int64) time.Duration {
+	if n < 0 {
+		return -1
+	}
+	return time.Duration(n) * time.Millisecond
+}
+
+func unixMs(n int64) time.Time {
+	if n < 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(n)
+}
+
+// acquire sends the request: at once, or waiting on a connection of its own.
+func (c *Client) acquire(ctx context.Context, req request) (*Lock, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if req.waits {
+		return c.acquireWaiting(ctx, req)
+	}
+	sent := time.Now() // with a monotonic reading
+	reply, err := c.driver.Do(ctx, req.args(0)...)
+	if err != nil {
+		c.releaseAfter(err, req)
+		return nil, classify(err)
+	}
+	fence, granted, err := fenceOf(reply)
+	if err != nil {
+		return nil, err
+	}
+	if !granted {
+		return nil, ErrNotObtained
+	}
+	lock := newLock(c, req, fence, sent)
+	lock.start()
+	return lock, nil
+}
+
+type result struct {
+	reply interface{}
+	err   error
+}
+
+// acquireWaiting queues in the server on a dedicated connection, then pins
+// the lease with one extend: the grant's moment is unknown, so the
+// deadline counts from that extend's send.
+func (c *Client) acquireWaiting(ctx context.Context, req request) (*Lock, error) {
+	wait, byContext := req.wait, false
+	if deadline, ok := ctx.Deadline(); ok {
+		left := time.Until(deadline)
+		if left < time.Millisecond {
+			return nil, &timedOut{byContext: true}
+		}
+		if wait == 0 || left < wait {
+			wait, byContext = left, true
+		}
+	}
+	conn, err := c.driver.Dedicated(ctx, req.key)
+	if err != nil {
+		return nil, err
+	}
+	readTimeout := time.Duration(0) // WAIT 0: no limit, until ctx is done
+	if wait > 0 {
+		readTimeout = wait + waitReadSlack
+	}
+	sent := time.Now()
+	replies := make(chan result, 1)
+	go func() {
+		reply, err := conn.Do(readTimeout, req.args(ms(wait))...)
+		replies <- result{reply, err}
+	}()
+	var got result
+	select {
+	case got = <-replies:
+	case <-ctx.Done():
+		var ok bool
+		if byContext && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			// The server's own timeout is due now: its answer settles it.
+			got, ok = receive(replies, deadlineGrace)
+		}
+		if !ok {
+			_ = conn.Close() // leaves the server's queue
+			receive(replies, cleanupTimeout)
+			c.releaseQuietly(req)
+			if byContext && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				return nil, &timedOut{byContext: true}
+			}
+			return nil, ctx.Err()
+		}
+	}
+	_ = conn.Close()
+	if got.err != nil {
+		c.releaseAfter(got.err, req)
+		return nil, classify(got.err)
+	}
+	fence, granted, err := fenceOf(got.reply)
+	if err != nil {
+		return nil, err
+	}
+	if !granted {
+		return nil, &timedOut{byContext: byContext}
+	}
+	lock := newLock(c, req, fence, sent)
+	if err := lock.pin(); err != nil {
+		return nil, err
+	}
+	lock.start()
+	return lock, nil
+}
+
+// receive waits up to timeout for a result.
+func receive(results <-chan result, timeout time.Duration) (result, bool) {
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	select {
+	case got := <-results:
+		return got, true
+	case <-timer.C:
+		return result{}, false
+	}
+}
+
+// releaseAfter releases with the request's token after a transport error,
+// after which the command may have run; an error reply granted nothing.
+func (c *Client) releaseAfter(err error, req request) {
+	var reply ServerError
+	if !errors.As(err, &reply) {
+		c.releaseQuietly(req)
+	}
+}
+
+// releaseQuietly gives back what the token may hold; else it ends at its ttl.
+func (c *Client) releaseQuietly(req request) {
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	_, _ = c.driver.Do(ctx, req.kind.releaseCommand(), req.key, req.token)
+}

@@ -1,0 +1,106 @@
+package redislock
+
+import (
+	"context"
+	"errors"
+)
+
+// The package's sentinel errors: test for them with errors.Is. No error of
+// this package carries a token.
+var (
+	// ErrNotObtained: the lock (or the permits) could not be had: another
+	// token holds it, others wait for it, or the wait ran out.
+	ErrNotObtained = errors.New("redislock: not obtained")
+	// ErrNotHeld: the server says this token does not hold the lock (or the
+	// permits) now: released, expired, deleted or taken.
+	ErrNotHeld = errors.New("redislock: the token does not hold the lock")
+	// ErrLost: a lock was lost while it was held. Lock.Err returns a
+	// *LostError, which is ErrLost.
+	ErrLost = errors.New("redislock: lock lost")
+	// ErrLimit: a LIMIT reply (lock.max-hold-ms, lock.max-extends,
+	// lock.max-waiters, lock.max-holders). After a refused extend the lease
+	// still holds until its current deadline.
+	ErrLimit = errors.New("redislock: the server's limit refused")
+	// ErrInvalidArgument: a bad argument, refused before anything was sent.
+	ErrInvalidArgument = errors.New("redislock: invalid argument")
+)
+
+// LostReason says why a lock was lost.
+type LostReason string
+
+const (
+	// LostRefused: the server said the token no longer holds the lock (an
+	// extend answered 0, a guarded command LOST): it was deleted, expired or
+	// taken.
+	LostRefused LostReason = "refused"
+	// LostExpired: the lease's deadline (less the safety margin) came with no
+	// successful extend: the server is down, paused or unreachable.
+	LostExpired LostReason = "expired"
+	// LostLimit: the server's hold limit refused to extend the lease, and its
+	// deadline (less the margin) came.
+	LostLimit LostReason = "limit"
+)
+
+// LostError is why a lock was lost. errors.Is(err, ErrLost) is true, and
+// errors.Is(err, ErrNotHeld) too when the server said so (LostRefused).
+type LostError struct {
+	Reason LostReason
+}
+
+func (e *LostError) Error() string {
+	switch e.Reason {
+	case LostRefused:
+		return "redislock: lock lost: the token no longer holds it (released, expired, deleted or taken)"
+	case LostLimit:
+		return "redislock: lock lost: the server's hold limit refused to extend it, and its lease ended"
+	default:
+		return "redislock: lock lost: its lease ended with no successful extend (server down or unreachable?)"
+	}
+}
+
+// Is makes a LostError match ErrLost, and ErrNotHeld when refused.
+func (e *LostError) Is(target error) bool {
+	return target == ErrLost || (target == ErrNotHeld && e.Reason == LostRefused)
+}
+
+// limitError is a LIMIT reply: ErrLimit, with the server's text.
+type limitError struct{ reply ServerError }
+
+func (e *limitError) Error() string        { return "redislock: " + string(e.reply) }
+func (e *limitError) Is(target error) bool { return target == ErrLimit }
+func (e *limitError) Unwrap() error        { return e.reply }
+
+// timedOut: a wait that ran out. With the caller's deadline it is also
+// context.DeadlineExceeded.
+type timedOut struct{ byContext bool }
+
+func (e *timedOut) Error() string {
+	if e.byContext {
+		return "redislock: not obtained: the context's deadline passed while waiting"
+	}
+	return "redislock: not obtained: the wait ran out"
+}
+
+func (e *timedOut) Is(target error) bool {
+	return target == ErrNotObtained || (e.byContext && target == context.DeadlineExceeded)
+}
+
+type invalidArgument string
+
+func (e invalidArgument) Error() string        { return "redislock: " + string(e) }
+func (e invalidArgument) Is(target error) bool { return target == ErrInvalidArgument }
+
+// classify turns LIMIT replies into ErrLimit; other errors stay as they are.
+func classify(err error) error {
+	var reply ServerError
+	if errors.As(err, &reply) && reply.Code() == "LIMIT" {
+		return &limitError{reply}
+	}
+	return err
+}
+
+// isLost says whether err is a LOST reply (LOCK.GUARD).
+func isLost(err error) bool {
+	var reply ServerError
+	return errors.As(err, &reply) && reply.Code() == "LOST"
+}

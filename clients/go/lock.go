@@ -1,0 +1,280 @@
+package redislock
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+)
+
+// Lock is a held lock: exclusive, shared (a reader), or a semaphore's
+// permits. Its watchdog extends it every ttl/3 until Release; Context is
+// cancelled, and Lost closed, when it is lost. Its methods are safe for
+// concurrent use.
+type Lock struct {
+	client *Client
+	req    request
+	fence  int64
+
+	mu           sync.Mutex
+	ttl          time.Duration // what the next extend asks for
+	validUntil   time.Time     // sent + ttl of the last acquire or extend: never after the server's deadline
+	nextExtend   time.Time
+	limitReached bool
+	lostErr      *LostError
+	released     bool
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	lost   chan struct{} // closed on loss
+	stop   chan struct{} // closed on loss or release: the watchdog ends
+	wake   chan struct{} // the clock moved (a Refresh): the watchdog looks again
+}
+
+func newLock(c *Client, req request, fence int64, sent time.Time) *Lock {
+	ctx, cancel := context.WithCancel(context.Background())
+	l := &Lock{
+		client: c, req: req, fence: fence, ttl: req.ttl,
+		ctx: ctx, cancel: cancel,
+		lost: make(chan struct{}), stop: make(chan struct{}), wake: make(chan struct{}, 1),
+	}
+	l.extended(sent, req.ttl)
+	return l
+}
+
+// Key is the lock's key.
+func (l *Lock) Key() string { return l.req.key }
+
+// Token is the lock's token, a UUIDv4 drawn by the client. It is a secret:
+// whoever has it can release the lock. Never log it.
+func (l *Lock) Token() string { return l.req.token }
+
+// Fence is the lock's fencing token: larger than every fence the server
+// issued before. Pass it with every write to the resource, and have the
+// resource refuse a fence lower than the highest it has seen.
+func (l *Lock) Fence() int64 { return l.fence }
+
+// Shared says whether this is a read lock.
+func (l *Lock) Shared() bool { return l.req.kind == reader }
+
+// Count is the number of a semaphore's permits held; 0 for a lock.
+func (l *Lock) Count() int {
+	if l.req.kind != permits {
+		return 0
+	}
+	return l.req.count
+}
+
+// Context is cancelled when the lock is lost or released: do the work
+// under it. Err tells why.
+func (l *Lock) Context() context.Context { return l.ctx }
+
+// Lost is closed when the lock is lost (not when it is released).
+func (l *Lock) Lost() <-chan struct{} { return l.lost }
+
+// Err is nil while the lock is held (and after Release); once it is lost, a
+// *LostError that is ErrLost.
+func (l *Lock) Err() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.lostErr == nil {
+		return nil
+	}
+	return l.lostErr
+}
+
+// ValidUntil is the end of the lease on the client's clock: the send time of
+// the last successful acquire or extend plus its ttl, never later than the
+// server's deadline. The watchdog declares the loss a safety margin before.
+func (l *Lock) ValidUntil() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.validUntil
+}
+
+// Refresh sets the lease to end ttl from now (LOCK.EXTEND, SEM.EXTEND);
+// later extends by the watchdog use this ttl. When the token no longer holds
+// the lock it marks the lock lost and returns a *LostError (ErrLost and
+// ErrNotHeld); a LIMIT reply is ErrLimit, and the lease still holds until its
+// current deadline.
+func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
+	if err := checkTTL(ttl); err != nil {
+		return err
+	}
+	sent := time.Now()
+	renewed, err := l.extend(ctx, ttl)
+	if err != nil {
+		return classify(err)
+	}
+	if !renewed {
+		l.markLost(LostRefused)
+		return &LostError{Reason: LostRefused}
+	}
+	l.mu.Lock()
+	l.extended(sent, ttl)
+	l.mu.Unlock()
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// Release stops the watchdog and gives the lock back (LOCK.RELEASE,
+// SEM.RELEASE), handing it to the first waiter. nil: released; ErrNotHeld:
+// it was already gone (expired, deleted, taken, released before). After a
+// network error it is safe to call again: each call sends the release anew.
+func (l *Lock) Release(ctx context.Context) error {
+	l.mu.Lock()
+	if !l.released {
+		l.released = true
+		l.closeStop()
+	}
+	l.mu.Unlock()
+	l.cancel()
+	reply, err := l.client.driver.Do(ctx, l.req.kind.releaseCommand(), l.req.key, l.req.token)
+	if err != nil {
+		return classify(err)
+	}
+	n, err := replyInt(reply)
+	if err != nil {
+		return err
+	}
+	if n != 1 {
+		return ErrNotHeld
+	}
+	return nil
+}
+
+// Guard runs command only while this lock holds (LOCK.GUARD key token
+// command args…), in the same atomic step as the check, and returns the
+// command's own reply as the Driver gives it (with redigo: use redis.String,
+// redis.Int64 and friends on it). When the lock is not held, nothing runs:
+// the lock is marked lost and the error is a *LostError (ErrLost,
+// ErrNotHeld). A read lock runs read-only commands only (a write gets the
+// server's error, a ServerError, and the lock stays held). In a cluster,
+// the command's keys must share the lock key's hash slot ({tag}).
+func (l *Lock) Guard(ctx context.Context, command string, args ...interface{}) (interface{}, error) {
+	if l.req.kind == permits {
+		return nil, invalidArgument("a semaphore's permits guard no command")
+	}
+	if command == "" {
+		return nil, invalidArgument("Guard needs a command")
+	}
+	full := append([]interface{}{"LOCK.GUARD", l.req.key, l.req.token, command}, args...)
+	reply, err := l.client.driver.Do(ctx, full...)
+	if isLost(err) {
+		l.markLost(LostRefused)
+		return nil, &LostError{Reason: LostRefused} // what the server said, whatever was noticed first
+	}
+	if err != nil {
+		return nil, classify(err)
+	}
+	return reply, nil
+}
+
+// run is WithLock's body: fn under a context cancelled on loss, then release.
+func (l *Lock) run(ctx context.Context, fn func(ctx context.Context, lock *Lock) error) error {
+	work, cancel := context.WithCancel(ctx)
+	finished := make(chan struct{})
+	go func() {
+		select {
+		case <-l.lost:
+			cancel()
+		case <-finished:
+		}
+	}()
+	err := fn(work, l)
+	close(finished)
+	cancel()
+	releaseCtx, stop := context.WithTimeout(context.Background(), cleanupTimeout)
+	releaseErr := l.Release(releaseCtx)
+	stop()
+	if err != nil {
+		return err
+	}
+	if lost := l.Err(); lost != nil {
+		return lost
+	}
+	if errors.Is(releaseErr, ErrNotHeld) {
+		// Gone before the release: the work may not have been protected.
+		return &LostError{Reason: LostRefused}
+	}
+	return releaseErr
+}
+
+// extend sends one LOCK.EXTEND (SEM.EXTEND): true renewed, false refused.
+func (l *Lock) extend(ctx context.Context, ttl time.Duration) (bool, error) {
+	reply, err := l.client.driver.Do(ctx, l.req.kind.extendCommand(), l.req.key, l.req.token, ms(ttl))
+	if err != nil {
+		return false, err
+	}
+	n, err := replyInt(reply)
+	return n == 1, err
+}
+
+// pin extends once right after a WAIT grant, whose moment is unknown, so
+// that the deadline counts from a known send. On failure the lock is given
+// back (or is already gone) and the error returned.
+func (l *Lock) pin() error {
+	ctx, cancel := context.WithTimeout(context.Background(), l.req.ttl)
+	defer cancel()
+	err := l.Refresh(ctx, l.req.ttl)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, ErrLimit):
+		// Held until the server's deadline, which is at least sent + ttl.
+		l.mu.Lock()
+		l.limitReached = true
+		l.mu.Unlock()
+		return nil
+	case errors.Is(err, ErrLost):
+		return err
+	}
+	l.client.releaseQuietly(l.req)
+	l.markLost(LostRefused)
+	return err
+}
+
+// extended moves the clock after a successful acquire or extend sent at
+// sent. l.mu is held (or the lock is not shared yet).
+func (l *Lock) extended(sent time.Time, ttl time.Duration) {
+	l.ttl = ttl
+	l.validUntil = sent.Add(ttl)
+	l.nextExtend = sent.Add(ttl / 3)
+}
+
+// lostAt is when the lock is declared lost without a successful extend.
+func (l *Lock) lostAt() time.Time {
+	margin := time.Duration(float64(l.ttl) * l.client.margin)
+	return l.validUntil.Add(-margin)
+}
+
+// markLost records the loss (once), cancels the context and closes Lost;
+// it returns the loss.
+func (l *Lock) markLost(reason LostReason) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.lostErr != nil {
+		return l.lostErr
+	}
+	lost := &LostError{Reason: reason}
+	if l.released {
+		return lost // given up already: nothing to signal
+	}
+	l.lostErr = lost
+	close(l.lost)
+	l.closeStop()
+	l.cancel()
+	return lost
+}
+
+// closeStop ends the watchdog; l.mu is held.
+func (l *Lock) closeStop() {
+	select {
+	case <-l.stop:
+	default:
+		close(l.stop)
+	}
+}

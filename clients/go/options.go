@@ -1,0 +1,182 @@
+package redislock
+
+import (
+	"fmt"
+	"time"
+)
+
+// Limits the server enforces (docs/commands.md), checked before sending.
+const (
+	// MaxWait is the longest WAIT the server accepts: 365 days.
+	MaxWait = 365 * 24 * time.Hour
+	// MaxOwnerBytes bounds an OWNER label.
+	MaxOwnerBytes = 128
+	// MaxSemaphoreLimit is the largest limit of a semaphore.
+	MaxSemaphoreLimit = 1000000
+)
+
+// Option adjusts one Obtain, Semaphore.Acquire or Election.
+type Option func(*options)
+
+type options struct {
+	wait       time.Duration
+	waits      bool
+	owner      string
+	hasOwner   bool
+	shared     bool
+	count      int
+	noWatchdog bool
+}
+
+// Wait makes Obtain (or Semaphore.Acquire) wait up to d in the server's
+// first-in, first-out queue for the key (LOCK.ACQUIRE … WAIT), on a
+// connection of its own; the context's deadline, when sooner, bounds it too.
+// Without Wait, Obtain does not block: ErrNotObtained at once when the lock is
+// held. d is 1 ms to 365 days.
+func Wait(d time.Duration) Option {
+	return func(o *options) { o.wait, o.waits = d, true }
+}
+
+// Owner labels the holder (1 to 128 bytes): LOCK.INFO, LOCK.QUEUE and
+// LOCK.OBSERVE show it, so an operator can tell who holds a lock. It is
+// public and grants nothing.
+func Owner(label string) Option {
+	return func(o *options) { o.owner, o.hasOwner = label, true }
+}
+
+// Shared asks for a read lock (LOCK.ACQUIRE … SHARED): held beside other
+// readers, each with its own token, lease and fence; refused while a writer
+// holds the key or anyone waits for it. Its Guard runs read-only commands
+// only.
+func Shared() Option {
+	return func(o *options) { o.shared = true }
+}
+
+// Count is how many of a semaphore's permits to take under one token (1 to
+// the limit; default 1). Semaphore.Acquire only.
+func Count(n int) Option {
+	return func(o *options) { o.count = n }
+}
+
+// WithoutWatchdog leaves the extending to the caller (Lock.Refresh). The
+// lock's Context is still cancelled at its deadline less the safety margin.
+func WithoutWatchdog() Option {
+	return func(o *options) { o.noWatchdog = true }
+}
+
+func collect(opts []Option) options {
+	var o options
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&o)
+		}
+	}
+	return o
+}
+
+// kind is what a hold is: an exclusive lock, a reader, or semaphore permits.
+type kind int
+
+const (
+	exclusive kind = iota
+	reader
+	permits
+)
+
+// commands of each kind: the same hold, under one lease path.
+func (k kind) extendCommand() string {
+	if k == permits {
+		return "SEM.EXTEND"
+	}
+	return "LOCK.EXTEND"
+}
+
+func (k kind) releaseCommand() string {
+	if k == permits {
+		return "SEM.RELEASE"
+	}
+	return "LOCK.RELEASE"
+}
+
+// request is one checked acquire: its arguments and the client's token.
+type request struct {
+	kind     kind
+	key      string
+	ttl      time.Duration
+	token    string
+	waits    bool
+	wait     time.Duration // with waits: 0 is no limit (an election's campaign)
+	owner    string
+	hasOwner bool
+	limit    int
+	count    int
+	watchdog bool
+}
+
+func checkTTL(ttl time.Duration) error {
+	if ttl < time.Millisecond {
+		return invalidArgument(fmt.Sprintf("ttl must be at least 1ms, not %v", ttl))
+	}
+	return nil
+}
+
+func newRequest(k kind, key string, ttl time.Duration, o options) (request, error) {
+	if key == "" {
+		return request{}, invalidArgument("key must not be empty")
+	}
+	if err := checkTTL(ttl); err != nil {
+		return request{}, err
+	}
+	if o.waits && (o.wait < time.Millisecond || o.wait > MaxWait) {
+		return request{}, invalidArgument(fmt.Sprintf("wait must be 1ms to 365 days, not %v", o.wait))
+	}
+	if o.hasOwner && (len(o.owner) == 0 || len(o.owner) > MaxOwnerBytes) {
+		return request{}, invalidArgument(fmt.Sprintf("owner must be 1 to %d bytes, not %d", MaxOwnerBytes, len(o.owner)))
+	}
+	if k == permits && o.shared {
+		return request{}, invalidArgument("Shared is for locks, not semaphores")
+	}
+	if k != permits && o.count != 0 {
+		return request{}, invalidArgument("Count is for semaphores, not locks")
+	}
+	if o.shared {
+		k = reader
+	}
+	token, err := newToken()
+	if err != nil {
+		return request{}, err
+	}
+	return request{
+		kind: k, key: key, ttl: ttl, token: token,
+		waits: o.waits, wait: o.wait,
+		owner: o.owner, hasOwner: o.hasOwner,
+		count: o.count, watchdog: !o.noWatchdog,
+	}, nil
+}
+
+// args is the acquire command, with WAIT waitMs when it waits.
+func (r *request) args(waitMs int64) []interface{} {
+	var args []interface{}
+	if r.kind == permits {
+		args = []interface{}{"SEM.ACQUIRE", r.key, r.limit, ms(r.ttl), "COUNT", r.count}
+	} else {
+		args = []interface{}{"LOCK.ACQUIRE", r.key, ms(r.ttl)}
+	}
+	args = append(args, "TOKEN", r.token)
+	if r.kind == reader {
+		args = append(args, "SHARED")
+	}
+	if r.waits {
+		args = append(args, "WAIT", waitMs)
+	}
+	if r.hasOwner {
+		args = append(args, "OWNER", r.owner)
+	}
+	return args
+}
+
+// ms is a duration as whole milliseconds on the wire, rounded up so that a
+// positive duration never becomes 0.
+func ms(d time.Duration) int64 {
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}

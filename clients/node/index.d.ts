@@ -1,0 +1,163 @@
+// Types of redis-lock-client (hand-written; the package is plain CommonJS).
+
+/** What the package needs of a client library: see lib/driver.js. */
+export interface Driver {
+  /** One command on the shared client, routed by `key`; error replies reject. */
+  send(key: string | Buffer, args: Array<string | Buffer>): Promise<unknown>;
+  /** A connection of its own to the server that owns `key`, that never reconnects. */
+  dedicated(key: string | Buffer): Promise<DedicatedConnection>;
+}
+
+export interface DedicatedConnection {
+  send(args: Array<string | Buffer>): Promise<unknown>;
+  /** Closes it; a pending send rejects (a waiter leaves the server's queue). */
+  close(): Promise<void>;
+}
+
+/**
+ * A node-redis 4 client (createClient) or cluster (createCluster), connected,
+ * described by the methods the package uses.
+ */
+export type RedisClientLike =
+  | { sendCommand(args: Array<string | Buffer>): Promise<unknown>; duplicate(overrides?: object): unknown }
+  | { sendCommand(firstKey: string | Buffer | undefined, isReadonly: boolean | undefined, args: Array<string | Buffer>): Promise<unknown>; getSlotMaster(slot: number): { client: unknown } };
+
+export interface LocksOptions {
+  /** Fraction of the ttl (0 to 0.5, default 0.1) by which a lock is declared lost before the client's deadline. */
+  safetyMargin?: number;
+  /** Ms to wait for the reply of a command on the shared client (default 5000). */
+  commandTimeout?: number;
+}
+
+export interface AcquireOptions {
+  /** Ms to wait in the server's FIFO queue (1 to 365 days), on a connection of its own. Without it, acquire does not block. */
+  wait?: number;
+  /** Aborting it leaves the queue; acquire then rejects with the signal's reason. */
+  signal?: AbortSignal;
+  /** A public label (1 to 128 bytes) that LOCK.INFO, LOCK.QUEUE and LOCK.OBSERVE show. */
+  owner?: string | Buffer;
+  /** A read lock: held beside other readers; its guard runs read-only commands only. */
+  shared?: boolean;
+  /** false: no extends (the signal still fires at the deadline less the margin). Default true. */
+  watchdog?: boolean;
+}
+
+export interface PermitOptions extends Omit<AcquireOptions, "shared"> {
+  /** Permits to take under one token: 1 to the limit (default 1). */
+  count?: number;
+}
+
+export type Routine<T> = (signal: AbortSignal, lock: Lock) => Promise<T> | T;
+
+export interface LockInfo {
+  fence: number;
+  /** Ms left in the lease; -1 without a TTL. */
+  ttl: number;
+  /** Unix ms; -1 without a TTL. */
+  deadline: number;
+  granted: number;
+  extends: number;
+  waiters: number;
+  holders?: number;
+  mode?: string;
+  owner?: string;
+}
+
+export interface SemaphoreInfo {
+  limit: number;
+  used: number;
+  holders: number;
+  waiters: number;
+  fence: number;
+  ttl: number;
+  deadline: number;
+}
+
+export interface Leader {
+  /** Larger than every earlier leader's: pass it with every leader-only write. */
+  fence: number;
+  owner: string | null;
+  /** Ms left in its lease when the server answered; null without a TTL. */
+  ttl: number | null;
+}
+
+export class Locks {
+  constructor(client: RedisClientLike | Driver, options?: LocksOptions);
+  readonly driver: Driver;
+  readonly safetyMargin: number;
+  readonly commandTimeout: number;
+  /** The lock, kept alive until release(). Rejects with NotAcquiredError when held (or the wait ran out). */
+  acquire(key: string | Buffer, ttl: number, options?: AcquireOptions): Promise<Lock>;
+  /** acquire, run the routine with a signal aborted on loss, release. */
+  using<T>(key: string | Buffer, ttl: number, routine: Routine<T>): Promise<T>;
+  using<T>(key: string | Buffer, ttl: number, options: AcquireOptions, routine: Routine<T>): Promise<T>;
+  /** LOCK.INFO; null when free. */
+  info(key: string | Buffer): Promise<LockInfo | null>;
+  semaphore(key: string | Buffer, limit: number): Semaphore;
+  election(key: string | Buffer, ttl: number, options?: ElectionOptions): Election;
+}
+
+export class Lock {
+  readonly key: string | Buffer;
+  /** A secret: whoever has it can release the lock. Never log it. */
+  readonly token: string;
+  readonly fence: number;
+  readonly shared: boolean;
+  /** A semaphore's permits; 0 for a lock. */
+  readonly count: number;
+  /** Aborted when the lock is lost; its reason is a LostError. */
+  readonly signal: AbortSignal;
+  readonly lost: boolean;
+  readonly lostError: LostError | null;
+  /** The end of the lease on performance.now()'s clock. */
+  readonly validUntil: number;
+  /** The ttl the next extend asks for, in ms. */
+  readonly ttl: number;
+  /** Rejects with LostError when no longer held, LimitError when the hold limit refuses. */
+  extend(ttl?: number): Promise<void>;
+  /** true released, false already gone. Safe to call again after a connection error. */
+  release(): Promise<boolean>;
+  /** LOCK.GUARD: the command's reply, or LostError (nothing ran). */
+  guard(...command: Array<string | number | Buffer>): Promise<unknown>;
+}
+
+export class Semaphore {
+  readonly key: string | Buffer;
+  readonly limit: number;
+  acquire(ttl: number, options?: PermitOptions): Promise<Lock>;
+  using<T>(ttl: number, routine: Routine<T>): Promise<T>;
+  using<T>(ttl: number, options: PermitOptions, routine: Routine<T>): Promise<T>;
+  info(): Promise<SemaphoreInfo | null>;
+}
+
+export interface ElectionOptions {
+  owner?: string | Buffer;
+  /** Ms one LOCK.OBSERVE blocks on the server (default 30000). */
+  observeTimeout?: number;
+}
+
+export class Election {
+  readonly key: string | Buffer;
+  readonly ttl: number;
+  /** Waits in the queue (no limit, or `timeout` ms) and returns the leader's Lock. */
+  campaign(options?: { timeout?: number; signal?: AbortSignal; watchdog?: boolean }): Promise<Lock>;
+  leader(): Promise<Leader | null>;
+  /** The leader now, then each change (null: nobody leads). */
+  observe(options?: { signal?: AbortSignal }): AsyncGenerator<Leader | null, void, undefined>;
+}
+
+export function keySlot(key: string | Buffer): number;
+
+export class LockError extends Error {}
+export class NotAcquiredError extends LockError {}
+export type LostReason = "refused" | "expired" | "limit";
+export class LostError extends LockError {
+  constructor(reason: LostReason);
+  readonly reason: LostReason;
+}
+export class ServerError extends LockError {
+  /** The reply's first word: ERR, WRONGTYPE, NOPERM, CROSSSLOT ... */
+  readonly code: string;
+}
+export class LimitError extends ServerError {}
+export class TimeoutError extends LockError {}
