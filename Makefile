@@ -35,10 +35,13 @@ EXAMPLES_APT_PACKAGES := golang-go golang-github-gomodule-redigo-dev golang-gith
 GO_OFFLINE := GOFLAGS=-mod=vendor GOPROXY=off
 NODE_OFFLINE := NODE_PATH=/usr/share/nodejs
 PORT ?= 6379
-# The repository's public URL: the one place to set it. `make dist` stamps it
-# into the packages' metadata and READMEs (where the sources carry the
-# placeholder https://github.com/OWNER/redis-lock).
-REPOSITORY_URL ?= https://github.com/OWNER/redis-lock
+# The repository's public URL: the one place to set it is the root
+# Cargo.toml's [workspace.package] repository, which the Rust crates (and
+# cargo publish) take as it is; `make dist` stamps it into the Python
+# package's metadata and README (where the sources carry the placeholder
+# https://github.com/OWNER/redis-lock).
+CARGO_REPOSITORY_URL := $(shell sed -n 's/^repository = "\(.*\)"$$/\1/p' Cargo.toml)
+REPOSITORY_URL ?= $(CARGO_REPOSITORY_URL)
 REPOSITORY_PLACEHOLDER := https://github.com/OWNER/redis-lock
 # Packages built by `make dist`.
 DIST_DIR := target/dist
@@ -47,7 +50,7 @@ BENCH_VENV := target/bench-venv
 BENCH_PYTHON := $(BENCH_VENV)/bin/python
 BENCH_MATPLOTLIB := matplotlib==3.9.*
 BENCH_QUICK_DIR := target/bench-quick
-# The client crate (client/) and its examples: redis-py for the Python one.
+# The Rust client crate (clients/rust/) and its examples: redis-py for the Python one.
 CLIENT_VENV := target/client-venv
 CLIENT_REDIS_PY := redis==5.2.1
 MODULE_DEBUG := target/debug/libredis_lock.so
@@ -219,10 +222,6 @@ dist-python: python-venv ## Build the Python package's wheel and sdist into targ
 	  $$(ls $(DIST_DIR)/redis_lock_client-*-py3-none-any.whl) '$(REPOSITORY_URL)'
 	@ls $(DIST_DIR)/redis_lock_client-*
 
-# Stub: the Rust client's packaging (cargo package) lands with clients/rust.
-dist-rust: ## Package the Rust crates into target/dist/ (cargo package)
-	@echo "dist-rust: not on this branch yet (the Rust client's packaging replaces this stub)"
-
 lint-python: python-venv ## ruff (lint and format check) and mypy --strict on the Python package and its tests
 	$(PYTHON_RUN) && $(CURDIR)/$(PYTHON_VENV)/bin/ruff check . && $(CURDIR)/$(PYTHON_VENV)/bin/ruff format --check .
 	$(PYTHON_RUN) && $(CURDIR)/$(PYTHON_VENV)/bin/mypy src tests
@@ -240,16 +239,42 @@ test-python: deps valkey lint-python dist-python ## The Python package's tests (
 layers: ## Print each crate's graph of top-level modules and any import cycle (scripts/check-layers.py)
 	python3 scripts/check-layers.py --print
 
-test-client: deps valkey ## The Rust client crate: its tests on Redis and on Valkey 8.1 (real servers, Redlock, a cluster), rustdoc, the billing examples (Rust, Python with the package)
+# The Rust crates are tested from their packages (make dist-rust), as a user
+# would get them: scripts/rust-package-tests.sh unpacks them into a
+# workspace of their own, where `cargo test` runs their unit, integration
+# and doc tests, offline, with the repository's lockfile.
+# $(call rust-package-test,SERVER_BINARY,CARGO_TEST_ARGS)
+RUST_PACKAGE_TESTS := target/package-tests
+rust-package-test = cd $(RUST_PACKAGE_TESTS) && CARGO_TARGET_DIR=$(CURDIR)/target \
+	LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) LOCK_TEST_SERVER=$(1) cargo test --offline --workspace $(2)
+
+# The cli's dependency on the client is not on crates.io (publish = false in
+# Cargo.toml), so it is packaged without a lockfile, and cargo cannot verify
+# it: both crates are verified by building them as unpacked, in the
+# workspace where test-client then tests them.
+dist-rust: ## Package the Rust crates (the client, and redis-lock run) into target/dist/ (cargo package), and build them as unpacked
+	@test '$(REPOSITORY_URL)' = '$(CARGO_REPOSITORY_URL)' || { echo "dist-rust: the crates take the repository \
+	  URL from the root Cargo.toml's [workspace.package] ($(CARGO_REPOSITORY_URL)): set it there"; exit 1; }
+	rm -f target/package/*.crate $(DIST_DIR)/redis-lock-client-*.crate $(DIST_DIR)/redis-lock-cli-*.crate
+	cargo package --locked --allow-dirty --no-verify -p redis-lock-client
+	cargo package --locked --allow-dirty --no-verify --exclude-lockfile -p redis-lock-cli
+	mkdir -p $(DIST_DIR) && cp target/package/*.crate $(DIST_DIR)/
+	@ls -l $(DIST_DIR)/*.crate
+	cargo fetch --locked --quiet
+	bash scripts/rust-package-tests.sh $(DIST_DIR) $(RUST_PACKAGE_TESTS)
+	cd $(RUST_PACKAGE_TESTS) && CARGO_TARGET_DIR=$(CURDIR)/target cargo build --offline --workspace --all-targets
+
+test-client: deps valkey dist-rust ## The Rust client and redis-lock run, tested from their packages on Redis 7.0 and Valkey 8.1 (real servers, Redlock, a cluster); rustdoc; the billing examples (Rust, Python with the package)
 	cargo build --locked --lib -p redis-lock
-	LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) cargo test --locked -p redis-lock-client -- --test-threads 2
-	LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) LOCK_TEST_SERVER=$(CURDIR)/$$(ls $(VALKEY_SERVER)) \
-	  cargo test --locked -p redis-lock-client --tests -- --test-threads 2
+	$(call rust-package-test,redis-server,-- --test-threads 2)
+	$(call rust-package-test,$$(ls $(CURDIR)/$(VALKEY_SERVER)),--tests -- --test-threads 2)
 	RUSTDOCFLAGS="-D warnings" cargo doc --locked --quiet -p redis-lock-client --no-deps
 	@$(CLIENT_VENV)/bin/python -c 'import redis' >/dev/null 2>&1 || { \
 	  python3 -m venv $(CLIENT_VENV) && $(CLIENT_VENV)/bin/pip install --quiet '$(CLIENT_REDIS_PY)'; }
 	$(MAKE) --no-print-directory dist-python && $(CLIENT_VENV)/bin/pip install --quiet --no-deps --force-reinstall $(PYTHON_WHEEL)
-	LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) EXAMPLES_PYTHON=$(CLIENT_VENV)/bin/python bash examples/run-billing.sh rust python
+	@# The Rust example as built from its package by dist-rust.
+	LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) EXAMPLES_PYTHON=$(CLIENT_VENV)/bin/python \
+	  EXAMPLES_RUST=$(CURDIR)/target/debug/examples/billing bash examples/run-billing.sh rust python
 
 test-examples: deps-examples ## The Go and Node billing examples, users of clients/go and clients/node, from Debian's packages, offline (~6 s)
 	cargo build --locked --lib -p redis-lock

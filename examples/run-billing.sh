@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs the billing examples (Rust: client/examples/billing.rs, Python:
+# Runs the billing examples (Rust: clients/rust/examples/billing.rs, Python:
 # examples/python/billing.py, Go: examples/go/billing.go, Node:
 # examples/node/billing.js) against a fresh redis-server with the module on
 # a free loopback port, and stops the server at the end. After each, it
@@ -11,6 +11,8 @@
 #   LOCK_TEST_SERVER  the server binary (default: redis-server)
 #   EXAMPLES_PYTHON   a python with redis-py and the package installed from its wheel
 #                     (make dist-python; pip install target/dist/*.whl) (default: python3)
+#   EXAMPLES_RUST     a built Rust billing example to run (make dist-rust builds it
+#                     from the package; default: cargo run it here)
 # Go and Node use the packages clients/go and clients/node over Debian's
 # client libraries, offline: golang-go with golang-github-gomodule-redigo-dev
 # and golang-github-mna-redisc-dev (linked into examples/go/vendor/ by
@@ -84,7 +86,8 @@ for example in "${examples[@]}"; do
 done
 for example in "${examples[@]}"; do
   case $example in
-    rust) command=(cargo run --locked --quiet -p redis-lock-client --example billing) ;;
+    rust) if [ -n "${EXAMPLES_RUST:-}" ]; then command=("$EXAMPLES_RUST")
+          else command=(cargo run --locked --quiet -p redis-lock-client --example billing); fi ;;
     python) command=("$python" examples/python/billing.py) ;;
     go) command=(env -C examples/go GOFLAGS=-mod=vendor GOPROXY=off go run .) ;;
     node) command=(env NODE_PATH="$PWD/target/node_modules:/usr/share/nodejs" node examples/node/billing.js) ;;

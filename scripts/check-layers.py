@@ -4,7 +4,7 @@
 The layers the code aims for (commands -> core -> Redis layer) only go down,
 so the graph of "module A names something in module B" must have no cycle.
 For every crate in the repository (`src/` next to each Cargo.toml: the root
-crate, bench, chaos, client, and later core, testsupport...), this reads every
+crate, bench, chaos, clients/rust, core, testsupport...), this reads every
 `crate::...`, `$crate::...`, `super::...` and `self::...` path (in `use`,
 `pub use` and in code), after removing comments and string literals, and
 turns it into an edge between top-level modules:
@@ -161,18 +161,21 @@ def module_path_of(rel):
 
 
 def find_crates(repo):
-    """Every crate under `repo`: a src/ beside a Cargo.toml (up to two levels)."""
+    """Every crate under `repo`: a src/ beside a Cargo.toml (up to three
+    levels down, as clients/rust/cli)."""
     crates = []
     candidates = [repo]
-    for entry in sorted(os.listdir(repo)):
-        sub = os.path.join(repo, entry)
-        if entry in SKIP_DIRS or entry.startswith(".") or not os.path.isdir(sub):
-            continue
-        candidates.append(sub)
-        for entry2 in sorted(os.listdir(sub)):
-            sub2 = os.path.join(sub, entry2)
-            if entry2 not in SKIP_DIRS and not entry2.startswith(".") and os.path.isdir(sub2):
-                candidates.append(sub2)
+    level = [repo]
+    for _ in range(3):
+        below = []
+        for parent in level:
+            for entry in sorted(os.listdir(parent)):
+                sub = os.path.join(parent, entry)
+                if entry in SKIP_DIRS or entry.startswith(".") or not os.path.isdir(sub):
+                    continue
+                below.append(sub)
+        candidates.extend(below)
+        level = below
     for base in candidates:
         src = os.path.join(base, "src")
         if os.path.isfile(os.path.join(base, "Cargo.toml")) and os.path.isdir(src):

@@ -1,0 +1,186 @@
+//! Every command this client sends, built in one place, and how it reads
+//! the replies that decide a lease's fate (grant, extend, release).
+//!
+//! Keys are bytes throughout (`&[u8]`): binary-safe, as the module is.
+
+use std::time::Duration;
+
+use redis::{Arg, Cmd, RedisError};
+
+use crate::error::{Error, Result};
+use crate::options::{ttl_ms, wait_ms};
+
+/// What a lease holds on one node, and so which commands take, extend and
+/// give it back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// `LOCK.ACQUIRE`: the key alone.
+    Exclusive,
+    /// `LOCK.ACQUIRE … SHARED`: a read lease beside other readers.
+    Shared,
+    /// `SEM.ACQUIRE key limit ttl COUNT count`: permits of a semaphore.
+    Permits { limit: u32, count: u32 },
+}
+
+/// How long an acquire waits in the server's queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Wait {
+    /// One try (no `WAIT`).
+    No,
+    /// `WAIT ms`, at least 1 ms.
+    For(Duration),
+    /// `WAIT 0`: as long as it takes.
+    Forever,
+}
+
+impl Kind {
+    /// `LOCK.ACQUIRE` / `SEM.ACQUIRE` with the client's token, the wait and
+    /// the owner label.
+    pub(crate) fn acquire_cmd(
+        self,
+        key: &[u8],
+        ttl: Duration,
+        token: &str,
+        wait: Wait,
+        owner: Option<&str>,
+    ) -> Result<Cmd> {
+        let mut cmd = match self {
+            Kind::Exclusive | Kind::Shared => {
+                let mut cmd = redis::cmd("LOCK.ACQUIRE");
+                cmd.arg(key).arg(ttl_ms(ttl)?);
+                cmd
+            }
+            Kind::Permits { limit, count } => {
+                let mut cmd = redis::cmd("SEM.ACQUIRE");
+                cmd.arg(key)
+                    .arg(limit)
+                    .arg(ttl_ms(ttl)?)
+                    .arg("COUNT")
+                    .arg(count);
+                cmd
+            }
+        };
+        cmd.arg("TOKEN").arg(token);
+        match wait {
+            Wait::No => {}
+            Wait::For(wait) => {
+                cmd.arg("WAIT").arg(wait_ms(wait)?);
+            }
+            Wait::Forever => {
+                cmd.arg("WAIT").arg(0);
+            }
+        }
+        if let Some(owner) = owner {
+            cmd.arg("OWNER").arg(owner);
+        }
+        if self == Kind::Shared {
+            cmd.arg("SHARED");
+        }
+        Ok(cmd)
+    }
+
+    pub(crate) fn extend_cmd(self, key: &[u8], token: &str, ttl: Duration) -> Result<Cmd> {
+        let name = match self {
+            Kind::Exclusive | Kind::Shared => "LOCK.EXTEND",
+            Kind::Permits { .. } => "SEM.EXTEND",
+        };
+        let mut cmd = redis::cmd(name);
+        cmd.arg(key).arg(token).arg(ttl_ms(ttl)?);
+        Ok(cmd)
+    }
+
+    pub(crate) fn release_cmd(self, key: &[u8], token: &str) -> Cmd {
+        let name = match self {
+            Kind::Exclusive | Kind::Shared => "LOCK.RELEASE",
+            Kind::Permits { .. } => "SEM.RELEASE",
+        };
+        let mut cmd = redis::cmd(name);
+        cmd.arg(key).arg(token);
+        cmd
+    }
+}
+
+/// What an extend's reply says about the lease.
+pub(crate) enum Extended {
+    /// `1`: the lease now ends ttl after the send.
+    Yes,
+    /// `0`, or `WRONGTYPE` (the key was overwritten): the token holds
+    /// nothing there any more.
+    NotHeld,
+    /// `LIMIT …`: the hold policy refuses; the lease ends at its current
+    /// deadline.
+    Limit(RedisError),
+    /// No answer to act on: a connection error, or a server error that may
+    /// pass (`OOM`, `LOADING`, `TRYAGAIN`, …).
+    Failed(Error),
+}
+
+impl Extended {
+    pub(crate) fn of(reply: Result<i64, RedisError>) -> Extended {
+        match reply {
+            Ok(1) => Extended::Yes,
+            Ok(_) => Extended::NotHeld,
+            Err(e) if e.code() == Some("WRONGTYPE") => Extended::NotHeld,
+            Err(e) if e.code() == Some("LIMIT") => Extended::Limit(e),
+            Err(e) => Extended::Failed(e.into()),
+        }
+    }
+}
+
+/// A fresh random token: the client picks it so that it can release after a
+/// lost reply, and so that Redlock can use one token on every node.
+pub(crate) fn new_token() -> String {
+    uuid::Uuid::new_v4().to_string()
+}
+
+/// `LOCK.GUARD key token` followed by `cmd`'s name and arguments.
+pub(crate) fn guard_cmd(key: &[u8], token: &str, cmd: &Cmd) -> Result<Cmd> {
+    if cmd.args_iter().len() == 0 {
+        return Err(Error::InvalidArgument("guarded needs a command to run"));
+    }
+    let mut guarded = redis::cmd("LOCK.GUARD");
+    guarded.arg(key).arg(token);
+    for arg in cmd.args_iter() {
+        match arg {
+            Arg::Simple(bytes) => guarded.arg(bytes),
+            _ => {
+                return Err(Error::InvalidArgument(
+                    "a cursor argument (Cmd::cursor_arg) cannot be guarded: pass the cursor as a plain argument",
+                ))
+            }
+        };
+    }
+    Ok(guarded)
+}
+
+pub(crate) fn info_cmd(key: &[u8]) -> Cmd {
+    let mut cmd = redis::cmd("LOCK.INFO");
+    cmd.arg(key);
+    cmd
+}
+
+pub(crate) fn sem_info_cmd(key: &[u8]) -> Cmd {
+    let mut cmd = redis::cmd("SEM.INFO");
+    cmd.arg(key);
+    cmd
+}
+
+/// The most waiters one `LOCK.QUEUE` lists.
+pub(crate) const MAX_QUEUE_COUNT: usize = 1000;
+
+pub(crate) fn queue_cmd(key: &[u8], count: usize) -> Result<Cmd> {
+    if !(1..=MAX_QUEUE_COUNT).contains(&count) {
+        return Err(Error::InvalidArgument(
+            "a queue listing's count must be 1 to 1000",
+        ));
+    }
+    let mut cmd = redis::cmd("LOCK.QUEUE");
+    cmd.arg(key).arg("COUNT").arg(count);
+    Ok(cmd)
+}
+
+pub(crate) fn observe_cmd(key: &[u8], seen: u64, timeout: Duration) -> Cmd {
+    let mut cmd = redis::cmd("LOCK.OBSERVE");
+    cmd.arg(key).arg(seen).arg(timeout.as_millis() as u64);
+    cmd
+}

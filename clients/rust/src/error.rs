@@ -1,0 +1,161 @@
+//! Typed errors: every way a lock call can end is its own variant, so a
+//! caller never has to guess what a `false` or a `None` meant.
+
+use std::fmt;
+
+/// Why a held lease was lost. [`Guard::lost`](crate::Guard::lost) resolves
+/// with one of these.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LostReason {
+    /// The server answered an extend with `0`, or `WRONGTYPE`: the key
+    /// expired, was deleted, is held by another token, or was overwritten
+    /// with another type. For Redlock: so many nodes refused that no
+    /// majority can hold the lease.
+    Refused,
+    /// No extend succeeded before the lease's deadline minus the safety
+    /// margin, on this client's monotonic clock: the network stalled, the
+    /// server is down, the process was paused, or the connection is gone
+    /// and did not come back in time.
+    Expired,
+    /// The server answered a guarded command
+    /// ([`Guard::guarded`](crate::Guard::guarded), `LOCK.GUARD`) with
+    /// `LOST`: the token no longer holds the lock (it expired, was released
+    /// or deleted, or another token holds it), and the command did not run.
+    NotHeld,
+    /// The server's hold policy (`lock.max-hold-ms`, `lock.max-extends`)
+    /// answered an extend with `LIMIT`: the lease will not be extended
+    /// again. It still holds on the server until its current deadline
+    /// ([`Guard::remaining`](crate::Guard::remaining) says how long, less
+    /// the safety margin), so the work can wind down within it; the
+    /// watchdog stops at once and the loss is signalled at once, so that
+    /// nobody works on past the deadline believing the watchdog keeps it.
+    Limit,
+}
+
+impl fmt::Display for LostReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LostReason::Refused => f.write_str("the server refused to extend the lease"),
+            LostReason::Expired => f.write_str(
+                "no extend succeeded before the lease's deadline (minus the safety margin)",
+            ),
+            LostReason::NotHeld => f.write_str(
+                "the server refused a guarded command: the token no longer holds the lock",
+            ),
+            LostReason::Limit => f.write_str(
+                "the server's hold limit refused to extend the lease: it ends at its current deadline",
+            ),
+        }
+    }
+}
+
+/// Everything a lock call can fail with.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Error {
+    /// The lock is held by someone else (or others wait for it), and the
+    /// request did not wait ([`LockRequest::wait`](crate::LockRequest::wait)
+    /// not given, or zero). For Redlock: refusals alone kept a majority out
+    /// of reach.
+    NotAcquired,
+    /// A waiting acquire's timeout passed before the lock was granted.
+    TimedOut,
+    /// The lease was lost: while the work of
+    /// [`LockRequest::run`](crate::LockRequest::run) ran (the work was
+    /// stopped), before a guarded command
+    /// ([`Guard::guarded`](crate::Guard::guarded), reason
+    /// [`LostReason::NotHeld`]), which then did not run, or when an
+    /// explicit [`Guard::extend`](crate::Guard::extend) was refused
+    /// ([`LostReason::Refused`], [`LostReason::Limit`]).
+    Lost(LostReason),
+    /// Redlock: connection errors or timeouts on some nodes kept a majority
+    /// out of reach (had those nodes answered, the lock might have been
+    /// granted). The counts are those of the last attempt.
+    NoQuorum {
+        /// Nodes that granted (or extended, or released).
+        granted: usize,
+        /// Nodes that answered no.
+        refused: usize,
+        /// Nodes that failed or did not answer in time.
+        failed: usize,
+    },
+    /// The connection failed, was refused, or a reply did not come in time.
+    /// The command may or may not have been applied.
+    Connection(redis::RedisError),
+    /// The server answered with an error (`WRONGTYPE`, `ERR …`, `READONLY`,
+    /// `OOM`, `LIMIT lock.max-waiters …`, or an unknown command if the
+    /// module is not loaded), or a reply this client cannot read.
+    Server(redis::RedisError),
+    /// An argument this client refuses before sending anything (a ttl out of
+    /// range, a safety margin too large for the ttl, a wait without a way
+    /// to open a dedicated connection).
+    InvalidArgument(&'static str),
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::NotAcquired => f.write_str("the lock is held by someone else"),
+            Error::TimedOut => f.write_str("timed out waiting for the lock"),
+            Error::Lost(reason) => write!(f, "the lease was lost: {reason}"),
+            Error::NoQuorum {
+                granted,
+                refused,
+                failed,
+            } => write!(
+                f,
+                "no majority: {granted} granted, {refused} refused, {failed} failed or timed out"
+            ),
+            Error::Connection(e) => write!(f, "connection error: {e}"),
+            Error::Server(e) => write!(f, "server error: {e}"),
+            Error::InvalidArgument(what) => write!(f, "invalid argument: {what}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Connection(e) | Error::Server(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<redis::RedisError> for Error {
+    fn from(e: redis::RedisError) -> Error {
+        if e.is_io_error()
+            || e.is_timeout()
+            || e.is_connection_dropped()
+            || e.is_connection_refusal()
+            || e.is_cluster_error()
+            || e.kind() == redis::ErrorKind::ClusterConnectionNotFound
+        {
+            Error::Connection(e)
+        } else {
+            Error::Server(e)
+        }
+    }
+}
+
+/// The error of a reply that did not come in time.
+pub(crate) fn timed_out(what: &'static str) -> Error {
+    Error::Connection(redis::RedisError::from(std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        what,
+    )))
+}
+
+/// The error of a reply this client cannot read: a field missing or of
+/// the wrong type.
+pub(crate) fn unexpected_reply(what: &'static str, field: &str) -> Error {
+    Error::Server(redis::RedisError::from((
+        redis::ErrorKind::UnexpectedReturnType,
+        what,
+        field.to_string(),
+    )))
+}
+
+/// The crate's result type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

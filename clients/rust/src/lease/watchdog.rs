@@ -1,0 +1,84 @@
+//! The per-lease keeper: one task that extends one lease every ttl/3 and
+//! reports each outcome to the lease's [`LeaseCell`].
+//!
+//! It is the only keeper today. A server-side lease group (one KEEPALIVE
+//! for every hold of a client) would be another: one task for many leases,
+//! reporting to each lease's cell the same way ([`LeaseCell::extended`],
+//! [`LeaseCell::lose`], [`LeaseCell::expire_if_due`]), while the guards,
+//! the loss signals and the manual extend stay as they are.
+//!
+//! The loop, for one lease: sleep until a third of the ttl has passed since
+//! the last successful acquire or extend was sent, then extend. A refused
+//! extend (`0`, `WRONGTYPE`) is a loss ([`LostReason::Refused`]), and so is
+//! a `LIMIT` ([`LostReason::Limit`]): no extend will be tried again. A
+//! failed one (connection error, timeout, `OOM`) is tried again after a
+//! pause, so a reconnect in between is survived, until `valid_until −
+//! margin` comes on the monotonic clock ([`LostReason::Expired`]). Every
+//! wait is raced against `stop` (the guard released or dropped), against
+//! that deadline, and against a change of the term (a manual extend).
+
+use std::sync::Arc;
+
+use tokio::sync::watch;
+use tokio::time::{sleep, sleep_until};
+
+use super::state::{LeaseCell, Status};
+use super::{Renew, Renewal};
+use crate::error::LostReason;
+
+/// Start the watchdog of the lease in `cell`; it ends when the lease is
+/// lost or released, or when `stop`'s sender is dropped.
+pub(crate) fn spawn(renew: Arc<dyn Renew>, cell: LeaseCell, stop: watch::Receiver<()>) {
+    tokio::spawn(run(renew, cell, stop));
+}
+
+async fn run(renew: Arc<dyn Renew>, cell: LeaseCell, mut stop: watch::Receiver<()>) {
+    let mut changes = cell.subscribe();
+    loop {
+        let view = *changes.borrow_and_update();
+        if view.status != Status::Held {
+            return;
+        }
+        let term = view.term;
+        tokio::select! {
+            biased;
+            _ = stop.changed() => return,
+            _ = changes.changed() => continue,
+            _ = sleep_until(term.lost_at()) => {
+                if cell.expire_if_due() { return; }
+                continue;
+            }
+            _ = sleep_until(term.next_extend()) => {}
+        }
+        let outcome = tokio::select! {
+            biased;
+            _ = stop.changed() => return,
+            _ = sleep_until(term.lost_at()) => {
+                if cell.expire_if_due() { return; }
+                continue;
+            }
+            outcome = renew.renew(term.ttl) => outcome,
+        };
+        match outcome {
+            Renewal::Extended { sent, valid_until } => cell.extended(super::state::Term {
+                sent,
+                valid_until,
+                ..term
+            }),
+            Renewal::Refused => return cell.lose(LostReason::Refused),
+            Renewal::Limit => return cell.lose(LostReason::Limit),
+            Renewal::Failed(_) => {
+                // The next round starts at once (its extend time has
+                // passed), after this pause.
+                tokio::select! {
+                    biased;
+                    _ = stop.changed() => return,
+                    _ = sleep_until(term.lost_at()) => {
+                        if cell.expire_if_due() { return; }
+                    }
+                    _ = sleep(term.retry_pause()) => {}
+                }
+            }
+        }
+    }
+}

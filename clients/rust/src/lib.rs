@@ -1,0 +1,89 @@
+//! An async Rust client (tokio) for the redis-lock module's `LOCK.*` and
+//! `SEM.*` commands: locks that are fenced, kept alive and watched.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use redis_lock_client::{redis, Error, Locks};
+//!
+//! # async fn demo() -> Result<(), Error> {
+//! let locks = Locks::connect(redis::Client::open("redis://127.0.0.1:6379/")?).await?;
+//! match locks.lock("billing").ttl(Duration::from_secs(10)).acquire().await {
+//!     Ok(guard) => {
+//!         tokio::select! {
+//!             reason = guard.lost() => eprintln!("lost the lock ({reason}): stopping"),
+//!             _ = run_billing(guard.fence()) => {}
+//!         }
+//!         guard.release().await?;
+//!     }
+//!     Err(Error::NotAcquired) => println!("another worker runs it"),
+//!     Err(e) => return Err(e),
+//! }
+//! # Ok(()) }
+//! # async fn run_billing(_fence: u64) {}
+//! ```
+//!
+//! - [`Locks`]: locks on one server or one Redis Cluster. [`Locks::lock`]
+//!   starts a [`LockRequest`]: [`ttl`](LockRequest::ttl),
+//!   [`wait`](LockRequest::wait) in the server's fair queue,
+//!   [`shared`](LockRequest::shared) for a read lease,
+//!   [`owner`](LockRequest::owner), then [`acquire`](LockRequest::acquire)
+//!   for a [`Guard`] or [`run`](LockRequest::run) for the whole pattern.
+//!   Keys are any bytes (`&str`, `&[u8]`, `Vec<u8>`, …).
+//! - A [`Guard`] keeps its lease alive with a watchdog (an extend every
+//!   ttl/3) and tells you when the lease is lost ([`Guard::lost`]) *before*
+//!   its deadline passes on this client's monotonic clock, with a safety
+//!   margin ([`LockOptions::safety_margin`]). [`Guard::held`] and
+//!   [`Guard::remaining`] read that clock; [`Guard::extend`] extends by
+//!   hand. [`Guard::guarded`] runs a command only while the lease is live
+//!   on the server (`LOCK.GUARD`).
+//! - [`Locks::info`] and [`Locks::queue`]: the holder and the waiters, typed.
+//! - [`Semaphore`]: at most `limit` permits out at once (`SEM.*`); a
+//!   [`Permit`] has the same watchdog, loss signal and release as a guard.
+//! - [`Election`]: leader election on one key, with no polling
+//!   ([`Election::campaign`], [`Observer::next`]).
+//! - [`Redlock`]: one lock across N independent masters (or clusters), with
+//!   per-node fences, a combined fence, and the same watchdog.
+//! - [`Error`]: not acquired, timed out, lost, connection and server errors
+//!   are distinct variants.
+//!
+//! # The `redis` crate
+//!
+//! The connections, commands and errors of this API are those of the
+//! `redis` crate version this one depends on, re-exported as
+//! [`redis_lock_client::redis`](redis): use it (or the same version) to
+//! build clients and commands, so that there is one copy of its types.
+//!
+//! # Connections
+//!
+//! [`Locks::connect`] uses a [`ConnectionManager`](redis::aio::ConnectionManager)
+//! so that the watchdog survives a reconnect; [`Locks::connect_cluster`] a
+//! cluster connection that routes each command by its key;
+//! [`Locks::from_connection`] whatever connection you pass. Waiting requests
+//! block a connection on the server, so they open a dedicated one each, and
+//! so do [`Election::campaign`] and each [`Observer`].
+#![deny(missing_docs)]
+
+mod commands;
+mod conn;
+mod election;
+mod error;
+mod info;
+mod lease;
+mod locks;
+mod options;
+mod redlock;
+mod semaphore;
+
+/// The `redis` crate this client is built on: its types are the ones the
+/// API takes and returns.
+pub use redis;
+
+pub use conn::LockConnection;
+pub use election::{Election, Leader, Leadership, Observer, OBSERVE_TIMEOUT};
+pub use error::{Error, LostReason, Result};
+pub use info::{LockInfo, LockMode, SemaphoreInfo, Waiter, WaiterMode};
+pub use lease::LostSignal;
+pub use locks::{Guard, Held, LockRequest, Locks};
+pub use options::{LockOptions, DEFAULT_TTL, MAX_OWNER_LEN, MAX_TTL, MAX_WAIT};
+pub use redlock::{FenceCheck, Redlock, RedlockGuard, RedlockOptions};
+pub use semaphore::{Permit, PermitRequest, Semaphore, MAX_LIMIT};

@@ -1,0 +1,243 @@
+//! A held lock ([`Guard`]) and what the work of
+//! [`LockRequest::run`](crate::LockRequest::run) gets ([`Held`]).
+
+use std::time::Duration;
+
+use redis::{Cmd, FromRedisValue};
+
+use super::Grant;
+use crate::commands::guard_cmd;
+use crate::conn::LockConnection;
+use crate::error::{Error, LostReason, Result};
+use crate::lease::{Lease, LostSignal};
+
+/// What the work inside [`LockRequest::run`](crate::LockRequest::run) gets.
+#[derive(Clone, Debug)]
+pub struct Held {
+    /// The fence of this lease: pass it to the storage with every write, and
+    /// have the storage refuse a fence lower than one it has seen.
+    pub fence: u64,
+    /// Resolves if the lease is lost (the work is also stopped then); its
+    /// [`held`](LostSignal::held) and [`remaining`](LostSignal::remaining)
+    /// read the clock.
+    pub lost: LostSignal,
+}
+
+/// A held lock. The watchdog extends it every ttl/3 while the guard lives.
+///
+/// - [`Guard::lost`] resolves when the lease is lost; the watchdog then
+///   stops, and so must the work. [`Guard::held`] and
+///   [`Guard::remaining`] read the clock, so they are right even before
+///   the watchdog has run (after a pause of the process).
+/// - [`Guard::release`] gives it back: `Ok(true)` released, `Ok(false)` the
+///   server no longer had this lease.
+/// - [`Guard::guarded`] runs a command only while the lease is live, in the
+///   same atomic step as the server's check.
+/// - [`Guard::extend`] extends it now, with a new ttl that the watchdog
+///   keeps from then on.
+/// - Dropping the guard stops the watchdog and releases in the background
+///   (when a tokio runtime is there to run it); the lease expires anyway.
+///   So keep it bound for as long as the work runs: `let _ = …` or an
+///   unbound `….acquire().await?;` releases at once.
+///
+/// ```compile_fail
+/// #![deny(unused_must_use)]
+/// # async fn demo(locks: redis_lock_client::Locks) -> Result<(), redis_lock_client::Error> {
+/// locks.lock("billing").acquire().await?; // the guard is dropped, the lock released
+/// # Ok(()) }
+/// ```
+#[must_use = "dropping a guard releases the lock: bind it (`let guard = …`) for as long as the work runs"]
+pub struct Guard {
+    conn: LockConnection,
+    key: Vec<u8>,
+    token: String,
+    fence: u64,
+    shared: bool,
+    lease: Lease,
+}
+
+impl std::fmt::Debug for Guard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Guard")
+            .field("key", &String::from_utf8_lossy(&self.key))
+            .field("fence", &self.fence)
+            .field("shared", &self.shared)
+            .field("lost", &self.lease.lost_signal().reason())
+            .finish()
+    }
+}
+
+impl Guard {
+    pub(crate) fn of(conn: LockConnection, grant: Grant, shared: bool) -> Guard {
+        Guard {
+            conn,
+            key: grant.key,
+            token: grant.token,
+            fence: grant.fence,
+            shared,
+            lease: grant.lease,
+        }
+    }
+
+    /// The locked key, as given.
+    pub fn key(&self) -> &[u8] {
+        &self.key
+    }
+
+    /// The token that holds the lock (random, chosen by this client). It is
+    /// the secret that extends, releases and guards: keep it out of logs.
+    pub fn token(&self) -> &str {
+        &self.token
+    }
+
+    /// The fence: larger than every fence the server issued before for any
+    /// key. Give it to the storage, which refuses writes with a fence below
+    /// the highest it has seen for the resource.
+    pub fn fence(&self) -> u64 {
+        self.fence
+    }
+
+    /// Whether this is a shared (read) lease
+    /// ([`LockRequest::shared`](crate::LockRequest::shared)).
+    pub fn is_shared(&self) -> bool {
+        self.shared
+    }
+
+    /// Resolves when the lease is lost: an extend was refused (the key was
+    /// deleted, expired, overwritten or taken over:
+    /// [`LostReason::Refused`]), the hold policy refused an extend
+    /// ([`LostReason::Limit`]), a guarded command was answered `LOST`
+    /// ([`LostReason::NotHeld`]), or no extend succeeded before the
+    /// deadline minus the safety margin ([`LostReason::Expired`]: server
+    /// down, network stalled). It fires before the deadline passes on this
+    /// client's monotonic clock. Never resolves once the guard is released.
+    pub async fn lost(&self) -> LostReason {
+        self.lease.lost_signal().wait().await
+    }
+
+    /// A cloneable loss signal for other tasks.
+    pub fn lost_signal(&self) -> LostSignal {
+        self.lease.lost_signal()
+    }
+
+    /// Whether the loss has been signalled by now. [`Guard::held`] also
+    /// reads the clock.
+    pub fn is_lost(&self) -> bool {
+        self.lease.lost_signal().is_lost()
+    }
+
+    /// Whether the lease may be counted on right now: not lost, and its
+    /// deadline less the safety margin not reached on the monotonic clock.
+    /// False at once after a pause of the process that outlasted the
+    /// lease, before the watchdog has noticed.
+    pub fn held(&self) -> bool {
+        self.lease.lost_signal().held()
+    }
+
+    /// How long the lease may still be counted on (until its deadline less
+    /// the safety margin, on the monotonic clock); zero once the server
+    /// said it is gone. After [`LostReason::Limit`] it keeps counting
+    /// down to the end the server still grants.
+    pub fn remaining(&self) -> Duration {
+        self.lease.lost_signal().remaining()
+    }
+
+    /// The lease's deadline as this client counts it (the send of the last
+    /// successful acquire or extend, plus its ttl): never later than the
+    /// server's.
+    pub fn deadline(&self) -> std::time::Instant {
+        self.lease.lost_signal().deadline()
+    }
+
+    /// Extend the lease now to `ttl` from this send (`LOCK.EXTEND`), and
+    /// make `ttl` the one the watchdog extends with from then on (longer or
+    /// shorter than before; the safety margin follows the options' rule).
+    ///
+    /// - `Ok(())`: extended.
+    /// - [`Error::Lost`]`(`[`LostReason::Refused`]`)`: the token no longer
+    ///   holds the lock; the loss is signalled.
+    /// - [`Error::Lost`]`(`[`LostReason::Limit`]`)`: the hold policy
+    ///   refuses; the lease ends at its current deadline
+    ///   ([`Guard::remaining`]), the loss is signalled and the watchdog
+    ///   stops.
+    /// - [`Error::Lost`] with the earlier reason if the loss was signalled
+    ///   before; [`Error::Connection`] if no reply came (before the current
+    ///   deadline less the margin); [`Error::InvalidArgument`] for a ttl out
+    ///   of range.
+    pub async fn extend(&self, ttl: Duration) -> Result<()> {
+        self.lease.extend(ttl).await
+    }
+
+    /// Run `cmd` on the server only if this lease is still live there, in
+    /// the same atomic step as the check (`LOCK.GUARD key token cmd…`), and
+    /// return its reply, converted like [`redis::Cmd::query_async`] would.
+    ///
+    /// - [`Error::Lost`]`(`[`LostReason::NotHeld`]`)` when the server
+    ///   answered `LOST`: the token no longer holds the lock (expired,
+    ///   released, deleted or taken over), and `cmd` did not run. The lease
+    ///   is marked lost as well, so [`Guard::lost`] and every
+    ///   [`LostSignal`] fire and the watchdog stops.
+    /// - [`Error::Server`] when the command's own reply is an error
+    ///   (`WRONGTYPE`, …) or the server refuses to guard it (`ERR … not
+    ///   allowed in LOCK.GUARD`: blocking, transaction, pub/sub and lock
+    ///   commands, and any command that may write when this is a shared
+    ///   guard), or the lock key holds another type. The lease is not
+    ///   marked lost for these.
+    /// - [`Error::Connection`] when the reply did not come: the command may
+    ///   or may not have run.
+    ///
+    /// The command runs as the connection's ACL user and renews nothing;
+    /// the watchdog keeps extending the lease as before. In a cluster, the
+    /// command's keys must share the lock key's slot (a hash tag, such as
+    /// `{billing}` in both), since `LOCK.GUARD` is routed by the lock key.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use redis_lock_client::{redis, Error, LostReason};
+    ///
+    /// # async fn demo(locks: redis_lock_client::Locks) -> Result<(), Error> {
+    /// let guard = locks.lock("{billing}:nightly").acquire().await?;
+    /// // Written only while this guard holds the lock.
+    /// let total: i64 = guard
+    ///     .guarded(redis::cmd("INCRBY").arg("{billing}:total").arg(1200))
+    ///     .await?;
+    /// match guard
+    ///     .guarded::<()>(redis::cmd("SET").arg("{billing}:last-customer").arg("acme"))
+    ///     .await
+    /// {
+    ///     Ok(()) => println!("total {total}"),
+    ///     // Nothing was written, and guard.lost() has fired.
+    ///     Err(Error::Lost(LostReason::NotHeld)) => return Ok(()),
+    ///     Err(e) => return Err(e),
+    /// }
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn guarded<T: FromRedisValue>(&self, cmd: &Cmd) -> Result<T> {
+        let guarded = guard_cmd(&self.key, &self.token, cmd)?;
+        match self.conn.query(&guarded).await {
+            Ok(reply) => Ok(reply),
+            Err(e) if e.code() == Some("LOST") => {
+                self.lease.mark_lost(LostReason::NotHeld);
+                Err(Error::Lost(LostReason::NotHeld))
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Stop the watchdog and release: `Ok(true)` released, `Ok(false)` the
+    /// server no longer had this lease (it expired, was deleted, or went to
+    /// someone else), an error if the server could not be asked.
+    pub async fn release(mut self) -> Result<bool> {
+        self.lease.release().await
+    }
+
+    /// What the work of `run` gets, and the lease to release after it.
+    pub(crate) fn into_parts(self) -> (Held, Lease) {
+        let held = Held {
+            fence: self.fence,
+            lost: self.lease.lost_signal(),
+        };
+        (held, self.lease)
+    }
+}

@@ -1,0 +1,420 @@
+//! Locks on one Redis server or one Redis Cluster: the handle ([`Locks`]),
+//! the request builder ([`LockRequest`]), the guard ([`Guard`]), and the
+//! one acquire path that every lease on one node goes through (a lock, a
+//! read lease, permits of a semaphore).
+
+mod guard;
+mod request;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::ClusterClient;
+use redis::Value;
+use tokio::time::Instant;
+
+pub use guard::{Guard, Held};
+pub(crate) use request::run_guarded;
+pub use request::LockRequest;
+
+use crate::commands::{info_cmd, new_token, queue_cmd, Extended, Kind, Wait};
+use crate::conn::{LockConnection, Opener, WAIT_REPLY_SLACK};
+use crate::error::{timed_out, Error, Result};
+use crate::info::{LockInfo, Waiter};
+use crate::lease::{BoxFuture, Lease, Renew, Renewal, Term};
+use crate::options::{check_owner, sent_ttl, LockOptions};
+
+/// A handle on the lock commands of one Redis server or one Redis Cluster.
+/// Cheap to clone; clones share the connection.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use redis_lock_client::{redis, Error, Locks};
+///
+/// # async fn demo() -> Result<(), Error> {
+/// let locks = Locks::connect(redis::Client::open("redis://127.0.0.1:6379/")?).await?;
+/// match locks.lock("billing").ttl(Duration::from_secs(10)).acquire().await {
+///     Ok(guard) => {
+///         println!("fence {}", guard.fence());
+///         guard.release().await?;
+///     }
+///     Err(Error::NotAcquired) => println!("another worker holds it"),
+///     Err(e) => return Err(e),
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Locks {
+    conn: LockConnection,
+    opener: Option<Opener>,
+    options: LockOptions,
+}
+
+impl Locks {
+    /// Connect to one server through a [`ConnectionManager`], which
+    /// reconnects after a failure, so a guard's watchdog survives a dropped
+    /// connection. Waiting acquires open their own connection from
+    /// `client`.
+    ///
+    /// The manager has the `redis` crate's defaults (in redis 1.x: 1 s to
+    /// connect, 500 ms for a reply). The lock commands are quick; a guarded
+    /// command ([`Guard::guarded`]) that may run longer wants
+    /// [`Locks::connect_with`] and a longer response timeout.
+    pub async fn connect(client: redis::Client) -> Result<Locks> {
+        Locks::connect_with(client, ConnectionManagerConfig::new()).await
+    }
+
+    /// [`Locks::connect`] with the connection manager's configuration
+    /// (timeouts, reconnect back-off).
+    pub async fn connect_with(
+        client: redis::Client,
+        config: ConnectionManagerConfig,
+    ) -> Result<Locks> {
+        let manager = ConnectionManager::new_with_config(client.clone(), config).await?;
+        Ok(Locks {
+            conn: manager.into(),
+            opener: Some(Opener::Single(client)),
+            options: LockOptions::default(),
+        })
+    }
+
+    /// Connect to a Redis Cluster: each command goes to the master that owns
+    /// its key's slot (and follows `MOVED`/`ASK`). Waiting acquires open
+    /// their own cluster connection from `client`, so a response timeout
+    /// set on it must be longer than the waits.
+    pub async fn connect_cluster(client: ClusterClient) -> Result<Locks> {
+        let conn = client.get_async_connection().await?;
+        Ok(Locks {
+            conn: conn.into(),
+            opener: Some(Opener::Cluster(Box::new(client))),
+            options: LockOptions::default(),
+        })
+    }
+
+    /// Use a connection you already have. A waiting request
+    /// ([`LockRequest::wait`]) then needs [`Locks::wait_client`] (a
+    /// blocked command must not share a connection with the watchdogs'
+    /// extends).
+    pub fn from_connection(conn: impl Into<LockConnection>) -> Locks {
+        Locks {
+            conn: conn.into(),
+            opener: None,
+            options: LockOptions::default(),
+        }
+    }
+
+    /// Where waiting requests open their dedicated connections.
+    pub fn wait_client(mut self, client: redis::Client) -> Locks {
+        self.opener = Some(Opener::Single(client));
+        self
+    }
+
+    /// Replace the watchdog options (and the default owner label).
+    pub fn with_options(mut self, options: LockOptions) -> Locks {
+        self.options = options;
+        self
+    }
+
+    /// The options in force.
+    pub fn options(&self) -> &LockOptions {
+        &self.options
+    }
+
+    /// A request for the lock `key` (any bytes: `&str`, `String`,
+    /// `&[u8]`, `Vec<u8>`), to shape with [`LockRequest::ttl`],
+    /// [`LockRequest::wait`], [`LockRequest::shared`] and
+    /// [`LockRequest::owner`], then [`LockRequest::acquire`] or
+    /// [`LockRequest::run`].
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// # async fn demo(locks: redis_lock_client::Locks) -> Result<(), redis_lock_client::Error> {
+    /// let guard = locks
+    ///     .lock("billing")
+    ///     .ttl(Duration::from_secs(10))
+    ///     .wait(Duration::from_secs(30))
+    ///     .owner("worker-3")
+    ///     .acquire()
+    ///     .await?;
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn lock(&self, key: impl AsRef<[u8]>) -> LockRequest {
+        LockRequest::new(self.clone(), key.as_ref().to_vec())
+    }
+
+    /// The lock `key` now (`LOCK.INFO`): `None` when nobody holds it.
+    /// [`Error::Server`] with code `WRONGTYPE` for a key of another type
+    /// (a semaphore's too: see [`Semaphore::info`](crate::Semaphore::info)).
+    pub async fn info(&self, key: impl AsRef<[u8]>) -> Result<Option<LockInfo>> {
+        let reply = self.conn.query(&info_cmd(key.as_ref())).await?;
+        LockInfo::of(reply)
+    }
+
+    /// The clients waiting for `key` (`LOCK.QUEUE … COUNT count`), in queue
+    /// order, at most `count` (1 to 1000) of them; empty when nobody waits.
+    /// Works for a lock and for a semaphore.
+    pub async fn queue(&self, key: impl AsRef<[u8]>, count: usize) -> Result<Vec<Waiter>> {
+        let cmd = queue_cmd(key.as_ref(), count)?;
+        let reply: Vec<std::collections::HashMap<String, Value>> = self.conn.query(&cmd).await?;
+        reply.into_iter().map(Waiter::of).collect()
+    }
+
+    pub(crate) fn connection(&self) -> &LockConnection {
+        &self.conn
+    }
+
+    /// Where blocking commands get a connection of their own.
+    pub(crate) fn opener(&self) -> Result<Opener> {
+        self.opener.clone().ok_or(Error::InvalidArgument(
+            "a blocking command needs a dedicated connection: use Locks::connect, \
+             Locks::connect_cluster or Locks::wait_client",
+        ))
+    }
+
+    /// The one acquire path: one try, or a wait in the server's queue.
+    /// [`Error::NotAcquired`] when one try found the key held,
+    /// [`Error::TimedOut`] when the wait ran out. The lease's watchdog runs
+    /// from the grant on.
+    pub(crate) async fn acquire_spec(&self, spec: &Spec) -> Result<Grant> {
+        let ttl = sent_ttl(spec.ttl)?;
+        let margin = self.options.margin_for(ttl)?;
+        let owner = match &spec.owner {
+            Some(owner) => Some(check_owner(owner)?),
+            None => self.options.owner_label()?,
+        };
+        match spec.wait {
+            Wait::No => self.acquire_once(spec, ttl, margin, owner).await,
+            wait => self.acquire_queued(spec, wait, ttl, margin, owner).await,
+        }
+    }
+
+    /// One try, without waiting. The reply must come before the lease's
+    /// deadline minus the safety margin; otherwise this gives up with
+    /// [`Error::Connection`] and releases in the background, in case the
+    /// grant happened. Dropping this future after the command was sent can
+    /// leave a grant nobody holds a guard for: it then lasts until its ttl
+    /// runs out.
+    async fn acquire_once(
+        &self,
+        spec: &Spec,
+        ttl: Duration,
+        margin: Duration,
+        owner: Option<&str>,
+    ) -> Result<Grant> {
+        let token = new_token();
+        let cmd = spec
+            .kind
+            .acquire_cmd(&spec.key, ttl, &token, Wait::No, owner)?;
+        let sent = Instant::now();
+        let reply = tokio::time::timeout(
+            ttl - margin,
+            self.conn.query::<Option<(Vec<u8>, u64)>>(&cmd),
+        )
+        .await;
+        match reply {
+            Ok(Ok(Some((_, fence)))) => Ok(self.grant(spec, token, fence, ttl, margin, sent)),
+            Ok(Ok(None)) => Err(Error::NotAcquired),
+            Ok(Err(e)) => {
+                let e = Error::from(e);
+                if matches!(e, Error::Connection(_)) {
+                    self.release_in_background(spec, &token);
+                }
+                Err(e)
+            }
+            Err(_) => {
+                self.release_in_background(spec, &token);
+                Err(timed_out(
+                    "no reply to the acquire before the lease would end",
+                ))
+            }
+        }
+    }
+
+    /// Wait in the server's fair FIFO queue (`… WAIT ms`, or `WAIT 0` for
+    /// no limit) on a connection of its own, opened for this call and
+    /// closed after it: Redis serves a connection's commands in order, so a
+    /// blocked command on the shared connection would hold up every other
+    /// guard's extends behind it. Closing the connection is also how a
+    /// waiter leaves the queue early: drop this future and the server
+    /// forgets the waiter.
+    ///
+    /// The grant may happen any time between sending and the reply, so the
+    /// lease is then extended once on the shared connection: the watchdog's
+    /// deadline counts from that extend. Should the grant have expired
+    /// already (a reply delayed by more than the ttl), this waits again.
+    async fn acquire_queued(
+        &self,
+        spec: &Spec,
+        wait: Wait,
+        ttl: Duration,
+        margin: Duration,
+        owner: Option<&str>,
+    ) -> Result<Grant> {
+        let opener = self.opener()?;
+        let token = new_token();
+        let end = match wait {
+            Wait::For(wait) => Some(Instant::now() + wait),
+            _ => None,
+        };
+        loop {
+            let left = end.map(|end| end.saturating_duration_since(Instant::now()));
+            // WAIT 0 would mean "no limit" to the server.
+            if left.is_some_and(|left| left < Duration::from_millis(1)) {
+                return Err(Error::TimedOut);
+            }
+            let wait = left.map_or(Wait::Forever, Wait::For);
+            let cmd = spec.kind.acquire_cmd(&spec.key, ttl, &token, wait, owner)?;
+            let query = async {
+                let dedicated = opener.open().await?;
+                dedicated.query::<Option<(Vec<u8>, u64)>>(&cmd).await
+            };
+            let waited = match left {
+                Some(left) => tokio::time::timeout(left + WAIT_REPLY_SLACK, query).await,
+                None => Ok(query.await),
+            };
+            let fence = match waited {
+                Ok(Ok(Some((_, fence)))) => fence,
+                Ok(Ok(None)) => return Err(Error::TimedOut),
+                Ok(Err(e)) => {
+                    let e = Error::from(e);
+                    if matches!(e, Error::Connection(_)) {
+                        self.release_in_background(spec, &token);
+                    }
+                    return Err(e);
+                }
+                Err(_) => {
+                    self.release_in_background(spec, &token);
+                    return Err(timed_out(
+                        "no reply to the waiting acquire within its timeout",
+                    ));
+                }
+            };
+            // Pin the deadline down: extend now, and count from this send.
+            let sent = Instant::now();
+            let extend = spec.kind.extend_cmd(&spec.key, &token, ttl)?;
+            let reply = tokio::time::timeout(ttl - margin, self.conn.query::<i64>(&extend)).await;
+            match reply.map(Extended::of) {
+                Ok(Extended::Yes) => {
+                    return Ok(self.grant(spec, token, fence, ttl, margin, sent));
+                }
+                Ok(Extended::NotHeld) => continue,
+                Ok(Extended::Limit(e)) => {
+                    // Granted moments ago: only a lock.max-hold-ms barely
+                    // above the ttl refuses this first extend, and without
+                    // it the deadline of the grant is unknown. Give it back.
+                    self.release_in_background(spec, &token);
+                    return Err(Error::Server(e));
+                }
+                Ok(Extended::Failed(e)) => {
+                    self.release_in_background(spec, &token);
+                    return Err(e);
+                }
+                Err(_) => {
+                    self.release_in_background(spec, &token);
+                    return Err(timed_out("no reply to the extend after a waited grant"));
+                }
+            }
+        }
+    }
+
+    /// Start the watchdog of a lease just granted.
+    fn grant(
+        &self,
+        spec: &Spec,
+        token: String,
+        fence: u64,
+        ttl: Duration,
+        margin: Duration,
+        sent: Instant,
+    ) -> Grant {
+        let renew = Arc::new(SingleLease {
+            conn: self.conn.clone(),
+            kind: spec.kind,
+            key: spec.key.clone(),
+            token: token.clone(),
+        });
+        let term = Term {
+            sent,
+            valid_until: sent + ttl,
+            ttl,
+            margin,
+        };
+        Grant {
+            key: spec.key.clone(),
+            token,
+            fence,
+            lease: Lease::start(renew, term, &self.options),
+        }
+    }
+
+    /// A release whose outcome nobody waits for: after an acquire whose
+    /// reply was lost, the grant may have happened.
+    fn release_in_background(&self, spec: &Spec, token: &str) {
+        let conn = self.conn.clone();
+        let cmd = spec.kind.release_cmd(&spec.key, token);
+        let timeout = self.options.release_timeout;
+        tokio::spawn(async move {
+            let _ = tokio::time::timeout(timeout, conn.query::<i64>(&cmd)).await;
+        });
+    }
+}
+
+/// What to acquire: every lease on one node is one of these.
+#[derive(Debug, Clone)]
+pub(crate) struct Spec {
+    pub(crate) key: Vec<u8>,
+    pub(crate) kind: Kind,
+    pub(crate) ttl: Duration,
+    pub(crate) wait: Wait,
+    /// The owner label; `None`: the options' label, if any.
+    pub(crate) owner: Option<String>,
+}
+
+/// A lease just granted, before it is wrapped in the guard of its kind.
+pub(crate) struct Grant {
+    pub(crate) key: Vec<u8>,
+    pub(crate) token: String,
+    pub(crate) fence: u64,
+    pub(crate) lease: Lease,
+}
+
+/// One node's lease, as the watchdog sees it.
+struct SingleLease {
+    conn: LockConnection,
+    kind: Kind,
+    key: Vec<u8>,
+    token: String,
+}
+
+impl Renew for SingleLease {
+    fn renew(&self, ttl: Duration) -> BoxFuture<'_, Renewal> {
+        Box::pin(async move {
+            let cmd = match self.kind.extend_cmd(&self.key, &self.token, ttl) {
+                Ok(cmd) => cmd,
+                Err(e) => return Renewal::Failed(e),
+            };
+            let sent = Instant::now();
+            match Extended::of(self.conn.query::<i64>(&cmd).await) {
+                Extended::Yes => Renewal::Extended {
+                    sent,
+                    valid_until: sent + ttl,
+                },
+                Extended::NotHeld => Renewal::Refused,
+                Extended::Limit(_) => Renewal::Limit,
+                Extended::Failed(e) => Renewal::Failed(e),
+            }
+        })
+    }
+
+    fn release(&self) -> BoxFuture<'_, Result<bool>> {
+        Box::pin(async move {
+            let n: i64 = self
+                .conn
+                .query(&self.kind.release_cmd(&self.key, &self.token))
+                .await?;
+            Ok(n == 1)
+        })
+    }
+}

@@ -1,0 +1,130 @@
+//! Tuning knobs shared by [`Locks`](crate::Locks) and
+//! [`Redlock`](crate::Redlock): the watchdog's, and the owner label.
+
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+
+/// The largest ttl the module accepts: 24 hours (its default
+/// `lock.max-ttl-ms`).
+pub const MAX_TTL: Duration = Duration::from_millis(86_400_000);
+
+/// The ttl of a [`LockRequest`](crate::LockRequest) (and of a
+/// [`PermitRequest`](crate::PermitRequest)) that does not set one: 30 s.
+pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
+
+/// The longest wait the module accepts: 365 days.
+pub const MAX_WAIT: Duration = Duration::from_millis(31_536_000_000);
+
+/// The longest owner label the module accepts, in bytes.
+pub const MAX_OWNER_LEN: usize = 128;
+
+/// How a guard's watchdog behaves, and the owner label the acquires carry.
+///
+/// ```
+/// use std::time::Duration;
+/// use redis_lock_client::LockOptions;
+///
+/// let options = LockOptions::default()
+///     .safety_margin(Duration::from_millis(200))
+///     .release_timeout(Duration::from_secs(1))
+///     .owner("billing-worker-3");
+/// ```
+#[derive(Debug, Clone)]
+pub struct LockOptions {
+    pub(crate) safety_margin: Option<Duration>,
+    pub(crate) release_timeout: Duration,
+    pub(crate) owner: Option<String>,
+}
+
+impl Default for LockOptions {
+    fn default() -> Self {
+        LockOptions {
+            safety_margin: None,
+            release_timeout: Duration::from_secs(2),
+            owner: None,
+        }
+    }
+}
+
+impl LockOptions {
+    /// How long before the lease's deadline [`Guard::lost`](crate::Guard::lost)
+    /// fires when no extend has succeeded. The deadline is counted on this
+    /// client's monotonic clock from the moment the acquire or the last
+    /// successful extend was *sent*, so it is never later than the server's.
+    /// The margin covers the time your code needs to notice the loss and stop
+    /// touching the resource, and a server clock that runs faster than this
+    /// client's (Redis expires keys by its own clock). Default: a tenth of the ttl. It must be less
+    /// than half of the ttl, so that the extends (every ttl/3) have room.
+    pub fn safety_margin(mut self, margin: Duration) -> Self {
+        self.safety_margin = Some(margin);
+        self
+    }
+
+    /// Bound on a release (explicit, or the best-effort one on drop).
+    /// Default: 2 s.
+    pub fn release_timeout(mut self, timeout: Duration) -> Self {
+        self.release_timeout = timeout;
+        self
+    }
+
+    /// A public label sent with every acquire (`OWNER label`): a host name,
+    /// a pod, a job id. `LOCK.INFO`, `LOCK.QUEUE` and `LOCK.OBSERVE` show it
+    /// (the token stays secret); a waiter's label becomes the holder's at
+    /// the hand-off. 1 to 128 bytes, checked when an acquire is made
+    /// ([`Error::InvalidArgument`]). Default: none.
+    pub fn owner(mut self, label: impl Into<String>) -> Self {
+        self.owner = Some(label.into());
+        self
+    }
+
+    /// The owner label, checked.
+    pub(crate) fn owner_label(&self) -> Result<Option<&str>> {
+        self.owner.as_deref().map(check_owner).transpose()
+    }
+
+    /// The margin for this ttl, checked.
+    pub(crate) fn margin_for(&self, ttl: Duration) -> Result<Duration> {
+        let margin = self.safety_margin.unwrap_or(ttl / 10);
+        if margin >= ttl / 2 {
+            return Err(Error::InvalidArgument(
+                "the safety margin must be less than half of the ttl",
+            ));
+        }
+        Ok(margin)
+    }
+}
+
+/// An owner label within the module's range (1 to 128 bytes).
+pub(crate) fn check_owner(label: &str) -> Result<&str> {
+    if label.is_empty() || label.len() > MAX_OWNER_LEN {
+        return Err(Error::InvalidArgument(
+            "the owner label must be 1 to 128 bytes",
+        ));
+    }
+    Ok(label)
+}
+
+/// The ttl as the whole milliseconds the module takes, checked against its
+/// range (1 ms to 24 h).
+pub(crate) fn ttl_ms(ttl: Duration) -> Result<u64> {
+    if ttl < Duration::from_millis(1) || ttl > MAX_TTL {
+        return Err(Error::InvalidArgument("the ttl must be 1 ms to 24 hours"));
+    }
+    Ok(ttl.as_millis() as u64)
+}
+
+/// A wait within the module's range (up to 365 days), as whole
+/// milliseconds; at least 1 (the server's `WAIT 0` means "no limit").
+pub(crate) fn wait_ms(wait: Duration) -> Result<u64> {
+    if wait > MAX_WAIT {
+        return Err(Error::InvalidArgument("a wait must be at most 365 days"));
+    }
+    Ok((wait.as_millis() as u64).max(1))
+}
+
+/// The ttl as sent: whole milliseconds, so the client's deadline never runs
+/// past the server's because of a fraction the server did not see.
+pub(crate) fn sent_ttl(ttl: Duration) -> Result<Duration> {
+    Ok(Duration::from_millis(ttl_ms(ttl)?))
+}

@@ -1,0 +1,144 @@
+//! Real servers for the client's tests, from `redis-lock-testsupport`:
+//! `redis-server` (or `$LOCK_TEST_SERVER`) with the module (`$LOCK_MODULE`, or
+//! the workspace's debug build, built once per test binary), each on a free
+//! loopback port in its own directory, killed on drop even when a test
+//! panics; [`LocksOn`] to reach one through the client (and an admin
+//! connection of the client's `redis` version: testsupport has its own), and
+//! a 3-master cluster.
+#![allow(dead_code)]
+
+use std::process::{Command, Stdio};
+use std::thread::sleep;
+use std::time::{Duration, Instant};
+
+use redis_lock_client::{redis, Locks};
+pub use redis_lock_testsupport::Server;
+use redis_lock_testsupport::FREE_PORT;
+
+/// The client on a test server.
+pub trait LocksOn {
+    /// A [`Locks`] on this server through its own connection manager.
+    #[allow(async_fn_in_trait)]
+    async fn locks(&self) -> Locks;
+    /// A `redis::Client` (the client crate's version) for this server.
+    fn redis_client(&self) -> redis::Client;
+    /// A new admin connection (the client crate's `redis` version).
+    fn admin(&self) -> redis::Connection;
+}
+
+impl LocksOn for Server {
+    async fn locks(&self) -> Locks {
+        Locks::connect(self.redis_client())
+            .await
+            .expect("Locks::connect")
+    }
+
+    fn redis_client(&self) -> redis::Client {
+        redis::Client::open(self.url()).expect("a redis:// URL")
+    }
+
+    fn admin(&self) -> redis::Connection {
+        self.redis_client()
+            .get_connection()
+            .expect("an admin connection")
+    }
+}
+
+/// A [`Locks`] reached through a URL, as the examples and `redis-lock run` do.
+pub async fn locks_at(url: &str) -> Locks {
+    Locks::connect(redis::Client::open(url).unwrap())
+        .await
+        .expect("Locks::connect")
+}
+
+/// Poll `cond` every 20 ms until it holds; panic after `timeout`.
+pub fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !cond() {
+        assert!(
+            start.elapsed() < timeout,
+            "condition not met within {timeout:?}"
+        );
+        sleep(Duration::from_millis(20));
+    }
+}
+
+/// `LOCK.INFO key`'s integer fields as a map, `None` when free.
+pub fn info(
+    con: &mut redis::Connection,
+    key: impl AsRef<[u8]>,
+) -> Option<std::collections::HashMap<String, i64>> {
+    let fields: Option<std::collections::HashMap<String, redis::Value>> = redis::cmd("LOCK.INFO")
+        .arg(key.as_ref())
+        .query(con)
+        .expect("LOCK.INFO");
+    fields.map(|fields| {
+        fields
+            .into_iter()
+            .filter_map(|(name, value)| match value {
+                redis::Value::Int(n) => Some((name, n)),
+                _ => None,
+            })
+            .collect()
+    })
+}
+
+/// A 3-master Redis Cluster (no replicas), each master with the module,
+/// created with `redis-cli --cluster create`; ready once every node reports
+/// `cluster_state:ok`.
+pub struct Cluster {
+    pub nodes: Vec<Server>,
+}
+
+impl Cluster {
+    pub fn start() -> Cluster {
+        let nodes: Vec<Server> = (0..3)
+            .map(|_| {
+                // The bus port defaults to port + 10000, which may be taken
+                // or out of range for an ephemeral port: pick one.
+                Server::start_with(&[
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    "nodes.conf",
+                    "--cluster-node-timeout",
+                    "5000",
+                    "--cluster-port",
+                    FREE_PORT,
+                ])
+            })
+            .collect();
+        let mut create = Command::new("redis-cli");
+        create.arg("--cluster").arg("create");
+        for node in &nodes {
+            create.arg(format!("127.0.0.1:{}", node.port));
+        }
+        let out = create
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .stdin(Stdio::null())
+            .output()
+            .expect("run redis-cli --cluster create");
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        assert!(
+            out.status.success() && text.contains("[OK] All 16384 slots covered"),
+            "redis-cli --cluster create failed:\n{text}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let cluster = Cluster { nodes };
+        for node in &cluster.nodes {
+            let mut con = node.admin();
+            wait_until(Duration::from_secs(30), || {
+                let info: String = redis::cmd("CLUSTER")
+                    .arg("INFO")
+                    .query(&mut con)
+                    .expect("CLUSTER INFO");
+                info.contains("cluster_state:ok") && info.contains("cluster_slots_ok:16384")
+            });
+        }
+        cluster
+    }
+
+    pub fn urls(&self) -> Vec<String> {
+        self.nodes.iter().map(|n| n.url()).collect()
+    }
+}
