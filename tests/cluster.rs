@@ -60,38 +60,19 @@ struct NodeLine {
 
 impl Cluster {
     fn start() -> Cluster {
-        let nodes: Vec<Server> = (0..6)
-            .map(|_| {
-                Server::start_with(&[
-                    "--cluster-enabled",
-                    "yes",
-                    "--cluster-config-file",
-                    "nodes.conf",
-                    "--cluster-node-timeout",
-                    "1000",
-                    // A replica of a killed master may take over whatever its
-                    // replication lag: the test wants the failover.
-                    "--cluster-replica-validity-factor",
-                    "0",
-                    "--repl-diskless-sync-delay",
-                    "0",
-                ])
-            })
-            .collect();
-        let mut create = Command::new("redis-cli");
-        create.arg("--cluster").arg("create");
-        for node in &nodes {
-            create.arg(format!("127.0.0.1:{}", node.port));
-        }
-        let out = create
-            .args(["--cluster-replicas", "1", "--cluster-yes"])
-            .output()
-            .expect("run redis-cli --cluster create");
-        let text = String::from_utf8_lossy(&out.stdout).to_string();
-        assert!(
-            out.status.success() && text.contains("[OK] All 16384 slots covered"),
-            "redis-cli --cluster create failed:\n{text}\n{}",
-            String::from_utf8_lossy(&out.stderr)
+        let nodes = redis_lock_testsupport::start_cluster(
+            3,
+            1,
+            &[
+                "--cluster-node-timeout",
+                "1000",
+                // A replica of a killed master may take over whatever its
+                // replication lag: the test wants the failover.
+                "--cluster-replica-validity-factor",
+                "0",
+                "--repl-diskless-sync-delay",
+                "0",
+            ],
         );
         let mut cluster = Cluster { nodes };
         cluster.wait_healthy(Duration::from_secs(30));

@@ -78,6 +78,12 @@ impl Renewal {
 /// that overflows the clock, a key of the other kind), with nothing
 /// changed.
 pub fn acquire(case: &AcquireCase) -> Result<Acquire, LockError> {
+    // The common case first: a free key that nobody waits for.
+    if case.key == KeyState::Free && !case.others_waiting && case.delayed_until_ms.is_none() {
+        return Ok(Acquire::Grant {
+            deadline_ms: rules::deadline_ms(case.now_ms, case.ttl_ms)?,
+        });
+    }
     let busy = |wake_at_ms: Option<i64>| {
         if case.may_wait {
             Acquire::Queue { wake_at_ms }

@@ -28,7 +28,9 @@ use crate::redis::server;
 fn open_write(ctx: &Context, name: &RedisString) -> (LockKey, i64) {
     let mut key = LockKey::open_write(ctx, name);
     let now_ms = server::now_ms();
-    lease::expire(ctx, &mut key, name, now_ms);
+    if key.is_list() {
+        lease::expire(ctx, &mut key, name, now_ms);
+    }
     (key, now_ms)
 }
 

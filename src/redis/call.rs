@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use std::ffi::CStr;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::os::raw::{c_char, c_int};
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use redis_lock_core::decide::CommandFlags;
 use redis_lock_core::errors::LockError;
@@ -209,31 +210,31 @@ pub fn report_keys(ctx: &Context, args: &[RedisString], first: usize) {
     }
 }
 
-thread_local! {
-    /// How deep the module is inside a guarded command's `RM_Call`: a lock
-    /// command called from there (a script run by `LOCK.GUARD … EVAL` that
-    /// calls `LOCK.RELEASE`) is refused, as it is at the top level.
-    static GUARDING: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
-}
+/// How deep the module is inside a guarded command's `RM_Call`: a lock
+/// command called from there (a script run by `LOCK.GUARD … EVAL` that
+/// calls `LOCK.RELEASE`) is refused, as it is at the top level. Main thread
+/// only; an atomic rather than a thread-local, because every command asks
+/// and a thread-local in a shared object costs a call to find.
+static GUARDING: AtomicU32 = AtomicU32::new(0);
 
 /// Whether a guarded command is running now (see [`call_and_reply`]).
 pub fn guarding() -> bool {
-    GUARDING.with(|g| g.get() > 0)
+    GUARDING.load(Ordering::Relaxed) > 0
 }
 
-/// While alive, a guarded command runs (main thread only).
+/// While alive, a guarded command runs.
 struct Guarding;
 
 impl Guarding {
     fn start() -> Guarding {
-        GUARDING.with(|g| g.set(g.get() + 1));
+        GUARDING.fetch_add(1, Ordering::Relaxed);
         Guarding
     }
 }
 
 impl Drop for Guarding {
     fn drop(&mut self) {
-        GUARDING.with(|g| g.set(g.get().saturating_sub(1)));
+        GUARDING.fetch_sub(1, Ordering::Relaxed);
     }
 }
 

@@ -156,6 +156,7 @@ unsafe fn dispatch(
     }
 }
 
+#[inline(always)]
 fn run(ctx: &Context, args: &[RedisString], body: Body) {
     // Lock commands are not guarded commands, at any depth: a script that
     // `LOCK.GUARD` runs may not call one either.

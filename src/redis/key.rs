@@ -26,7 +26,14 @@ use super::datatype::{self, Storage, Stored};
 pub struct LockKey {
     key: *mut raw::RedisModuleKey,
     writable: bool,
+    /// The key's value as it was looked up when the key was opened, kept
+    /// in step by every change made through this key (the only writer while
+    /// it is open): one lookup per command, however often it is read.
+    value: Value,
 }
+
+/// A key's value: none, one of the module's storages, or another type.
+type Value = Result<Option<(Stored, *mut c_void)>, LockError>;
 
 impl LockKey {
     /// Open for reading and writing. On a master an expired key is deleted
@@ -49,6 +56,7 @@ impl LockKey {
         Self {
             key,
             writable: mode & raw::REDISMODULE_WRITE != 0,
+            value: look_up(key),
         }
     }
 
@@ -65,25 +73,13 @@ impl LockKey {
 
     /// The module value of the key and how it keeps its holds; `WRONGTYPE`
     /// for a key of another type.
-    fn value(&self) -> Result<Option<(Stored, *mut c_void)>, LockError> {
-        if self.key.is_null() {
-            return Ok(None);
-        }
-        unsafe {
-            let key_type = raw::RedisModule_KeyType.map_or(0, |f| f(self.key)) as isize;
-            if key_type == raw::REDISMODULE_KEYTYPE_EMPTY {
-                return Ok(None);
-            }
-            if key_type != raw::REDISMODULE_KEYTYPE_MODULE {
-                return Err(LockError::WrongType);
-            }
-            let value_type =
-                raw::RedisModule_ModuleTypeGetType.map_or(std::ptr::null_mut(), |f| f(self.key));
-            let stored = datatype::stored_as(value_type).ok_or(LockError::WrongType)?;
-            let value =
-                raw::RedisModule_ModuleTypeGetValue.map_or(std::ptr::null_mut(), |f| f(self.key));
-            Ok((!value.is_null()).then_some((stored, value)))
-        }
+    fn value(&self) -> Value {
+        self.value
+    }
+
+    /// Whether the key keeps a list of holds (a shared lock or a semaphore).
+    pub fn is_list(&self) -> bool {
+        matches!(self.value, Ok(Some((Stored::List, _))))
     }
 
     /// The key's list of holds, to change in place (a key open for writing).
@@ -147,8 +143,14 @@ impl LockKey {
         if status != raw::Status::Ok as c_int {
             // SAFETY: Redis did not take ownership; nothing else has it.
             unsafe { datatype::free_value(value) };
+            self.value = look_up(self.key);
             return Err(LockError::Internal);
         }
+        let stored = match kind {
+            Kind::Exclusive => Stored::Packed,
+            _ => Stored::List,
+        };
+        self.value = Ok(Some((stored, value.cast())));
         Ok(())
     }
 
@@ -296,6 +298,29 @@ impl LockKey {
                 delete(self.key);
             }
         });
+        self.value = Ok(None);
+    }
+}
+
+/// The module value of an open `key` and how it keeps its holds; `WRONGTYPE`
+/// for a key of another type.
+fn look_up(key: *mut raw::RedisModuleKey) -> Value {
+    if key.is_null() {
+        return Ok(None);
+    }
+    unsafe {
+        let key_type = raw::RedisModule_KeyType.map_or(0, |f| f(key)) as isize;
+        if key_type == raw::REDISMODULE_KEYTYPE_EMPTY {
+            return Ok(None);
+        }
+        if key_type != raw::REDISMODULE_KEYTYPE_MODULE {
+            return Err(LockError::WrongType);
+        }
+        let value_type =
+            raw::RedisModule_ModuleTypeGetType.map_or(std::ptr::null_mut(), |f| f(key));
+        let stored = datatype::stored_as(value_type).ok_or(LockError::WrongType)?;
+        let value = raw::RedisModule_ModuleTypeGetValue.map_or(std::ptr::null_mut(), |f| f(key));
+        Ok((!value.is_null()).then_some((stored, value)))
     }
 }
 

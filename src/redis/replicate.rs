@@ -31,6 +31,7 @@ static UNBUILT: AtomicU64 = AtomicU64::new(0);
 
 /// Run the client command `body` with `ctx` as the command context: its
 /// effects are left unbuilt while nothing reads propagation.
+#[inline(always)]
 pub fn in_command<R>(ctx: &Context, body: impl FnOnce() -> R) -> R {
     let outer = COMMAND.swap(ctx.get_raw(), Ordering::Relaxed);
     let result = body();

@@ -7,6 +7,7 @@ use redis_lock_core::errors::LockError;
 use redis_module::{raw, Context};
 
 /// `[token, fence]`
+#[inline]
 pub fn grant(ctx: &Context, token: &[u8], fence: u64) {
     unsafe {
         if let (Some(array), Some(buffer), Some(integer)) = (

@@ -7,10 +7,13 @@
 //! [`Launch::start`] panics with the server's log. The [`Server`] it gives is
 //! ready (it answers PING and has finished loading its data) and is killed
 //! on drop, even when a test panics. [`Server::start`] and
-//! [`Server::start_with`] are the short forms the tests use.
+//! [`Server::start_with`] are the short forms the tests use, and
+//! [`start_cluster`] makes a Redis Cluster of them.
 
+mod cluster;
 mod server;
 mod setup;
 
+pub use cluster::start_cluster;
 pub use server::{Launch, Server, FREE_PORT};
 pub use setup::{connect, free_port, module_path, server_binary};

@@ -7,13 +7,11 @@
 //! a 3-master cluster.
 #![allow(dead_code)]
 
-use std::process::{Command, Stdio};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
 use redis_lock_client::{redis, Locks};
 pub use redis_lock_testsupport::Server;
-use redis_lock_testsupport::FREE_PORT;
 
 /// The client on a test server.
 pub trait LocksOn {
@@ -92,50 +90,9 @@ pub struct Cluster {
 
 impl Cluster {
     pub fn start() -> Cluster {
-        let nodes: Vec<Server> = (0..3)
-            .map(|_| {
-                // The bus port defaults to port + 10000, which may be taken
-                // or out of range for an ephemeral port: pick one.
-                Server::start_with(&[
-                    "--cluster-enabled",
-                    "yes",
-                    "--cluster-config-file",
-                    "nodes.conf",
-                    "--cluster-node-timeout",
-                    "5000",
-                    "--cluster-port",
-                    FREE_PORT,
-                ])
-            })
-            .collect();
-        let mut create = Command::new("redis-cli");
-        create.arg("--cluster").arg("create");
-        for node in &nodes {
-            create.arg(format!("127.0.0.1:{}", node.port));
-        }
-        let out = create
-            .args(["--cluster-replicas", "0", "--cluster-yes"])
-            .stdin(Stdio::null())
-            .output()
-            .expect("run redis-cli --cluster create");
-        let text = String::from_utf8_lossy(&out.stdout).to_string();
-        assert!(
-            out.status.success() && text.contains("[OK] All 16384 slots covered"),
-            "redis-cli --cluster create failed:\n{text}\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let cluster = Cluster { nodes };
-        for node in &cluster.nodes {
-            let mut con = node.admin();
-            wait_until(Duration::from_secs(30), || {
-                let info: String = redis::cmd("CLUSTER")
-                    .arg("INFO")
-                    .query(&mut con)
-                    .expect("CLUSTER INFO");
-                info.contains("cluster_state:ok") && info.contains("cluster_slots_ok:16384")
-            });
-        }
-        cluster
+        let nodes =
+            redis_lock_testsupport::start_cluster(3, 0, &["--cluster-node-timeout", "5000"]);
+        Cluster { nodes }
     }
 
     pub fn urls(&self) -> Vec<String> {
