@@ -116,11 +116,7 @@ pub fn on_key_event(ctx: &Context, _class: NotifyEvent, event: &str, key: &[u8])
 /// now puts it back.
 fn follow_ttl(ctx: &Context, key: &LockKey, name: &[u8]) {
     key.mirror_deadline();
-    let moved = match key.held() {
-        Ok(Holds::Many(h)) => key.deadline() != h.latest_deadline(),
-        _ => false,
-    };
-    if moved && server::is_master(ctx) {
+    if key.ttl_strayed() && server::is_master(ctx) {
         let db = server::selected_db(ctx);
         timer::start(ctx, 0, (db, Box::<[u8]>::from(name)), holders_ttl);
     }

@@ -21,7 +21,6 @@ use std::collections::HashMap;
 use std::ffi::CString;
 
 use redis_lock_core::decide;
-use redis_lock_core::hold::Holds;
 use redis_lock_core::waitqueue::{WaitQueues, WaiterId};
 use redis_module::{Context, RedisString};
 
@@ -151,7 +150,9 @@ fn on_deadline(ctx: &Context, (db, key): DbKey) {
     // master's effects) are looked at here.
     let told_by_event = server::is_master(ctx)
         && !server::writes_paused()
-        && matches!(LockKey::open_write(ctx, &name).held(), Ok(Holds::Free));
+        && LockKey::open_write(ctx, &name)
+            .held()
+            .is_ok_and(|holds| holds.is_free());
     if !told_by_event {
         changed(ctx, db, &name);
     }

@@ -230,6 +230,19 @@ impl LockKey {
         Some((kind, expired, gone))
     }
 
+    /// A key with several holds whose TTL is not its latest hold's deadline
+    /// (a client moved it).
+    pub fn ttl_strayed(&self) -> bool {
+        match self.value {
+            // SAFETY: as in `held`.
+            Ok(Some((Stored::List, value))) => {
+                let holders = unsafe { &*value.cast::<Holders>() };
+                self.deadline() != holders.latest_deadline()
+            }
+            _ => false,
+        }
+    }
+
     /// A key with several holds: its TTL becomes its latest hold's
     /// deadline, and it goes when none is left. The deadline, if the TTL
     /// moved.

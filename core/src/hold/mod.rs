@@ -310,6 +310,11 @@ pub enum Holds<'a> {
 }
 
 impl<'a> Holds<'a> {
+    /// Whether the key holds nothing.
+    pub fn is_free(&self) -> bool {
+        matches!(self, Holds::Free)
+    }
+
     /// What kind of key it is; `None` when free.
     pub fn kind(&self) -> Option<Kind> {
         match self {
