@@ -16,7 +16,7 @@ use crate::redis::events::ServerEvent;
 use crate::redis::guard::guarded;
 use crate::redis::key::LockKey;
 use crate::redis::{replicate, server, timer};
-use crate::{config, expiry, fence, lease, observers, sessions, waiting};
+use crate::{config, expiry, fence, lease, observers, sessions, sync, waiting};
 
 /// The data type's hooks: the fence high-water mark in the RDB, and the
 /// expiry note when Redis removes a key of the module's.
@@ -188,6 +188,7 @@ pub fn on_server_event(ctx: &Context, event: ServerEvent) {
             server::set_replica(now_replica);
             if now_replica {
                 waiting::demoted(ctx);
+                sync::demoted(ctx);
             }
         }
         ServerEvent::ClientClosed { client } => {
@@ -233,6 +234,7 @@ pub fn info_fields() -> Vec<(&'static CStr, i64)> {
         (c"locks", datatype::live_values()),
         (c"waiters", waiting::total_waiters() as i64),
         (c"observers", observers::total() as i64),
+        (c"sync_waiting", sync::waiting() as i64),
         (c"fence_high_water", fence::high_water() as i64),
         (c"eviction_risk", i64::from(metrics::eviction_risk())),
         // Whether anything (AOF, replica, backlog) reads the effects, and how

@@ -111,6 +111,9 @@ pub enum ReleasedBy {
     Session,
     /// A waiter granted the key disconnected before its reply.
     Reclaim,
+    /// A grant whose replicas did not hold it in time (`SYNC`), or whose
+    /// client left while it waited for them (`sync.rs` counts it).
+    Undone,
 }
 
 /// `token`'s hold on `name` (open as `key`, of `kind`) is gone: replicated
@@ -138,7 +141,7 @@ pub fn release(
     match by {
         ReleasedBy::Holder => metrics::count(Counter::Releases),
         ReleasedBy::Session => metrics::count(Counter::SessionReleases),
-        ReleasedBy::Reclaim => {}
+        ReleasedBy::Reclaim | ReleasedBy::Undone => {}
     }
 }
 

@@ -7,8 +7,9 @@
 //!   [`migration`] (Valkey 9's slot migrations) and [`startup`];
 //! - flows: [`waiting`] (queues, hand-off, the one release path), then
 //!   [`lease`] (grant, renew, release of one key);
-//! - module-wide state: [`sessions`], [`observers`], [`expiry`], [`fence`],
-//!   [`metrics`], [`config`];
+//! - module-wide state: [`sessions`], [`observers`], [`sync`] (clients
+//!   waiting for their replicas), [`expiry`], [`fence`], [`metrics`],
+//!   [`config`];
 //! - [`redis`]: every FFI call;
 //! - the `redis-lock-core` crate: parsing, errors and every decision, with
 //!   no Redis dependency.
@@ -39,6 +40,7 @@ pub mod observers;
 pub mod redis;
 pub mod sessions;
 pub mod startup;
+pub mod sync;
 pub mod waiting;
 
 use redis_module::{redis_module, Context, RedisString, Status};

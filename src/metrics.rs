@@ -47,9 +47,16 @@ pub enum Counter {
     Guards,
     /// LOCK.GUARD calls refused with `LOST`: nothing ran.
     GuardsLost,
+    /// Requests with `SYNC` that waited for their replicas.
+    Syncs,
+    /// Of those, the ones whose time ran out (answered `NOSYNC`).
+    SyncTimeouts,
+    /// Grants undone because their replicas did not hold them in time, or
+    /// their client left while it waited.
+    SyncsUndone,
 }
 
-const COUNTERS: [(Counter, &CStr); 18] = [
+const COUNTERS: [(Counter, &CStr); 21] = [
     (Counter::Grants, c"grants"),
     (Counter::Refused, c"refused"),
     (Counter::Renewals, c"renewals"),
@@ -68,6 +75,9 @@ const COUNTERS: [(Counter, &CStr); 18] = [
     (Counter::SessionReleases, c"session_releases"),
     (Counter::Guards, c"guards"),
     (Counter::GuardsLost, c"guards_lost"),
+    (Counter::Syncs, c"syncs"),
+    (Counter::SyncTimeouts, c"sync_timeouts"),
+    (Counter::SyncsUndone, c"syncs_undone"),
 ];
 
 #[allow(clippy::declare_interior_mutable_const)]

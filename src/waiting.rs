@@ -43,10 +43,12 @@ use std::cell::RefCell;
 use std::collections::HashSet;
 use std::ffi::CString;
 
+use redis_lock_core::args::Sync;
 use redis_lock_core::cluster;
 use redis_lock_core::decide::{self, Serve};
 use redis_lock_core::errors::LockError;
 use redis_lock_core::hold::{Event, KeyState, Kind, MyHold, Want};
+use redis_lock_core::sync::Stands;
 use redis_lock_core::token::{self, UUID_LEN};
 use redis_lock_core::waitqueue::{WaitQueues, WaiterId};
 use redis_module::{Context, RedisString};
@@ -58,6 +60,7 @@ use crate::redis::key::LockKey;
 use crate::redis::timer::{self, DueId, TimerId};
 use crate::redis::{client, migration, replicate, reply, server};
 use crate::sessions::{self, Bound};
+use crate::sync::{self, Grant};
 use crate::{config, expiry, observers};
 
 /// A queued client. Its [`WaiterId`] is its blocked-client id.
@@ -79,6 +82,8 @@ struct Waiter {
     client: u64,
     /// What it waits for: the lock, a read lease, or permits.
     want: Want,
+    /// `SYNC`: answered only once that many replicas hold its grant.
+    sync: Option<Sync>,
     /// When it queued, and when its wait ends (unix ms; none for `WAIT 0`).
     queued_ms: i64,
     ends_ms: Option<i64>,
@@ -97,7 +102,8 @@ enum Outcome {
     TimedOut,
     /// The key's slot moved, or is moving, to another node (`CLUSTER
     /// MIGRATESLOTS`, or `MIGRATE` in a classic reshard): reply this error
-    /// (`MOVED …`, `ASK …`).
+    /// (`MOVED …`, `ASK …`); or granted with `SYNC`, its replicas did not
+    /// hold it in time (`NOSYNC …`, the grant undone).
     Redirected(CString),
 }
 
@@ -226,6 +232,7 @@ pub struct WaitRequest<'a> {
     pub session: Option<u64>,
     pub owner: Option<&'a [u8]>,
     pub want: Want,
+    pub sync: Option<Sync>,
 }
 
 /// Block the calling client at the tail of `key`'s queue, and make sure the
@@ -255,6 +262,7 @@ pub fn enqueue(
         owner: request.owner.map(Into::into),
         client: client::id(ctx),
         want: request.want,
+        sync: request.sync,
         queued_ms,
         ends_ms: (request.wait_ms > 0).then(|| queued_ms.saturating_add(request.wait_ms)),
     };
@@ -440,16 +448,78 @@ fn grant_to_head(
         sessions::bind(ctx, client, db, key, fence);
     }
     replicate::notify(ctx, waiter.want.kind().event(Event::Handoff), name);
-    blocked::unblock::<Queue>(
-        id,
-        Outcome::Granted {
-            db,
-            key: key.into(),
-            token: token.into(),
-            fence,
-        },
-    );
+    let grant = Grant {
+        db,
+        key: key.into(),
+        token: token.into(),
+        fence,
+    };
+    answer(ctx, id, waiter.sync, grant, Stands::Undone);
     true
+}
+
+/// Answer a granted (or renewed) waiter: now, or with `SYNC` once its
+/// replicas hold the grant (a new grant is undone if they do not in time).
+fn answer(ctx: &Context, id: BlockedId, sync_args: Option<Sync>, grant: Grant, stands: Stands) {
+    let Some(sync_args) = sync_args else {
+        return blocked::unblock::<Queue>(id, granted(grant));
+    };
+    let pending = sync::Pending {
+        client: id,
+        sync: sync_args,
+        answer: sync::Answer::Grant {
+            token: grant.token.clone(),
+            fence: grant.fence,
+        },
+        stands,
+        grant: Some(grant),
+        undo,
+        answer_by: answer_queued,
+    };
+    sync::wait(ctx, pending);
+}
+
+/// Answer a queued client about its grant: `[token, fence]` (given back if
+/// it leaves before the reply), or the `NOSYNC` error.
+fn answer_queued(
+    id: BlockedId,
+    result: Result<sync::Answer, CString>,
+    grant: Option<Grant>,
+    _undo: sync::Undo,
+) {
+    let outcome = match (result, grant) {
+        (Ok(_), Some(grant)) => granted(grant),
+        (Ok(_), None) => Outcome::Failed(LockError::Internal),
+        (Err(text), _) => Outcome::Redirected(text),
+    };
+    blocked::unblock::<Queue>(id, outcome);
+}
+
+/// Undo a grant whose replicas did not hold it in time (or whose client
+/// left while it waited for them): released as a release would, if that
+/// hold is still there, and the key handed on. A master only.
+pub fn undo(ctx: &Context, grant: &Grant) {
+    if !server::is_master(ctx) {
+        return;
+    }
+    let token = Some(&*grant.token);
+    release_held(
+        ctx,
+        grant.db,
+        &grant.key,
+        grant.fence,
+        token,
+        ReleasedBy::Undone,
+    );
+}
+
+fn granted(grant: Grant) -> Outcome {
+    Outcome::Granted {
+        db: grant.db,
+        key: grant.key,
+        token: grant.token,
+        fence: grant.fence,
+    }
 }
 
 /// The head of the queue's token already holds the key as it asks (`mine`):
@@ -483,13 +553,13 @@ fn renew_head(
             if let Some(client) = waiter.session {
                 sessions::bind(ctx, client, db, key, renewal.fence);
             }
-            let granted = Outcome::Granted {
+            let grant = Grant {
                 db,
                 key: key.into(),
                 token: token.into(),
                 fence: renewal.fence,
             };
-            blocked::unblock::<Queue>(id, granted);
+            answer(ctx, id, waiter.sync, grant, Stands::Extension);
         }
         Err(error) => blocked::unblock::<Queue>(id, Outcome::Failed(error)),
     }
@@ -785,6 +855,10 @@ impl Waits for Queue {
         if let Some(waiter) = with_queues(|q| q.remove(client)) {
             dismiss(ctx, &waiter);
             blocked::unblock_without_reply(client);
+            return;
         }
+        // Granted with SYNC, waiting for its replicas: it leaves, and its
+        // grant goes back.
+        sync::client_gone(ctx, client);
     }
 }

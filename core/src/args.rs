@@ -43,6 +43,45 @@ pub struct AcquireArgs<'a> {
     pub owner: Option<&'a [u8]>,
     /// `SHARED`: a read lease beside other readers.
     pub shared: bool,
+    /// `SYNC numreplicas timeout-ms`: answer only once that many replicas
+    /// hold the grant (none for `SYNC 0 …`, which is the same as no option).
+    pub sync: Option<Sync>,
+}
+
+/// `SYNC numreplicas timeout-ms`: a grant (or an extension, or a guarded
+/// write) is answered only once `replicas` replicas have acknowledged the
+/// replication offset that carries it, as `WAIT` counts them; after
+/// `timeout_ms` without them, a grant is undone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sync {
+    pub replicas: u32,
+    pub timeout_ms: i64,
+}
+
+/// The most replicas `SYNC` may wait for (the error message says so).
+pub const MAX_SYNC_REPLICAS: u32 = 1000;
+const _: () = assert!(MAX_SYNC_REPLICAS == 1000);
+
+/// `SYNC numreplicas timeout-ms` from `rest` (after the word `SYNC`): `None`
+/// for `SYNC 0 …`. `AOF` after them asks for the replicas' and the local
+/// AOF fsync as well, which no module can see (docs/operations.md): refused.
+fn parse_sync<'a, A: ArgBytes + 'a>(
+    rest: &mut impl Iterator<Item = &'a A>,
+) -> Result<Option<Sync>, LockError> {
+    let (Some(replicas), Some(timeout)) = (rest.next(), rest.next()) else {
+        return Err(LockError::SyntaxMissingSync);
+    };
+    let replicas = parse_i64(replicas.bytes())
+        .and_then(|n| u32::try_from(n).ok())
+        .filter(|n| *n <= MAX_SYNC_REPLICAS)
+        .ok_or(LockError::SyncReplicasInvalid)?;
+    let timeout_ms = parse_i64(timeout.bytes())
+        .filter(|t| (1..=rules::MAX_WAIT_MS).contains(t))
+        .ok_or(LockError::SyncTimeoutInvalid)?;
+    Ok((replicas > 0).then_some(Sync {
+        replicas,
+        timeout_ms,
+    }))
 }
 
 /// `SEM.ACQUIRE key limit ttl-ms [COUNT n] [TOKEN token] [WAIT timeout-ms]
@@ -95,11 +134,12 @@ pub struct ObserveArgs {
     pub timeout_ms: i64,
 }
 
-/// `LOCK.EXTEND key token ttl-ms`
+/// `LOCK.EXTEND key token ttl-ms [SYNC numreplicas timeout-ms]`
 #[derive(Debug, PartialEq, Eq)]
 pub struct ExtendArgs<'a> {
     pub token: &'a [u8],
     pub ttl_ms: i64,
+    pub sync: Option<Sync>,
 }
 
 /// `LOCK.RELEASE key token`
@@ -127,22 +167,51 @@ pub struct SetStateArgs<'a> {
     pub owner: Option<&'a [u8]>,
 }
 
-/// `LOCK.GUARD key token command [arg ...]`: the inner command is
-/// `args[GUARDED_COMMAND..]`, passed on as it came.
+/// `LOCK.GUARD key token [SYNC numreplicas timeout-ms] command [arg ...]`:
+/// the inner command is `args[command_at..]`, passed on as it came.
 #[derive(Debug, PartialEq, Eq)]
 pub struct GuardArgs<'a> {
     pub token: &'a [u8],
+    pub sync: Option<Sync>,
+    /// Where the guarded command starts in the arguments.
+    pub command_at: usize,
 }
 
-/// Where the guarded command starts in `LOCK.GUARD`'s arguments.
+/// Where the guarded command starts in `LOCK.GUARD`'s arguments without
+/// `SYNC`.
 pub const GUARDED_COMMAND: usize = 3;
+
+/// Where the guarded command starts: after `SYNC n t` when the word right
+/// after the token is `SYNC` with anything after it (Redis' own `SYNC`
+/// takes no arguments, and is never allowed in `LOCK.GUARD`), else right
+/// after the token. Also what the key positions (Cluster, ACLs, `COMMAND
+/// GETKEYS`) count from, before anything is checked.
+pub fn guarded_command_at<A: ArgBytes>(args: &[A]) -> usize {
+    match args.get(GUARDED_COMMAND) {
+        Some(word) if word.bytes().eq_ignore_ascii_case(b"SYNC") && args.len() > 4 => {
+            GUARDED_COMMAND + 3
+        }
+        _ => GUARDED_COMMAND,
+    }
+}
 
 pub fn parse_guard<A: ArgBytes>(args: &[A]) -> Result<GuardArgs<'_>, LockError> {
     if args.len() <= GUARDED_COMMAND {
         return Err(LockError::ArityGuard);
     }
+    let token = rules::check_token(args[2].bytes())?;
+    let command_at = guarded_command_at(args);
+    let sync = match command_at {
+        GUARDED_COMMAND => None,
+        _ => parse_sync(&mut args[GUARDED_COMMAND + 1..].iter())?,
+    };
+    if args.len() <= command_at {
+        return Err(LockError::ArityGuard);
+    }
     Ok(GuardArgs {
-        token: rules::check_token(args[2].bytes())?,
+        token,
+        sync,
+        command_at,
     })
 }
 
@@ -155,6 +224,7 @@ struct Options<'a> {
     owner: Option<&'a [u8]>,
     shared: bool,
     count: Option<u32>,
+    sync: Option<Sync>,
 }
 
 /// `shared_allowed`: `SHARED` is an option (LOCK.ACQUIRE); `count_limit`:
@@ -171,7 +241,9 @@ fn parse_options<A: ArgBytes>(
         owner: None,
         shared: false,
         count: None,
+        sync: None,
     };
+    let mut sync_given = false;
     let mut rest = options.iter();
     while let Some(option) = rest.next() {
         let is = |name: &[u8]| option.bytes().eq_ignore_ascii_case(name);
@@ -204,6 +276,14 @@ fn parse_options<A: ArgBytes>(
                 return Err(LockError::SyntaxRepeatedShared);
             }
             parsed.shared = true;
+        } else if is(b"SYNC") {
+            if sync_given {
+                return Err(LockError::SyntaxRepeatedSync);
+            }
+            sync_given = true;
+            parsed.sync = parse_sync(&mut rest)?;
+        } else if is(b"AOF") && sync_given {
+            return Err(LockError::SyncAofUnsupported);
         } else if let (true, Some(limit)) = (is(b"COUNT"), count_limit) {
             let value = rest.next().ok_or(LockError::SyntaxMissingCount)?;
             if parsed.count.is_some() {
@@ -239,6 +319,7 @@ pub fn parse_acquire<A: ArgBytes>(
         session: options.session,
         owner: options.owner,
         shared: options.shared,
+        sync: options.sync,
     })
 }
 
@@ -266,6 +347,7 @@ pub fn parse_sem_acquire<A: ArgBytes>(
             session: options.session,
             owner: options.owner,
             shared: false,
+            sync: options.sync,
         },
     })
 }
@@ -281,14 +363,31 @@ pub fn parse_extend_as<A: ArgBytes>(
     max_ttl_ms: i64,
     arity: LockError,
 ) -> Result<ExtendArgs<'_>, LockError> {
-    if args.len() != 4 {
+    if args.len() < 4 {
         return Err(arity);
     }
     let token = rules::check_token(args[2].bytes())?;
     let ttl_ms = parse_ttl(args[3].bytes())?;
+    let mut rest = args[4..].iter();
+    let sync = match rest.next() {
+        None => None,
+        Some(word) if word.bytes().eq_ignore_ascii_case(b"SYNC") => {
+            let sync = parse_sync(&mut rest)?;
+            match rest.next() {
+                None => sync,
+                Some(word) if word.bytes().eq_ignore_ascii_case(b"AOF") => {
+                    return Err(LockError::SyncAofUnsupported)
+                }
+                Some(_) => return Err(arity),
+            }
+        }
+        // Anything else: one argument too many, as before options existed.
+        Some(_) => return Err(arity),
+    };
     Ok(ExtendArgs {
         token,
         ttl_ms: rules::check_ttl_limit(ttl_ms, max_ttl_ms)?,
+        sync,
     })
 }
 
@@ -590,6 +689,7 @@ mod tests {
                 session: false,
                 owner: None,
                 shared: false,
+                sync: None,
             }
         );
         let a = parse_acquire(&["LOCK.ACQUIRE", "k", "5", "session", "WAIT", "0"], MAX).unwrap();
@@ -694,12 +794,105 @@ mod tests {
     }
 
     #[test]
+    fn sync_takes_replicas_and_a_timeout_on_every_command_that_grants_or_renews() {
+        let sync = |replicas, timeout_ms| {
+            Some(Sync {
+                replicas,
+                timeout_ms,
+            })
+        };
+        let a = parse_acquire(
+            &["LOCK.ACQUIRE", "k", "5", "SYNC", "1", "200", "WAIT", "0"],
+            MAX,
+        );
+        assert_eq!(a.map(|a| a.sync), Ok(sync(1, 200)));
+        let a = parse_acquire(&["LOCK.ACQUIRE", "k", "5", "sync", "0", "200"], MAX);
+        assert_eq!(a.map(|a| a.sync), Ok(None), "SYNC 0 is no SYNC");
+        let s = parse_sem_acquire(&["SEM.ACQUIRE", "s", "3", "5", "SYNC", "2", "10"], MAX);
+        assert_eq!(s.map(|s| s.lock.sync), Ok(sync(2, 10)));
+        let e = parse_extend(
+            &["LOCK.EXTEND", "k", "t", "5", "SYNC", "1000", "31536000000"],
+            MAX,
+        );
+        assert_eq!(e.map(|e| e.sync), Ok(sync(1000, 31_536_000_000)));
+        for (args, want) in [
+            (
+                vec!["LOCK.ACQUIRE", "k", "5", "SYNC"],
+                LockError::SyntaxMissingSync,
+            ),
+            (
+                vec!["LOCK.ACQUIRE", "k", "5", "SYNC", "1"],
+                LockError::SyntaxMissingSync,
+            ),
+            (
+                vec!["LOCK.ACQUIRE", "k", "5", "SYNC", "-1", "5"],
+                LockError::SyncReplicasInvalid,
+            ),
+            (
+                vec!["LOCK.ACQUIRE", "k", "5", "SYNC", "1001", "5"],
+                LockError::SyncReplicasInvalid,
+            ),
+            (
+                vec!["LOCK.ACQUIRE", "k", "5", "SYNC", "x", "5"],
+                LockError::SyncReplicasInvalid,
+            ),
+            (
+                vec!["LOCK.ACQUIRE", "k", "5", "SYNC", "1", "0"],
+                LockError::SyncTimeoutInvalid,
+            ),
+            (
+                vec!["LOCK.ACQUIRE", "k", "5", "SYNC", "1", "-5"],
+                LockError::SyncTimeoutInvalid,
+            ),
+            (
+                vec!["LOCK.ACQUIRE", "k", "5", "SYNC", "1", "31536000001"],
+                LockError::SyncTimeoutInvalid,
+            ),
+            (
+                vec!["LOCK.ACQUIRE", "k", "5", "SYNC", "1", "5", "SYNC", "1", "5"],
+                LockError::SyntaxRepeatedSync,
+            ),
+            (
+                vec!["LOCK.ACQUIRE", "k", "5", "SYNC", "1", "5", "AOF"],
+                LockError::SyncAofUnsupported,
+            ),
+            (
+                vec!["LOCK.ACQUIRE", "k", "5", "AOF"],
+                LockError::SyntaxUnknownOption,
+            ),
+        ] {
+            assert_eq!(parse_acquire(&args, MAX).map(|_| ()), Err(want), "{args:?}");
+        }
+        for (args, want) in [
+            (
+                vec!["LOCK.EXTEND", "k", "t", "5", "SYNC", "1"],
+                LockError::SyntaxMissingSync,
+            ),
+            (
+                vec!["LOCK.EXTEND", "k", "t", "5", "SYNC", "1", "5", "AOF"],
+                LockError::SyncAofUnsupported,
+            ),
+            (
+                vec!["LOCK.EXTEND", "k", "t", "5", "SYNC", "1", "5", "x"],
+                LockError::ArityExtend,
+            ),
+            (
+                vec!["LOCK.EXTEND", "k", "t", "5", "WAIT", "1", "5"],
+                LockError::ArityExtend,
+            ),
+        ] {
+            assert_eq!(parse_extend(&args, MAX).map(|_| ()), Err(want), "{args:?}");
+        }
+    }
+
+    #[test]
     fn extend_release_info_arity_and_values() {
         assert_eq!(
             parse_extend(&["LOCK.EXTEND", "k", "t", "100"], MAX),
             Ok(ExtendArgs {
                 token: b"t",
-                ttl_ms: 100
+                ttl_ms: 100,
+                sync: None,
             })
         );
         assert_eq!(
@@ -728,7 +921,8 @@ mod tests {
             parse_extend(&["LOCK.EXTEND", "k", "t", "9223372036854775807"], i64::MAX),
             Ok(ExtendArgs {
                 token: b"t",
-                ttl_ms: i64::MAX
+                ttl_ms: i64::MAX,
+                sync: None,
             })
         );
         assert_eq!(
@@ -1047,14 +1241,54 @@ mod tests {
 
     #[test]
     fn guard_needs_a_key_a_token_and_a_command() {
+        let plain = |command_at| GuardArgs {
+            token: b"t",
+            sync: None,
+            command_at,
+        };
         assert_eq!(
             parse_guard(&["LOCK.GUARD", "k", "t", "SET", "d", "v"]),
-            Ok(GuardArgs { token: b"t" })
+            Ok(plain(3))
+        );
+        assert_eq!(parse_guard(&["LOCK.GUARD", "k", "t", "PING"]), Ok(plain(3)));
+        // Redis' own SYNC, alone: the guarded command (refused later).
+        assert_eq!(parse_guard(&["LOCK.GUARD", "k", "t", "SYNC"]), Ok(plain(3)));
+        assert_eq!(
+            parse_guard(&["LOCK.GUARD", "k", "t", "sync", "1", "50", "SET", "d", "v"]),
+            Ok(GuardArgs {
+                token: b"t",
+                sync: Some(Sync {
+                    replicas: 1,
+                    timeout_ms: 50
+                }),
+                command_at: 6,
+            })
         );
         assert_eq!(
-            parse_guard(&["LOCK.GUARD", "k", "t", "PING"]),
-            Ok(GuardArgs { token: b"t" })
+            parse_guard(&["LOCK.GUARD", "k", "t", "SYNC", "0", "50", "GET", "d"]),
+            Ok(plain(6)),
+            "SYNC 0 is no SYNC"
         );
+        for (args, want) in [
+            (
+                vec!["LOCK.GUARD", "k", "t", "SYNC", "1", "50"],
+                LockError::ArityGuard,
+            ),
+            (
+                vec!["LOCK.GUARD", "k", "t", "SYNC", "1"],
+                LockError::SyntaxMissingSync,
+            ),
+            (
+                vec!["LOCK.GUARD", "k", "t", "SYNC", "x", "50", "GET", "d"],
+                LockError::SyncReplicasInvalid,
+            ),
+            (
+                vec!["LOCK.GUARD", "k", "t", "SYNC", "1", "0", "GET", "d"],
+                LockError::SyncTimeoutInvalid,
+            ),
+        ] {
+            assert_eq!(parse_guard(&args), Err(want), "{args:?}");
+        }
         let long = "x".repeat(257);
         for (args, want) in [
             (vec!["LOCK.GUARD"], LockError::ArityGuard),

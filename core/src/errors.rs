@@ -123,6 +123,20 @@ pub enum LockError {
     ExtendLimit,
     /// `WAIT` on a key whose queue already holds `lock.max-waiters` clients.
     WaitersLimit,
+    /// `SYNC` without its numreplicas and timeout-ms.
+    SyntaxMissingSync,
+    /// `SYNC` given twice.
+    SyntaxRepeatedSync,
+    /// `SYNC`'s numreplicas not an integer from 0 to the maximum.
+    SyncReplicasInvalid,
+    /// `SYNC`'s timeout-ms not from 1 to the maximum (a grant nobody acknowledges must be undone some time).
+    SyncTimeoutInvalid,
+    /// `SYNC … AOF`: no module can see AOF fsync offsets.
+    SyncAofUnsupported,
+    /// `SYNC` inside MULTI or a script, where nothing may wait.
+    SyncCannotWait,
+    /// `LOCK.GUARD_RO … SYNC`: a read replicates nothing to wait for.
+    SyncReadOnly,
     /// A bug: a panic was caught before it could reach Redis.
     Internal,
 }
@@ -254,6 +268,27 @@ impl LockError {
                 c"LIMIT lock.max-extends reached: the lease was not extended and ends at its current deadline"
             }
             LockError::WaitersLimit => c"LIMIT lock.max-waiters reached: too many clients wait for this key",
+            LockError::SyntaxMissingSync => {
+                c"ERR syntax error: SYNC needs numreplicas and timeout-ms"
+            }
+            LockError::SyntaxRepeatedSync => {
+                c"ERR syntax error: SYNC is given more than once"
+            }
+            LockError::SyncReplicasInvalid => {
+                c"ERR SYNC numreplicas must be an integer from 0 to 1000"
+            }
+            LockError::SyncTimeoutInvalid => {
+                c"ERR SYNC timeout-ms must be an integer from 1 to 31536000000"
+            }
+            LockError::SyncAofUnsupported => {
+                c"ERR SYNC AOF is not supported: the module API shows no AOF fsync offsets (send WAITAOF after the reply)"
+            }
+            LockError::SyncCannotWait => {
+                c"ERR SYNC cannot wait inside MULTI/EXEC or a script: send the command on its own (nothing was changed)"
+            }
+            LockError::SyncReadOnly => {
+                c"ERR SYNC is not an option of LOCK.GUARD_RO: a read replicates nothing to wait for"
+            }
             LockError::Internal => c"ERR internal error in redis-lock (see the server log)",
         }
     }
@@ -277,7 +312,7 @@ impl std::error::Error for LockError {}
 mod tests {
     use super::*;
 
-    const ALL: [LockError; 69] = [
+    const ALL: [LockError; 76] = [
         LockError::HolderInternal,
         LockError::ArityDelHolder,
         LockError::ArityShared,
@@ -346,6 +381,13 @@ mod tests {
         LockError::FenceExhausted,
         LockError::WrongType,
         LockError::SetStateInternal,
+        LockError::SyntaxMissingSync,
+        LockError::SyntaxRepeatedSync,
+        LockError::SyncReplicasInvalid,
+        LockError::SyncTimeoutInvalid,
+        LockError::SyncAofUnsupported,
+        LockError::SyncCannotWait,
+        LockError::SyncReadOnly,
         LockError::Internal,
     ];
 
@@ -421,6 +463,13 @@ mod tests {
             | LockError::HoldLimit
             | LockError::ExtendLimit
             | LockError::WaitersLimit
+            | LockError::SyntaxMissingSync
+            | LockError::SyntaxRepeatedSync
+            | LockError::SyncReplicasInvalid
+            | LockError::SyncTimeoutInvalid
+            | LockError::SyncAofUnsupported
+            | LockError::SyncCannotWait
+            | LockError::SyncReadOnly
             | LockError::Internal => {}
         }
     }

@@ -17,6 +17,8 @@
 //!   shared locks, semaphores);
 //! - [`waitqueue`]: the per-key FIFO of waiters;
 //! - [`settings`]: the module's settings as data;
+//! - [`sync`]: `SYNC`, a grant answered once replicas hold it: their
+//!   acknowledged offsets, and when a wait ends;
 //! - [`cluster`]: a key's hash slot, and where its waiters go when the key
 //!   left this node in a reshard (`CLUSTER NODES` read as text);
 //! - [`sim`] (feature `sim`): an in-memory lock table that executes the
@@ -45,6 +47,7 @@ pub mod hold;
 pub mod lock;
 pub mod rules;
 pub mod settings;
+pub mod sync;
 pub mod token;
 pub mod waitqueue;
 

@@ -11,6 +11,7 @@ use redis_lock_core::args::{parse_acquire, AcquireArgs};
 use redis_lock_core::decide::{self, Acquire, AcquireCase};
 use redis_lock_core::errors::LockError;
 use redis_lock_core::hold::{self, KeyState, Want};
+use redis_lock_core::sync::Stands;
 use redis_lock_core::token::{self, UUID_LEN};
 use redis_module::{Context, RedisString};
 
@@ -18,6 +19,7 @@ use crate::lease::{self, Grantee};
 use crate::metrics::{self, Counter};
 use crate::redis::key::LockKey;
 use crate::redis::{self, client, reply, server};
+use crate::sync::{self, Answer, Grant};
 use crate::waiting::{self, WaitRequest};
 use crate::{config, expiry, sessions};
 
@@ -40,6 +42,7 @@ pub(super) fn acquire(
     want: Want,
 ) -> Result<(), LockError> {
     super::refuse_local_write_on_replica(ctx)?;
+    super::may_sync(ctx, parsed.sync)?;
     let session = session_of(ctx, parsed.session)?;
     let db = server::selected_db(ctx);
     let (key, now_ms) = super::open_write(ctx, name);
@@ -126,6 +129,7 @@ fn apply(
                 session: caller.session,
                 owner: parsed.owner,
                 want: caller.want,
+                sync: parsed.sync,
             };
             waiting::enqueue(ctx, db, name, &request, wake_at_ms)?;
         }
@@ -139,7 +143,17 @@ fn apply(
             if let Some(client) = caller.session {
                 sessions::bind(ctx, client, db, name, renewal.fence);
             }
-            reply::grant(ctx, token, renewal.fence);
+            match parsed.sync {
+                // A renewal is an extension: it stands whatever the replicas.
+                Some(sync) => {
+                    let answer = Answer::Grant {
+                        token: token.into(),
+                        fence: renewal.fence,
+                    };
+                    sync::block(ctx, sync, answer, Stands::Extension, None, waiting::undo)?;
+                }
+                None => reply::grant(ctx, token, renewal.fence),
+            }
         }
         Acquire::Grant { deadline_ms } => {
             let mut drawn = [0u8; UUID_LEN];
@@ -158,7 +172,34 @@ fn apply(
             if let Some(client) = caller.session {
                 sessions::bind(ctx, client, db, name, fence);
             }
-            reply::grant(ctx, token, fence);
+            match parsed.sync {
+                Some(sync) => {
+                    let grant = Grant {
+                        db,
+                        key: name.as_slice().into(),
+                        token: token.into(),
+                        fence,
+                    };
+                    let answer = Answer::Grant {
+                        token: token.into(),
+                        fence,
+                    };
+                    let blocked = sync::block(
+                        ctx,
+                        sync,
+                        answer,
+                        Stands::Undone,
+                        Some(grant.clone()),
+                        waiting::undo,
+                    );
+                    if let Err(error) = blocked {
+                        // Not answered, so never held: the grant goes back.
+                        waiting::undo(ctx, &grant);
+                        return Err(error);
+                    }
+                }
+                None => reply::grant(ctx, token, fence),
+            }
         }
     }
     Ok(())

@@ -1,4 +1,5 @@
-//! `LOCK.EXTEND key token ttl-ms` (and `SEM.EXTEND`, the same for a
+//! `LOCK.EXTEND key token ttl-ms [SYNC numreplicas timeout-ms]` (and
+//! `SEM.EXTEND`, the same for a
 //! semaphore's permits) → 1 when `token` holds the key and its lease now ends
 //! `ttl-ms` from now; 0 otherwise, with nothing changed. A `LIMIT` error when
 //! `lock.max-hold-ms` or `lock.max-extends` forbids the extension (the lease
@@ -9,10 +10,12 @@ use redis_lock_core::args::parse_extend_as;
 use redis_lock_core::decide::{self, Extend};
 use redis_lock_core::errors::LockError;
 use redis_lock_core::hold::{self, Family};
+use redis_lock_core::sync::Stands;
 use redis_module::{Context, RedisString};
 
 use crate::metrics::{self, Counter};
 use crate::redis::{self, reply, server};
+use crate::sync::{self, Answer};
 use crate::{config, lease, waiting};
 
 pub fn run(ctx: &Context, args: &[RedisString]) -> Result<(), LockError> {
@@ -30,6 +33,7 @@ fn extend(ctx: &Context, args: &[RedisString], family: Family) -> Result<(), Loc
     };
     let parsed = parse_extend_as(redis::args(args), config::max_ttl_ms(), arity)?;
     super::refuse_local_write_on_replica(ctx)?;
+    super::may_sync(ctx, parsed.sync)?;
     let name = &args[1];
     let (mut key, now_ms) = super::open_write(ctx, name);
     let holds = key.held()?;
@@ -49,7 +53,13 @@ fn extend(ctx: &Context, args: &[RedisString], family: Family) -> Result<(), Loc
             // A shorter lease brings the hand-off to waiters forward.
             waiting::wake_at(ctx, server::selected_db(ctx), name, renewal.wake_at_ms());
             metrics::count(Counter::Extends);
-            reply::integer(ctx, 1);
+            match parsed.sync {
+                Some(sync) => {
+                    let answer = Answer::Integer(1);
+                    sync::block(ctx, sync, answer, Stands::Extension, None, waiting::undo)?;
+                }
+                None => reply::integer(ctx, 1),
+            }
         }
         Err(error @ (LockError::HoldLimit | LockError::ExtendLimit)) => {
             metrics::count(Counter::ExtendsLimited);

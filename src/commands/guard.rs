@@ -1,4 +1,6 @@
-//! `LOCK.GUARD key token command [arg ...]` → the guarded command's own reply,
+//! `LOCK.GUARD key token [SYNC numreplicas timeout-ms] command [arg ...]` →
+//! the guarded command's own reply (with `SYNC`, once that many replicas
+//! hold what it did),
 //! when `token` holds `key`; otherwise `LOST …` and nothing runs. The check
 //! and the command are one step on Redis' thread: no other client can run
 //! between them, so the write lands only while the lease is live. The
@@ -6,15 +8,18 @@
 //! replicated as Redis replicates it (its effects), after the grant that
 //! allowed it. It renews nothing and takes no fence.
 
-use redis_lock_core::args::{parse_guard, GUARDED_COMMAND};
+use redis_lock_core::args::{guarded_command_at, parse_guard};
 use redis_lock_core::decide;
 use redis_lock_core::errors::LockError;
 use redis_lock_core::hold::{self, Family};
+use redis_lock_core::sync::Stands;
 use redis_module::{Context, RedisString};
 
 use crate::metrics::{self, Counter};
 use crate::redis::key::LockKey;
 use crate::redis::{self, call, server};
+use crate::sync::{self, Answer};
+use crate::waiting;
 
 pub fn run(ctx: &Context, args: &[RedisString]) -> Result<(), LockError> {
     guard(ctx, args, Access::Write)
@@ -41,14 +46,18 @@ fn guard(ctx: &Context, args: &[RedisString], access: Access) -> Result<(), Lock
     // Redis asks where the keys are (ACL key patterns, Cluster routing,
     // `COMMAND GETKEYS`): the lock key and the guarded command's keys.
     if ctx.is_keys_position_request() {
-        call::report_keys(ctx, args, GUARDED_COMMAND);
+        call::report_keys(ctx, args, guarded_command_at(redis::args(args)));
         return Ok(());
     }
     let parsed = parse_guard(redis::args(args))?;
-    if access == Access::Write {
-        super::refuse_local_write_on_replica(ctx)?;
+    match access {
+        Access::Write => super::refuse_local_write_on_replica(ctx)?,
+        // A read replicates nothing to wait for.
+        Access::Read if parsed.sync.is_some() => return Err(LockError::SyncReadOnly),
+        Access::Read => {}
     }
-    let command = &args[GUARDED_COMMAND..];
+    super::may_sync(ctx, parsed.sync)?;
+    let command = &args[parsed.command_at..];
     let flags = call::command_flags(ctx, command);
     let words = redis::args(command);
     let run = decide::guarded_command(&command[0], &words[1..], flags, server::in_script(ctx))?;
@@ -77,6 +86,12 @@ fn guard(ctx: &Context, args: &[RedisString], access: Access) -> Result<(), Lock
     } else {
         None
     };
-    call::call_and_reply(ctx, command, name, run.script_mode, read_only);
-    Ok(())
+    let Some(sync) = parsed.sync else {
+        call::call_and_reply(ctx, command, name, run.script_mode, read_only);
+        return Ok(());
+    };
+    // Answered once the replicas hold what the command did.
+    let reply = call::call(ctx, command, name, run.script_mode, read_only)?;
+    let answer = Answer::Call(reply);
+    sync::block(ctx, sync, answer, Stands::Guarded, None, waiting::undo)
 }

@@ -13,12 +13,22 @@ pub mod queue;
 pub mod release;
 pub mod sem_acquire;
 
+use redis_lock_core::args::Sync;
 use redis_lock_core::errors::LockError;
 use redis_module::{Context, RedisString};
 
 use crate::lease;
 use crate::redis::key::LockKey;
 use crate::redis::server;
+
+/// `SYNC` waits for replicas, which MULTI/EXEC and scripts cannot: refused
+/// there before anything changes.
+fn may_sync(ctx: &Context, sync: Option<Sync>) -> Result<(), LockError> {
+    match sync {
+        Some(_) if !server::can_block(ctx) => Err(LockError::SyncCannotWait),
+        _ => Ok(()),
+    }
+}
 
 /// Open `name` for a write command, and read the clock: after opening,
 /// since opening a lock whose lease ran out expires it (which starts a

@@ -238,14 +238,36 @@ impl Drop for Guarding {
     }
 }
 
+/// A command's reply, kept until it is sent (`LOCK.GUARD … SYNC` answers
+/// once replicas hold the command's effects); freed when dropped. Main
+/// thread only, as everything here.
+pub struct CallReply(*mut raw::RedisModuleCallReply);
+
+impl CallReply {
+    /// Send it to the client of `ctx`, as it is.
+    pub fn reply(&self, ctx: &Context) {
+        unsafe {
+            if let Some(reply_with) = raw::RedisModule_ReplyWithCallReply {
+                reply_with(ctx.get_raw(), self.0);
+            }
+        }
+    }
+}
+
+impl Drop for CallReply {
+    fn drop(&mut self) {
+        unsafe {
+            if let Some(free) = raw::RedisModule_FreeCallReply {
+                free(self.0);
+            }
+        }
+    }
+}
+
 /// Run `args[0] args[1..]` (or `name args[1..]`, a read-only twin of the
 /// command) as the calling client's ACL user, in the client's protocol,
 /// replicated to replicas and the AOF as Redis replicates it (its effects),
-/// and reply with its reply as it is. `script_mode`: refuse, as a script
-/// would, what scripts may not do; `read_only`: refuse every write command
-/// (a reader's guard). An ACL refusal is replied as `NOPERM`; every other
-/// error is the command's own. The caller has refused a name with a NUL
-/// byte: the server reads the name as a C string.
+/// and reply with its reply as it is. See [`call`].
 pub fn call_and_reply(
     ctx: &Context,
     args: &[RedisString],
@@ -253,6 +275,27 @@ pub fn call_and_reply(
     script_mode: bool,
     read_only: bool,
 ) {
+    match call(ctx, args, name, script_mode, read_only) {
+        Ok(reply) => reply.reply(ctx),
+        Err(error) => reply_error(ctx, error),
+    }
+}
+
+/// Run `args[0] args[1..]` (or `name args[1..]`) as the calling client's
+/// ACL user, in the client's protocol, replicated to replicas and the AOF as
+/// Redis replicates it (its effects), and give its reply, to be sent now or
+/// later. `script_mode`: refuse, as a script would, what scripts may not do;
+/// `read_only`: refuse every write command (a reader's guard). An ACL
+/// refusal is `NOPERM`; every other error is the command's own, in its
+/// reply. The caller has refused a name with a NUL byte: the server reads
+/// the name as a C string.
+pub fn call(
+    ctx: &Context,
+    args: &[RedisString],
+    name: Option<&CStr>,
+    script_mode: bool,
+    read_only: bool,
+) -> Result<CallReply, LockError> {
     let flags: &[u8] = match (script_mode, read_only) {
         (true, false) => b"0CSME!",
         (false, false) => b"0CME!",
@@ -260,7 +303,7 @@ pub fn call_and_reply(
         (false, true) => b"0CWME!",
     };
     let Some(first) = args.first() else {
-        return;
+        return Err(LockError::Internal);
     };
     let rest = &args[1..];
     // Up to 8 arguments go one by one (`s`): the server sizes its argument
@@ -275,13 +318,12 @@ pub fn call_and_reply(
     // The format ends with the buffer's NUL (at most 7 + 8 bytes are used).
     let format = format.as_ptr().cast::<c_char>();
     unsafe {
-        let (Some(call), Some(reply_with), Some(free), Some(ptr_len)) = (
+        let (Some(call), Some(free), Some(ptr_len)) = (
             raw::RedisModule_Call,
-            raw::RedisModule_ReplyWithCallReply,
             raw::RedisModule_FreeCallReply,
             raw::RedisModule_StringPtrLen,
         ) else {
-            return reply_error(ctx, LockError::Internal);
+            return Err(LockError::Internal);
         };
         let mut len = 0usize;
         // An sds: NUL-terminated, as RM_Call reads a command name.
@@ -324,19 +366,54 @@ pub fn call_and_reply(
         let refused_by_acl = errno() == libc::EACCES;
         drop(guarding);
         if reply.is_null() {
-            let error = if refused_by_acl {
+            return Err(if refused_by_acl {
                 LockError::GuardNoPerm
             } else {
                 LockError::Internal
-            };
-            return reply_error(ctx, error);
+            });
         }
         if refused_by_acl {
-            reply_error(ctx, LockError::GuardNoPerm);
-        } else {
-            reply_with(ctx.get_raw(), reply);
+            free(reply);
+            return Err(LockError::GuardNoPerm);
+        }
+        Ok(CallReply(reply))
+    }
+}
+
+/// Make the server ask every replica for its acknowledged offset now
+/// (`REPLCONF GETACK *`, sent as the event loop goes back to sleep, after
+/// what the current command replicates), instead of waiting for the ack a
+/// replica sends once a second by itself. No module API does that; a `WAIT`
+/// that must block does, and `RM_Call` may let one block (the `K` flag,
+/// Redis 7.2+ and Valkey): one for more replicas than can exist, its
+/// promise abandoned at once. Whether the server took it: Redis 7.0 has no
+/// `K`, and its replicas are heard once a second.
+pub fn request_replica_acks(ctx: &Context) -> bool {
+    unsafe {
+        let (Some(call), Some(kind), Some(abort), Some(free)) = (
+            raw::RedisModule_Call,
+            raw::RedisModule_CallReplyType,
+            raw::RedisModule_CallReplyPromiseAbort,
+            raw::RedisModule_FreeCallReply,
+        ) else {
+            return false;
+        };
+        let reply = call(
+            ctx.get_raw(),
+            c"WAIT".as_ptr(),
+            c"Kcc".as_ptr(),
+            c"2147483647".as_ptr(),
+            c"1".as_ptr(),
+        );
+        if reply.is_null() {
+            return false;
+        }
+        let promised = kind(reply) == raw::REDISMODULE_REPLY_PROMISE as c_int;
+        if promised {
+            abort(reply, std::ptr::null_mut());
         }
         free(reply);
+        promised
     }
 }
 

@@ -160,3 +160,46 @@ pub fn propagation_is_read(ctx: &Context) -> bool {
         read
     }
 }
+
+/// The master's replication offset, and each online replica's acknowledged
+/// offset, from `INFO replication` (what `SYNC` waits on: no module API
+/// shows either otherwise); `None` if the server cannot say.
+pub fn replication(ctx: &Context) -> Option<(i64, Vec<i64>)> {
+    unsafe {
+        let (Some(get), Some(signed), Some(text), Some(free)) = (
+            raw::RedisModule_GetServerInfo,
+            raw::RedisModule_ServerInfoGetFieldSigned,
+            raw::RedisModule_ServerInfoGetFieldC,
+            raw::RedisModule_FreeServerInfo,
+        ) else {
+            return None;
+        };
+        let info = get(ctx.get_raw(), c"replication".as_ptr());
+        if info.is_null() {
+            return None;
+        }
+        let mut error: std::os::raw::c_int = 0;
+        let offset = signed(info, c"master_repl_offset".as_ptr(), &mut error);
+        let mut missing: std::os::raw::c_int = 0;
+        let replicas = signed(info, c"connected_slaves".as_ptr(), &mut missing).max(0);
+        let mut acked = Vec::with_capacity(replicas as usize);
+        let mut name = [0u8; 24];
+        for i in 0..replicas {
+            // `slave<i>`, NUL-terminated.
+            let mut field = itoa::Buffer::new();
+            let digits = field.format(i).as_bytes();
+            name[..5].copy_from_slice(b"slave");
+            name[5..5 + digits.len()].copy_from_slice(digits);
+            name[5 + digits.len()] = 0;
+            let line = text(info, name.as_ptr().cast());
+            if !line.is_null() {
+                let line = std::ffi::CStr::from_ptr(line).to_bytes();
+                if let Some(acknowledged) = redis_lock_core::sync::acked_offset(line) {
+                    acked.push(acknowledged);
+                }
+            }
+        }
+        free(ctx.get_raw(), info);
+        (error == 0).then_some((offset, acked))
+    }
+}
