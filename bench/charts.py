@@ -1,10 +1,12 @@
-"""Charts for docs/benchmarks.md, drawn from the JSON that lock-bench writes.
+"""Charts for docs/benchmarks.md, drawn from the results document lock-bench
+writes (docs/benchmarks.json; bench/README.md has its schema).
 
     python bench/charts.py RESULTS.json OUT_DIR
 
 Writes throughput_ratios.png, contention_latency.png, memory_per_lock.png,
-memory_per_holder.png, scale_latency.png, handoff_latency.png and observe_latency.png. It only draws: every number comes
-from the JSON (its summary, and the raw handoff samples).
+memory_per_holder.png, scale_latency.png, handoff_latency.png and
+observe_latency.png. It only draws: every number comes from the document
+(its summary, and the latency distributions' quantiles).
 """
 
 import json
@@ -256,30 +258,37 @@ def scale_latency(summary, out):
     plt.close(fig)
 
 
+def cdf(ax, quantiles_us, **style):
+    """A distribution as a step curve, from its quantiles (0 to 1, evenly)."""
+    if not quantiles_us:
+        return
+    xs = [max(v, 1.0) / 1000.0 for v in quantiles_us]
+    ys = [k / (len(xs) - 1) for k in range(len(xs))] if len(xs) > 1 else [1.0]
+    ax.step(xs, ys, where="post", **style)
+
+
 def handoff_latency(doc, out):
     waiting = doc["results"].get("waiting")
     if not waiting:
         return
+    handoff = doc["summary"]["handoff"]
     fig, axes = plt.subplots(1, 3, figsize=(16, 4.6))
     panels = [
-        (waiting["release"], "handoff on release: release sent → grant received"),
-        (waiting["expiry"], f"handoff after expiry ({waiting['expiry']['ttl_ms']} ms lease): "
-                            "deadline → grant received"),
+        ("release", "handoff on release: release sent → grant received"),
+        ("expiry", f"handoff after expiry ({waiting['expiry']['ttl_ms']} ms lease): "
+                   "deadline → grant received"),
     ]
-    for ax, (run, title) in zip(axes, panels):
-        for i, recipe in enumerate(run["recipes"]):
-            xs = sorted(max(v, 1.0) / 1000.0 for v in recipe["samples_us"])
-            if not xs:
+    for ax, (scenario, title) in zip(axes, panels):
+        for i, row in enumerate(r for r in handoff if r["scenario"] == scenario):
+            if row["p50_us"] is None:
                 continue
-            ys = [(k + 1) / len(xs) for k in range(len(xs))]
-            xs, ys = [xs[0]] + xs, [0.0] + ys
-            p50, p99 = recipe["p50_us"] / 1000.0, recipe["p99_us"] / 1000.0
-            ax.step(xs, ys, where="post", color=COLORS[i % len(COLORS)],
-                    label=f"{recipe['recipe']}: p50 {p50:.3g} ms, p99 {p99:.3g} ms")
+            cdf(ax, row["cdf_us"], color=COLORS[i % len(COLORS)],
+                label=f"{row['recipe']}: p50 {row['p50_us'] / 1000:.3g} ms, "
+                      f"p99 {row['p99_us'] / 1000:.3g} ms")
         ax.set_xscale("log")
         ax.set_ylim(0, 1.02)
         ax.set_xlabel("ms (log)")
-        ax.set_ylabel(f"fraction of handoffs ({run['rounds']} per recipe)")
+        ax.set_ylabel(f"fraction of handoffs ({waiting[scenario]['rounds']} per recipe)")
         ax.set_title(title, fontsize=9)
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=7, loc="lower right")
@@ -291,8 +300,8 @@ def handoff_latency(doc, out):
     for f, (field, name) in enumerate(fields):
         xs = [r + f * width for r in range(len(rows))]
         values = [row[field] for row in rows]
-        bars = ax.bar(xs, values, width=width, color=COLORS[f], label=name)
-        for bar, value in zip(bars, values):
+        drawn = ax.bar(xs, values, width=width, color=COLORS[f], label=name)
+        for bar, value in zip(drawn, values):
             ax.text(bar.get_x() + bar.get_width() / 2, bar.get_height(), f"{value:.0f}",
                     ha="center", va="bottom", fontsize=7)
     for r, row in enumerate(rows):
@@ -315,37 +324,32 @@ def handoff_latency(doc, out):
     plt.close(fig)
 
 
-def cdf(ax, samples_us, **style):
-    xs = sorted(max(v, 1.0) / 1000.0 for v in samples_us)
-    if not xs:
-        return
-    ys = [(k + 1) / len(xs) for k in range(len(xs))]
-    ax.step([xs[0]] + xs, [0.0] + ys, where="post", **style)
-
-
 def observe_latency(doc, out):
     servers = doc["results"].get("observe") or []
     if not servers:
         return
     waiting = doc["results"].get("waiting")
+    rows, handoff = doc["summary"]["observe"], doc["summary"]["handoff"]
     columns = max(len(s["runs"]) for s in servers)
     fig, axes = plt.subplots(len(servers), columns, figsize=(7 * columns, 4.4 * len(servers)),
                              squeeze=False)
     for row, server in zip(axes, servers):
         for ax, run in zip(row, server["runs"]):
-            for i, change in enumerate(run["changes"]):
+            changes = [r for r in rows
+                       if r["server"] == server["server"] and r["observers"] == run["observers"]]
+            for i, change in enumerate(changes):
                 wake = change["wakeup"]
                 if not wake["count"]:
                     continue
-                cdf(ax, change["wakeups_us"], color=COLORS[i % len(COLORS)],
+                cdf(ax, change["cdf_us"], color=COLORS[i % len(COLORS)],
                     label=f"{change['change']}: p50 {wake['p50_us'] / 1000:.3g} ms, "
                           f"p99 {wake['p99_us'] / 1000:.3g} ms")
             if waiting and waiting["server"] == server["server"]:
                 for scenario, style in (("release", "--"), ("expiry", ":")):
-                    native = [r for r in waiting[scenario]["recipes"] if r["recipe"] == "native-wait"]
-                    if native:
-                        cdf(ax, native[0]["samples_us"], color="black", linestyle=style,
-                            linewidth=1, label=f"WAIT hand-off on {scenario} (section 5)")
+                    for native in (r for r in handoff if r["scenario"] == scenario
+                                   and r["recipe"] == "native-wait"):
+                        cdf(ax, native["cdf_us"], color="black", linestyle=style, linewidth=1,
+                            label=f"WAIT hand-off on {scenario} (section 5)")
             ax.set_xscale("log")
             ax.set_ylim(0, 1.02)
             ax.set_xlabel("ms from the change (log)")
