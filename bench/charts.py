@@ -64,9 +64,7 @@ def throughput_ratios(summary, out):
     ax.set_xlabel("throughput ratio, native / alternative (median of interleaved rounds; dashed: goal at pipeline 16)")
     ax.set_title("redis-lock throughput relative to the Lua recipes, SET NX PX, SET IFEQ and plain SET")
     ax.legend(fontsize=8, loc="lower right")
-    fig.tight_layout()
-    fig.savefig(out / "throughput_ratios.png", dpi=110)
-    plt.close(fig)
+    save(fig, out / "throughput_ratios.png")
 
 
 def contention_latency(summary, out):
@@ -111,41 +109,22 @@ def contention_latency(summary, out):
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7)
     fig.suptitle("Lock cycles under contention (acquire → hold → release): polling every 50-250 ms vs the server's WAIT queue")
-    fig.tight_layout()
-    fig.savefig(out / "contention_latency.png", dpi=110)
-    plt.close(fig)
+    save(fig, out / "contention_latency.png")
 
 
-def memory_per_lock(summary, out):
-    rows = summary["memory"]
+def memory_per_lock(doc, out):
+    rows = [r for s in doc["results"]["servers"] if s["memory"] for r in s["memory"]["bulk"]]
     if not rows:
         return
     servers = list(dict.fromkeys(r["server"] for r in rows))
-    labels = list(dict.fromkeys(r["label"] for r in rows))
-    counts = sorted({r["locks"] for r in rows})
-    groups = [(s, c) for s in servers for c in counts]
+    groups = [(s, c) for s in servers for c in sorted({r["locks"] for r in rows})]
+    per_lock = {(r["server"], r["locks"], r["label"]): r["bytes_per_lock"] for r in rows}
     fig, ax = plt.subplots(figsize=(10, 4.5))
-    width = 0.8 / len(labels)
-    for i, label in enumerate(labels):
-        values = []
-        for server, count in groups:
-            match = [r["bytes_per_lock"] for r in rows
-                     if r["server"] == server and r["locks"] == count and r["label"] == label]
-            values.append(match[0] if match else math.nan)
-        xs = [g + i * width for g in range(len(groups))]
-        bars = ax.bar(xs, values, width=width, color=COLORS[i % len(COLORS)], label=label)
-        for bar, value in zip(bars, values):
-            if not math.isnan(value):
-                ax.text(bar.get_x() + bar.get_width() / 2, bar.get_height() + 2, f"{value:.0f}",
-                        ha="center", fontsize=7)
-    ax.set_xticks([g + 0.4 - width / 2 for g in range(len(groups))])
-    ax.set_xticklabels([f"{s}\n{c:,} locks" for s, c in groups], fontsize=8)
-    ax.set_ylabel("bytes per held lock (used_memory delta / locks)")
-    ax.set_title("Memory per held lock")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out / "memory_per_lock.png", dpi=110)
-    plt.close(fig)
+    bars(ax, [f"{s}\n{c:,} locks" for s, c in groups],
+         [(label, [per_lock.get((s, c, label)) for s, c in groups])
+          for label in dict.fromkeys(r["label"] for r in rows)],
+         "Memory per held lock", "bytes per held lock (used_memory delta / locks)", fmt="{:.0f}")
+    save(fig, out / "memory_per_lock.png")
 
 
 def memory_per_holder(summary, out):
@@ -177,8 +156,12 @@ def memory_per_holder(summary, out):
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=7)
     fig.suptitle("Memory per holder of a read lock and of a semaphore (used_memory deltas)")
+    save(fig, out / "memory_per_holder.png")
+
+
+def save(fig, path):
     fig.tight_layout()
-    fig.savefig(out / "memory_per_holder.png", dpi=110)
+    fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
@@ -200,13 +183,14 @@ def bars(ax, groups, series, title, unit_label, fmt="{:.3g}"):
     ax.legend(fontsize=7)
 
 
-def scale_latency(summary, out):
+def scale_latency(doc, out):
+    summary = doc["summary"]
     rows = summary["scale"]
     if not rows:
         return
     release = summary.get("scale_release") or []
     memory = summary.get("scale_memory")
-    leave = summary.get("scale_leave") or []
+    leave = (doc["results"]["scale"] or {}).get("leave") or []
     fig, axes = plt.subplots(2, 3, figsize=(16, 8.4))
     groups = [f"{row['held']:,} held locks,\n{row.get('waiters', 0):,} waiters" for row in rows]
     for ax, (title, scale, fields) in zip(axes[0][:2], [
@@ -253,9 +237,7 @@ def scale_latency(summary, out):
     else:
         axes[1][2].axis("off")
     fig.suptitle(f"Scale: many held locks and many waiters ({rows[0]['server']})")
-    fig.tight_layout()
-    fig.savefig(out / "scale_latency.png", dpi=110)
-    plt.close(fig)
+    save(fig, out / "scale_latency.png")
 
 
 def cdf(ax, quantiles_us, **style):
@@ -271,7 +253,6 @@ def handoff_latency(doc, out):
     waiting = doc["results"].get("waiting")
     if not waiting:
         return
-    handoff = doc["summary"]["handoff"]
     fig, axes = plt.subplots(1, 3, figsize=(16, 4.6))
     panels = [
         ("release", "handoff on release: release sent → grant received"),
@@ -279,7 +260,7 @@ def handoff_latency(doc, out):
                    "deadline → grant received"),
     ]
     for ax, (scenario, title) in zip(axes, panels):
-        for i, row in enumerate(r for r in handoff if r["scenario"] == scenario):
+        for i, row in enumerate(waiting[scenario]["recipes"]):
             if row["p50_us"] is None:
                 continue
             cdf(ax, row["cdf_us"], color=COLORS[i % len(COLORS)],
@@ -293,7 +274,8 @@ def handoff_latency(doc, out):
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=7, loc="lower right")
     ax = axes[2]
-    rows = doc["summary"]["fairness"]
+    rows = [dict(run["summary"], duration_s=doc["profile"]["waiting"]["fairness_duration_ms"] / 1000)
+            for run in waiting["fairness"]]
     fields = [("min_cycles_per_contender", "min"), ("mean_cycles_per_contender", "mean"),
               ("max_cycles_per_contender", "max")]
     width = 0.8 / len(fields)
@@ -319,9 +301,7 @@ def handoff_latency(doc, out):
     ax.legend(fontsize=8)
     fig.suptitle(f"Waiting for a lock: LOCK.ACQUIRE … WAIT vs SET NX PX polling vs "
                  f"python-redis-lock's BLPOP signal ({waiting['server']})")
-    fig.tight_layout()
-    fig.savefig(out / "handoff_latency.png", dpi=110)
-    plt.close(fig)
+    save(fig, out / "handoff_latency.png")
 
 
 def observe_latency(doc, out):
@@ -329,15 +309,12 @@ def observe_latency(doc, out):
     if not servers:
         return
     waiting = doc["results"].get("waiting")
-    rows, handoff = doc["summary"]["observe"], doc["summary"]["handoff"]
     columns = max(len(s["runs"]) for s in servers)
     fig, axes = plt.subplots(len(servers), columns, figsize=(7 * columns, 4.4 * len(servers)),
                              squeeze=False)
     for row, server in zip(axes, servers):
         for ax, run in zip(row, server["runs"]):
-            changes = [r for r in rows
-                       if r["server"] == server["server"] and r["observers"] == run["observers"]]
-            for i, change in enumerate(changes):
+            for i, change in enumerate(run["changes"]):
                 wake = change["wakeup"]
                 if not wake["count"]:
                     continue
@@ -346,8 +323,8 @@ def observe_latency(doc, out):
                           f"p99 {wake['p99_us'] / 1000:.3g} ms")
             if waiting and waiting["server"] == server["server"]:
                 for scenario, style in (("release", "--"), ("expiry", ":")):
-                    for native in (r for r in handoff if r["scenario"] == scenario
-                                   and r["recipe"] == "native-wait"):
+                    for native in (r for r in waiting[scenario]["recipes"]
+                                   if r["recipe"] == "native-wait"):
                         cdf(ax, native["cdf_us"], color="black", linestyle=style, linewidth=1,
                             label=f"WAIT hand-off on {scenario} (section 5)")
             ax.set_xscale("log")
@@ -361,9 +338,7 @@ def observe_latency(doc, out):
         for ax in row[len(server["runs"]):]:
             ax.axis("off")
     fig.suptitle("LOCK.OBSERVE: from a change of holder to each observer's reply")
-    fig.tight_layout()
-    fig.savefig(out / "observe_latency.png", dpi=110)
-    plt.close(fig)
+    save(fig, out / "observe_latency.png")
 
 
 def main():
@@ -371,11 +346,10 @@ def main():
     out.mkdir(parents=True, exist_ok=True)
     doc = json.loads(results.read_text())
     summary = doc["summary"]
-    for chart in (throughput_ratios, contention_latency, memory_per_lock, memory_per_holder,
-                  scale_latency):
+    for chart in (throughput_ratios, contention_latency, memory_per_holder):
         chart(summary, out)
-    handoff_latency(doc, out)
-    observe_latency(doc, out)
+    for chart in (memory_per_lock, scale_latency, handoff_latency, observe_latency):
+        chart(doc, out)
     print(f"charts written to {out}")
 
 

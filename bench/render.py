@@ -178,8 +178,9 @@ def goal_verdict(g):
 
 # ---------------------------------------------------------------- tables
 
-def spread(name, p):
-    return lambda row: row[name][p]
+def spread(name, field):
+    """A field of one of the row's objects: spread("wakeup", "p50_us")."""
+    return lambda row: row[name][field]
 
 
 RATIOS = [("Comparison", "title", text), ("Pipeline", "pipeline", text),
@@ -187,7 +188,7 @@ RATIOS = [("Comparison", "title", text), ("Pipeline", "pipeline", text),
           ("CPU ratio", "cpu_ratio", x),
           ("Goal", lambda r: r["goal"] and f"≥ {plain(r['goal'])}×: {verdict(r)}",
            lambda v: v or "")]
-HANDOFF = [("Recipe", "recipe", text), ("Handoffs", "handoffs", num), ("p50", "p50_us", us),
+HANDOFF = [("Recipe", "recipe", text), ("Handoffs", "count", num), ("p50", "p50_us", us),
            ("p90", "p90_us", us), ("p99", "p99_us", us), ("max", "max_us", us),
            ("mean", "mean_us", us), ("Not counted", "discarded", num)]
 ORIGIN = {("release", "readers-wait"): "last reader's release",
@@ -239,13 +240,16 @@ TABLES = {
               ("Server CPU per waiter", "server_cpu_us_per_waiter", fine),
               ("Wall time", "wall_ms", lambda v: f"{v:.0f} ms")],
     "handoff": HANDOFF,
-    "fairness": [("Strategy", "strategy", text), ("Cycles", "cycles", num),
-                 ("Cycles/s", "cycles_per_s", num), ("Jain", "jain_index", f3),
-                 ("Min", "min_cycles_per_contender", text),
-                 ("Mean", "mean_cycles_per_contender", f1),
-                 ("Max", "max_cycles_per_contender", text),
-                 ("Acquire p50", "acquire_p50_us", us), ("p99", "acquire_p99_us", us),
-                 ("max", "acquire_max_us", us), ("Waiting", "waiting_at_end", text),
+    "fairness": [("Strategy", spread("summary", "strategy"), text),
+                 ("Cycles", spread("summary", "cycles"), num),
+                 ("Cycles/s", spread("summary", "cycles_per_s"), num),
+                 ("Jain", spread("summary", "jain_index"), f3),
+                 ("Min", spread("summary", "min_cycles_per_contender"), text),
+                 ("Mean", spread("summary", "mean_cycles_per_contender"), f1),
+                 ("Max", spread("summary", "max_cycles_per_contender"), text),
+                 *[(h, lambda r, p=p: r["summary"]["acquire"][p], us) for h, p in
+                   [("Acquire p50", "p50_us"), ("p99", "p99_us"), ("max", "max_us")]],
+                 ("Waiting", spread("summary", "waiting_at_end"), text),
                  ("Server CPU µs/cycle", "server_cpu_us_per_cycle", f1)],
     "observe": [("Change", "change", text), ("Changes", "changes", text),
                 ("Wake-ups", spread("wakeup", "count"), num),

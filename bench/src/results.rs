@@ -16,7 +16,6 @@ use crate::holders::{self, Shape};
 use crate::load::Strategy;
 use crate::machine::Machine;
 use crate::memory::{MemoryResults, Variant};
-use crate::observe::Spread;
 use crate::observing::{self, ObserveResults};
 use crate::profile::Profile;
 use crate::scale;
@@ -29,14 +28,12 @@ use crate::waiting::{self, WaitingResults};
 /// goes, so that a renderer can refuse a document it does not know.
 pub const SCHEMA: u32 = 1;
 
-/// Points of each latency distribution kept for the charts (its
-/// quantiles, from the fastest to the slowest sample): the samples
-/// themselves are left out of the document.
+/// The per-sample arrays of the raw results, which the document replaces by
+/// their quantiles (`cdf_us`: 0 to 1 in [`CDF_STEPS`] steps, for the
+/// charts), and those it leaves out (their percentiles stay).
+const SAMPLE_ARRAYS: [&str; 2] = ["samples_us", "wakeups_us"];
+const LEFT_OUT: [&str; 1] = ["client_us"];
 const CDF_STEPS: usize = 100;
-
-/// The per-sample arrays of the raw results, which the document leaves out
-/// (their percentiles and [`CDF_STEPS`] quantiles stay).
-const SAMPLE_ARRAYS: [&str; 3] = ["samples_us", "wakeups_us", "client_us"];
 
 /// The facts of a run, besides what it measured.
 #[derive(Clone, Debug, Serialize)]
@@ -84,7 +81,8 @@ pub struct Document<'a> {
     pub method: Method,
     pub goals: Vec<Goal>,
     pub summary: Summary,
-    /// [`Results`] but its run and profile, without [`SAMPLE_ARRAYS`].
+    /// [`Results`] but its run and profile, the per-sample arrays thinned
+    /// out ([`SAMPLE_ARRAYS`]).
     pub results: serde_json::Value,
 }
 
@@ -104,7 +102,7 @@ pub fn document(results: &Results) -> Result<Document<'_>, String> {
         fields.remove("run");
         fields.remove("profile");
     }
-    strip_samples(&mut raw);
+    thin_samples(&mut raw);
     Ok(Document {
         schema: SCHEMA,
         run: Run {
@@ -120,13 +118,20 @@ pub fn document(results: &Results) -> Result<Document<'_>, String> {
     })
 }
 
-fn strip_samples(value: &mut serde_json::Value) {
+fn thin_samples(value: &mut serde_json::Value) {
+    use serde_json::Value;
     match value {
-        serde_json::Value::Object(fields) => {
-            fields.retain(|name, _| !SAMPLE_ARRAYS.contains(&name.as_str()));
-            fields.values_mut().for_each(strip_samples);
+        Value::Object(fields) => {
+            fields.retain(|name, _| !LEFT_OUT.contains(&name.as_str()));
+            for name in SAMPLE_ARRAYS {
+                if let Some(Value::Array(samples)) = fields.remove(name) {
+                    let samples: Vec<f64> = samples.iter().filter_map(Value::as_f64).collect();
+                    fields.insert("cdf_us".into(), quantiles(&samples, CDF_STEPS).into());
+                }
+            }
+            fields.values_mut().for_each(thin_samples);
         }
-        serde_json::Value::Array(items) => items.iter_mut().for_each(strip_samples),
+        Value::Array(items) => items.iter_mut().for_each(thin_samples),
         _ => {}
     }
 }
@@ -307,15 +312,6 @@ pub struct ContentionRow {
 }
 
 #[derive(Clone, Debug, Serialize)]
-pub struct MemoryRow {
-    pub server: String,
-    pub variant: Variant,
-    pub label: &'static str,
-    pub locks: u64,
-    pub bytes_per_lock: f64,
-}
-
-#[derive(Clone, Debug, Serialize)]
 pub struct HolderMemoryRow {
     pub server: String,
     pub shape: Shape,
@@ -347,66 +343,19 @@ pub struct ScaleRow {
     pub set_p999_us: Option<f64>,
 }
 
-#[derive(Clone, Debug, Serialize)]
-pub struct HandoffRow {
-    pub scenario: Scenario,
-    pub recipe: String,
-    pub handoffs: usize,
-    pub discarded: u64,
-    #[serde(flatten)]
-    pub spread: Spread,
-    /// The samples' quantiles, 0 to 1 in [`CDF_STEPS`] steps, µs.
-    pub cdf_us: Vec<f64>,
-}
-
-#[derive(Clone, Debug, Serialize)]
-pub struct FairnessRow {
-    pub strategy: String,
-    pub contenders: usize,
-    pub duration_s: f64,
-    pub cycles: u64,
-    pub cycles_per_s: f64,
-    pub jain_index: Option<f64>,
-    pub min_cycles_per_contender: u64,
-    pub mean_cycles_per_contender: f64,
-    pub max_cycles_per_contender: u64,
-    pub acquire_p50_us: u64,
-    pub acquire_p99_us: u64,
-    pub acquire_max_us: u64,
-    pub waiting_at_end: u64,
-    pub server_cpu_us_per_cycle: f64,
-}
-
-#[derive(Clone, Debug, Serialize)]
-pub struct ObserveRow {
-    pub server: String,
-    pub observers: usize,
-    pub change: String,
-    pub changes: usize,
-    pub wakeup: Spread,
-    pub last_wakeup: Spread,
-    pub command: Spread,
-    pub ping: Spread,
-    pub server_cpu: Spread,
-    /// The wake-ups' quantiles, as [`HandoffRow::cdf_us`].
-    pub cdf_us: Vec<f64>,
-}
-
+/// What the report derives from the results: medians over rounds, paired
+/// ratios, per-holder and per-waiter costs. (What it shows as measured, it
+/// reads from the results.)
 #[derive(Clone, Debug, Serialize)]
 pub struct Summary {
     pub throughput: Vec<ThroughputRow>,
     pub ratios: Vec<RatioRow>,
     pub contention: Vec<ContentionRow>,
-    pub memory: Vec<MemoryRow>,
     pub holder_memory: Vec<HolderMemoryRow>,
     pub scale: Vec<ScaleRow>,
     /// RELEASE on keys with queues of set lengths (0: nobody waits).
     pub scale_release: Vec<scale::ReleaseRow>,
     pub scale_memory: Option<scale::WaiterMemoryRow>,
-    pub scale_leave: Vec<scale::LeaveRun>,
-    pub handoff: Vec<HandoffRow>,
-    pub fairness: Vec<FairnessRow>,
-    pub observe: Vec<ObserveRow>,
 }
 
 fn med(values: impl IntoIterator<Item = f64>) -> f64 {
@@ -422,15 +371,13 @@ pub fn summarise(results: &Results) -> Summary {
         throughput: Vec::new(),
         ratios: Vec::new(),
         contention: contention_rows(results),
-        memory: Vec::new(),
         holder_memory: Vec::new(),
         scale: scale_rows(results),
-        scale_release: Vec::new(),
-        scale_memory: None,
-        scale_leave: Vec::new(),
-        handoff: Vec::new(),
-        fairness: Vec::new(),
-        observe: Vec::new(),
+        scale_release: results
+            .scale
+            .as_ref()
+            .map_or(Vec::new(), scale::release_rows),
+        scale_memory: results.scale.as_ref().and_then(scale::memory_row),
     };
     let pipelines = &results.profile.throughput.pipelines;
     for server in &results.servers {
@@ -482,15 +429,6 @@ pub fn summarise(results: &Results) -> Summary {
                 });
             }
         }
-        for bulk in server.memory.iter().flat_map(|m| &m.bulk) {
-            summary.memory.push(MemoryRow {
-                server: bulk.server.clone(),
-                variant: bulk.variant,
-                label: bulk.variant.label(),
-                locks: bulk.locks,
-                bytes_per_lock: bulk.bytes_per_lock,
-            });
-        }
         for run in &server.holders {
             let one = server
                 .holders
@@ -508,67 +446,6 @@ pub fn summarise(results: &Results) -> Summary {
                     .and_then(|one| holders::bytes_per_extra_holder(one, run)),
                 key_bytes: run.key_bytes,
             });
-        }
-    }
-    if let Some(scale) = &results.scale {
-        summary.scale_release = scale::release_rows(scale);
-        summary.scale_memory = scale::memory_row(scale);
-        summary.scale_leave = scale.leave.clone();
-    }
-    if let Some(waiting) = &results.waiting {
-        for handoffs in [&waiting.release, &waiting.expiry, &waiting.mass_expiry] {
-            summary
-                .handoff
-                .extend(handoffs.recipes.iter().map(|r| HandoffRow {
-                    scenario: handoffs.scenario,
-                    recipe: r.recipe.clone(),
-                    handoffs: r.samples_us.len(),
-                    discarded: r.discarded,
-                    spread: r.spread.clone(),
-                    cdf_us: quantiles(&r.samples_us, CDF_STEPS),
-                }));
-        }
-        let duration_s = results.profile.waiting.fairness_duration_ms as f64 / 1000.0;
-        summary.fairness = waiting
-            .fairness
-            .iter()
-            .map(|run| {
-                let s = &run.summary;
-                FairnessRow {
-                    strategy: s.strategy.clone(),
-                    contenders: s.contenders,
-                    duration_s,
-                    cycles: s.cycles,
-                    cycles_per_s: s.cycles_per_s,
-                    jain_index: s.jain_index,
-                    min_cycles_per_contender: s.min_cycles_per_contender,
-                    mean_cycles_per_contender: s.cycles as f64 / s.contenders.max(1) as f64,
-                    max_cycles_per_contender: s.max_cycles_per_contender,
-                    acquire_p50_us: s.acquire.p50_us,
-                    acquire_p99_us: s.acquire.p99_us,
-                    acquire_max_us: s.acquire.max_us,
-                    waiting_at_end: s.waiting_at_end,
-                    server_cpu_us_per_cycle: run.server_cpu_us_per_cycle,
-                }
-            })
-            .collect();
-    }
-    for server in &results.observe {
-        for run in &server.runs {
-            summary
-                .observe
-                .extend(run.changes.iter().map(|change| ObserveRow {
-                    server: server.server.clone(),
-                    observers: run.observers,
-                    change: change.change.clone(),
-                    changes: change.changes,
-                    wakeup: change.wakeup.clone(),
-                    last_wakeup: change.last_wakeup.clone(),
-                    command: change.command.clone(),
-                    ping: change.ping.clone(),
-                    server_cpu: change.server_cpu.clone(),
-                    cdf_us: quantiles(&change.wakeups_us, CDF_STEPS),
-                }));
         }
     }
     summary
@@ -796,11 +673,7 @@ fn goals(results: &Results, summary: &Summary) -> Vec<Goal> {
         }
     }
     for server in &results.servers {
-        let rows: Vec<&MemoryRow> = summary
-            .memory
-            .iter()
-            .filter(|r| r.server == server.label)
-            .collect();
+        let rows = server.memory.as_ref().map_or(&[][..], |m| &m.bulk[..]);
         let Some(locks) = rows.iter().map(|r| r.locks).max() else {
             continue;
         };
@@ -882,11 +755,11 @@ fn goals(results: &Results, summary: &Summary) -> Vec<Goal> {
     }
     if let Some(waiting) = &results.waiting {
         for handoffs in [&waiting.mass_expiry, &waiting.expiry] {
-            let row = summary
-                .handoff
+            let native = handoffs
+                .recipes
                 .iter()
-                .find(|r| r.scenario == handoffs.scenario && r.recipe == Recipe::NativeWait.name());
-            let Some((p50_us, p99_us)) = row.and_then(|r| r.spread.p50_us.zip(r.spread.p99_us))
+                .find(|r| r.recipe == Recipe::NativeWait.name());
+            let Some((p50_us, p99_us)) = native.and_then(|r| r.spread.p50_us.zip(r.spread.p99_us))
             else {
                 continue;
             };
@@ -961,15 +834,18 @@ mod tests {
     }
 
     #[test]
-    fn sample_arrays_are_left_out_at_any_depth() {
+    fn sample_arrays_become_quantiles_at_any_depth() {
         let mut value = serde_json::json!({
-            "a": [{"samples_us": [1.0], "p50_us": 1.0}],
-            "b": {"wakeups_us": [2.0], "c": {"client_us": [3.0], "n": 3}}
+            "a": [{"samples_us": [2.0, 1.0], "p50_us": 1.0}],
+            "b": {"wakeups_us": [], "c": {"client_us": [3.0], "n": 3}}
         });
-        strip_samples(&mut value);
+        thin_samples(&mut value);
+        let cdf = &value["a"][0]["cdf_us"];
+        assert_eq!(cdf.as_array().map(Vec::len), Some(CDF_STEPS + 1));
         assert_eq!(
-            value,
-            serde_json::json!({"a": [{"p50_us": 1.0}], "b": {"c": {"n": 3}}})
+            (cdf[0].as_f64(), cdf[CDF_STEPS].as_f64()),
+            (Some(1.0), Some(2.0))
         );
+        assert_eq!(value["b"], serde_json::json!({"cdf_us": [], "c": {"n": 3}}));
     }
 }
