@@ -34,7 +34,7 @@ use serde::Serialize;
 
 use crate::contention::run_load;
 use crate::load::{LoadSummary, Strategy};
-use crate::server::{dbsize, info_field, info_int, pipelined, query, Server};
+use crate::server::{dbsize, info_field, info_int, pipelined, query, run_against, Server};
 use crate::stats::{median, percentile};
 
 #[derive(Clone, Debug, Serialize)]
@@ -275,24 +275,7 @@ fn maxclients(settings: &Settings) -> u64 {
 
 fn run_set_reference(settings: &Settings, port: u16) -> Result<(), String> {
     let argv = set_command(settings);
-    let output = std::process::Command::new(&argv[0])
-        .args(argv[1..].iter().map(|a| {
-            if a == "$PORT" {
-                port.to_string()
-            } else {
-                a.clone()
-            }
-        }))
-        .output()
-        .map_err(|e| format!("run redis-benchmark: {e}"))?;
-    if output.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "redis-benchmark failed: {}",
-            String::from_utf8_lossy(&output.stderr)
-        ))
-    }
+    run_against(Path::new(&argv[0]), &argv, port).map(|_| ())
 }
 
 /// Hold `count` locks (`held:<n>`, 1 hour leases, server-drawn tokens).

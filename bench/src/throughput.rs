@@ -1,12 +1,14 @@
 //! Throughput per command with `redis-benchmark`: each native command against
 //! what users run instead, interleaved run by run on one server.
 
-use std::process::Command;
+use std::path::Path;
 
 use serde::Serialize;
 
 use crate::scripts;
-use crate::server::{bench_key, dbsize, flushall, info_field, info_int, pipelined, query, Server};
+use crate::server::{
+    bench_key, dbsize, flushall, info_field, info_int, pipelined, query, run_against, Server,
+};
 use crate::stats::median;
 
 /// The 36-byte token of the rows that pass one (the length of a drawn UUID).
@@ -764,25 +766,7 @@ fn run_benchmark(
     case: &Case,
 ) -> Result<f64, String> {
     let argv = benchmark_command(settings, pipeline, case);
-    let output = Command::new(&argv[0])
-        .args(argv[1..].iter().map(|a| {
-            if a == "$PORT" {
-                port.to_string()
-            } else {
-                a.clone()
-            }
-        }))
-        .output()
-        .map_err(|e| format!("run redis-benchmark: {e}"))?;
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    if !output.status.success() {
-        return Err(format!(
-            "redis-benchmark failed ({}): {}{}",
-            output.status,
-            stdout,
-            String::from_utf8_lossy(&output.stderr)
-        ));
-    }
+    let stdout = run_against(Path::new(&argv[0]), &argv, port)?;
     parse_csv_rps(&stdout).ok_or_else(|| format!("no rps in redis-benchmark output: {stdout}"))
 }
 

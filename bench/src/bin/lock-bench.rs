@@ -159,67 +159,44 @@ fn run(args: &Args) -> Result<(), String> {
     // build its effects, as Redis does not propagate `SET`); Valkey runs
     // throughput and memory (per lock and per holder). Redis and Valkey run
     // the OBSERVE section.
+    let redis = |spec: ServerSpec| ServerSpec {
+        binary: args.redis_server.clone(),
+        ..spec
+    };
     let mut specs = vec![
-        ServerSpec {
-            binary: args.redis_server.clone(),
-            extra: &[],
-            suffix: "",
+        redis(ServerSpec {
             groups: &Group::ALL,
             memory: true,
             contention_and_scale: true,
             observe: true,
-            replica: false,
-            allocator_in_label: false,
-        },
-        ServerSpec {
-            binary: args.redis_server.clone(),
+            ..ServerSpec::default()
+        }),
+        redis(ServerSpec {
             extra: &AOF_ON,
             suffix: " + AOF",
             groups: &[Group::Acquire],
-            memory: false,
-            contention_and_scale: false,
-            observe: false,
-            replica: false,
-            allocator_in_label: false,
-        },
-        ServerSpec {
-            binary: args.redis_server.clone(),
-            extra: &[],
+            ..ServerSpec::default()
+        }),
+        redis(ServerSpec {
             suffix: " + replica",
             groups: &[Group::Acquire],
-            memory: false,
-            contention_and_scale: false,
-            observe: false,
             replica: true,
-            allocator_in_label: false,
-        },
+            ..ServerSpec::default()
+        }),
     ];
-    if let Some(valkey) = &args.valkey_server {
-        specs.push(ServerSpec {
-            binary: valkey.clone(),
-            extra: &[],
-            suffix: "",
-            groups: &Group::ALL,
-            memory: true,
-            contention_and_scale: false,
-            observe: true,
-            replica: false,
-            allocator_in_label: false,
-        });
-    }
-    for binary in &args.memory_server {
-        specs.push(ServerSpec {
-            binary: binary.clone(),
-            extra: &[],
-            suffix: "",
-            groups: &[],
-            memory: true,
-            contention_and_scale: false,
-            observe: false,
-            replica: false,
-            allocator_in_label: true,
-        });
-    }
+    specs.extend(args.valkey_server.iter().map(|valkey| ServerSpec {
+        binary: valkey.clone(),
+        groups: &Group::ALL,
+        memory: true,
+        observe: true,
+        ..ServerSpec::default()
+    }));
+    specs.extend(args.memory_server.iter().map(|binary| ServerSpec {
+        binary: binary.clone(),
+        memory: true,
+        allocator_in_label: true,
+        ..ServerSpec::default()
+    }));
     for spec in &specs {
         let groups: Vec<Group> = spec
             .groups
@@ -345,6 +322,7 @@ const AOF_ON: [&str; 6] = [
     "0",
 ];
 
+#[derive(Default)]
 struct ServerSpec {
     binary: PathBuf,
     extra: &'static [&'static str],
