@@ -36,6 +36,7 @@ use crate::contention::run_load;
 use crate::load::{LoadSummary, Strategy};
 use crate::server::{dbsize, info_field, info_int, pipelined, query, run_against, Server};
 use crate::stats::{median, percentile};
+use crate::throughput;
 
 #[derive(Clone, Debug, Serialize)]
 pub struct Settings {
@@ -223,28 +224,14 @@ pub fn load_command(settings: &Settings) -> Vec<String> {
 
 /// The reference: plain `SET … PX` on fresh keys, 50 clients, no pipeline.
 pub fn set_command(settings: &Settings) -> Vec<String> {
-    [
-        "redis-benchmark",
-        "-h",
-        "127.0.0.1",
-        "-p",
-        "$PORT",
-        "-c",
-        "50",
-        "-r",
-        &settings.keys.to_string(),
-        "-n",
-        &settings.set_requests.to_string(),
-        "--csv",
+    let set = [
         "SET",
         "scale-set:__rand_int__",
-        crate::throughput::TOKEN,
+        throughput::TOKEN,
         "PX",
         "30000",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect()
+    ];
+    throughput::redis_benchmark(50, None, settings.keys as u64, settings.set_requests, &set)
 }
 
 /// The waiters' commands, as sent (`<L>`: a queue's length, `<c>.<g>`: the
@@ -1153,6 +1140,14 @@ mod tests {
         assert_eq!(
             args,
             "--maxclients 1093 --bind 127.0.0.1 127.0.0.2 127.0.0.3"
+        );
+        assert_eq!(
+            set_command(&settings).join(" "),
+            format!(
+                "redis-benchmark -h 127.0.0.1 -p $PORT -c 50 -r 64 -n 100 --csv \
+                 SET scale-set:__rand_int__ {} PX 30000",
+                throughput::TOKEN
+            )
         );
     }
 

@@ -498,27 +498,48 @@ pub struct Sample {
 }
 
 pub fn benchmark_command(settings: &Settings, pipeline: usize, case: &Case) -> Vec<String> {
-    let mut argv: Vec<String> = [
+    let command: Vec<&str> = case.args.iter().map(String::as_str).collect();
+    let requests = settings.requests_for(pipeline);
+    redis_benchmark(
+        settings.clients,
+        Some(pipeline),
+        settings.keyspace,
+        requests,
+        &command,
+    )
+}
+
+/// A `redis-benchmark` run against `$PORT`: `clients` connections (each
+/// with `pipeline` requests in flight), keys drawn from `keyspace`,
+/// `requests` in all, CSV output; then the command.
+pub fn redis_benchmark(
+    clients: usize,
+    pipeline: Option<usize>,
+    keyspace: u64,
+    requests: u64,
+    command: &[&str],
+) -> Vec<String> {
+    let (clients, keyspace, requests) = (
+        clients.to_string(),
+        keyspace.to_string(),
+        requests.to_string(),
+    );
+    let pipeline = pipeline.map(|p| p.to_string());
+    let mut argv = vec![
         "redis-benchmark",
         "-h",
         "127.0.0.1",
         "-p",
         "$PORT",
         "-c",
-        &settings.clients.to_string(),
-        "-P",
-        &pipeline.to_string(),
-        "-r",
-        &settings.keyspace.to_string(),
-        "-n",
-        &settings.requests_for(pipeline).to_string(),
-        "--csv",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    argv.extend(case.args.iter().cloned());
-    argv
+        &clients,
+    ];
+    if let Some(pipeline) = &pipeline {
+        argv.extend(["-P", pipeline]);
+    }
+    argv.extend(["-r", &keyspace, "-n", &requests, "--csv"]);
+    argv.extend(command);
+    argv.iter().map(|s| s.to_string()).collect()
 }
 
 /// Run every case on `server`, phase by phase (ACQUIRE, EXTEND, RELEASE,
@@ -900,6 +921,22 @@ mod tests {
             );
             assert_eq!(case.args.last().map(String::as_str), Some(GUARDED_VALUE));
         }
+        let settings = Settings {
+            rounds: 1,
+            clients: 50,
+            pipelines: vec![16],
+            keyspace: 1000,
+            requests: vec![(16, 300)],
+        };
+        let set = cases
+            .iter()
+            .find(|c| c.id == "set")
+            .expect("the plain SET row");
+        assert_eq!(
+            benchmark_command(&settings, 16, set).join(" "),
+            "redis-benchmark -h 127.0.0.1 -p $PORT -c 50 -P 16 -r 1000 -n 300 --csv \
+             SET dk:__rand_int__ v"
+        );
     }
 
     #[test]
