@@ -45,7 +45,9 @@ REPOSITORY_URL ?= $(CARGO_REPOSITORY_URL)
 REPOSITORY_PLACEHOLDER := https://github.com/OWNER/redis-lock
 # Packages built by `make dist`.
 DIST_DIR := target/dist
-# Benchmarks: the harness crate (bench/) and matplotlib for the charts.
+# Benchmarks: the harness crate (bench/), the record of the last full run (the
+# report and the charts are rendered from it), and matplotlib for the charts.
+BENCH_JSON := docs/benchmarks.json
 BENCH_VENV := target/bench-venv
 BENCH_PYTHON := $(BENCH_VENV)/bin/python
 BENCH_MATPLOTLIB := matplotlib==3.9.*
@@ -69,7 +71,7 @@ CHAOS_ARGS ?=
 .PHONY: help deps deps-examples build run test test-redis test-valkey test-client test-examples test-go-node valkey servers unit lint layers fmt clean \
 	test-matrix test-cluster-matrix \
 	python-venv lint-python test-python dist dist-python dist-rust \
-	bench bench-quick bench-build bench-venv bench-profile debian-valkey test-cluster cluster-long fuzz \
+	bench bench-report bench-quick bench-build bench-venv bench-profile debian-valkey test-cluster cluster-long fuzz \
 	chaos chaos-quick chaos-build
 
 help: ## List the targets
@@ -326,18 +328,24 @@ debian-valkey: ## Debian 13's valkey-server (jemalloc) under target/debian-valke
 
 # Debian's Valkey only where it could be made (x86_64, a Debian mirror,
 # mmdebstrap): the report lists the servers it measured.
-bench: bench-build valkey bench-venv ## Full benchmarks on Redis and Valkey (~40 min): docs/benchmarks.md, docs/img/*.png
+bench: bench-build valkey bench-venv ## Full benchmarks on Redis and Valkey (~40 min) into docs/benchmarks.json, then bench-report
 	-@bash bench/debian-valkey.sh $(DEBIAN_VALKEY_DIR) || echo "make bench: without Debian's Valkey (see above)"
 	target/release/lock-bench --profile full --valkey-server $$(ls $(VALKEY_SERVER)) \
 	  $$(test -x $(DEBIAN_VALKEY_DIR)/valkey-server && echo --memory-server $(DEBIAN_VALKEY_DIR)/valkey-server) \
-	  --report docs/benchmarks.md --json target/bench/results.json --made-by "make bench"
-	$(BENCH_PYTHON) bench/charts.py target/bench/results.json docs/img
+	  --json $(BENCH_JSON) --made-by "make bench"
+	@$(MAKE) --no-print-directory bench-report
 
-bench-quick: bench-build valkey bench-venv ## A tiny run of every benchmark (< 2 min) into target/bench-quick/: checks the harness, asserts no speed
+bench-report: bench-venv ## docs/benchmarks.md and docs/img/*.png from docs/benchmarks.json, measuring nothing
+	python3 bench/render.py $(BENCH_JSON) docs/benchmarks.md
+	$(BENCH_PYTHON) bench/charts.py $(BENCH_JSON) docs/img
+
+bench-quick: bench-build valkey bench-venv ## A tiny run of every benchmark (< 2 min) into target/bench-quick/: measure, JSON, report (every section checked), charts; asserts no speed
 	cargo test --release --locked -p redis-lock-bench --quiet
+	python3 -m doctest bench/render.py
 	@rm -rf $(BENCH_QUICK_DIR)
 	target/release/lock-bench --profile quick --valkey-server $$(ls $(VALKEY_SERVER)) \
-	  --report $(BENCH_QUICK_DIR)/benchmarks.md --json $(BENCH_QUICK_DIR)/results.json --made-by "make bench-quick"
+	  --json $(BENCH_QUICK_DIR)/results.json --made-by "make bench-quick"
+	python3 bench/render.py --check $(BENCH_QUICK_DIR)/results.json $(BENCH_QUICK_DIR)/benchmarks.md
 	$(BENCH_PYTHON) bench/charts.py $(BENCH_QUICK_DIR)/results.json $(BENCH_QUICK_DIR)/img
 	@for f in benchmarks.md results.json img/throughput_ratios.png img/contention_latency.png \
 	  img/memory_per_lock.png img/memory_per_holder.png img/scale_latency.png img/handoff_latency.png \

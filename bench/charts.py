@@ -1,10 +1,12 @@
-"""Charts for docs/benchmarks.md, drawn from the JSON that lock-bench writes.
+"""Charts for docs/benchmarks.md, drawn from the results document lock-bench
+writes (docs/benchmarks.json; bench/README.md has its schema).
 
     python bench/charts.py RESULTS.json OUT_DIR
 
 Writes throughput_ratios.png, contention_latency.png, memory_per_lock.png,
-memory_per_holder.png, scale_latency.png, handoff_latency.png and observe_latency.png. It only draws: every number comes
-from the JSON (its summary, and the raw handoff samples).
+memory_per_holder.png, scale_latency.png, handoff_latency.png and
+observe_latency.png. It only draws: every number comes from the document
+(its summary, and the latency distributions' quantiles).
 """
 
 import json
@@ -62,9 +64,7 @@ def throughput_ratios(summary, out):
     ax.set_xlabel("throughput ratio, native / alternative (median of interleaved rounds; dashed: goal at pipeline 16)")
     ax.set_title("redis-lock throughput relative to the Lua recipes, SET NX PX, SET IFEQ and plain SET")
     ax.legend(fontsize=8, loc="lower right")
-    fig.tight_layout()
-    fig.savefig(out / "throughput_ratios.png", dpi=110)
-    plt.close(fig)
+    save(fig, out / "throughput_ratios.png")
 
 
 def contention_latency(summary, out):
@@ -109,41 +109,22 @@ def contention_latency(summary, out):
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7)
     fig.suptitle("Lock cycles under contention (acquire → hold → release): polling every 50-250 ms vs the server's WAIT queue")
-    fig.tight_layout()
-    fig.savefig(out / "contention_latency.png", dpi=110)
-    plt.close(fig)
+    save(fig, out / "contention_latency.png")
 
 
-def memory_per_lock(summary, out):
-    rows = summary["memory"]
+def memory_per_lock(doc, out):
+    rows = [r for s in doc["results"]["servers"] if s["memory"] for r in s["memory"]["bulk"]]
     if not rows:
         return
     servers = list(dict.fromkeys(r["server"] for r in rows))
-    labels = list(dict.fromkeys(r["label"] for r in rows))
-    counts = sorted({r["locks"] for r in rows})
-    groups = [(s, c) for s in servers for c in counts]
+    groups = [(s, c) for s in servers for c in sorted({r["locks"] for r in rows})]
+    per_lock = {(r["server"], r["locks"], r["label"]): r["bytes_per_lock"] for r in rows}
     fig, ax = plt.subplots(figsize=(10, 4.5))
-    width = 0.8 / len(labels)
-    for i, label in enumerate(labels):
-        values = []
-        for server, count in groups:
-            match = [r["bytes_per_lock"] for r in rows
-                     if r["server"] == server and r["locks"] == count and r["label"] == label]
-            values.append(match[0] if match else math.nan)
-        xs = [g + i * width for g in range(len(groups))]
-        bars = ax.bar(xs, values, width=width, color=COLORS[i % len(COLORS)], label=label)
-        for bar, value in zip(bars, values):
-            if not math.isnan(value):
-                ax.text(bar.get_x() + bar.get_width() / 2, bar.get_height() + 2, f"{value:.0f}",
-                        ha="center", fontsize=7)
-    ax.set_xticks([g + 0.4 - width / 2 for g in range(len(groups))])
-    ax.set_xticklabels([f"{s}\n{c:,} locks" for s, c in groups], fontsize=8)
-    ax.set_ylabel("bytes per held lock (used_memory delta / locks)")
-    ax.set_title("Memory per held lock")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out / "memory_per_lock.png", dpi=110)
-    plt.close(fig)
+    bars(ax, [f"{s}\n{c:,} locks" for s, c in groups],
+         [(label, [per_lock.get((s, c, label)) for s, c in groups])
+          for label in dict.fromkeys(r["label"] for r in rows)],
+         "Memory per held lock", "bytes per held lock (used_memory delta / locks)", fmt="{:.0f}")
+    save(fig, out / "memory_per_lock.png")
 
 
 def memory_per_holder(summary, out):
@@ -175,8 +156,12 @@ def memory_per_holder(summary, out):
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=7)
     fig.suptitle("Memory per holder of a read lock and of a semaphore (used_memory deltas)")
+    save(fig, out / "memory_per_holder.png")
+
+
+def save(fig, path):
     fig.tight_layout()
-    fig.savefig(out / "memory_per_holder.png", dpi=110)
+    fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
@@ -198,13 +183,14 @@ def bars(ax, groups, series, title, unit_label, fmt="{:.3g}"):
     ax.legend(fontsize=7)
 
 
-def scale_latency(summary, out):
+def scale_latency(doc, out):
+    summary = doc["summary"]
     rows = summary["scale"]
     if not rows:
         return
     release = summary.get("scale_release") or []
     memory = summary.get("scale_memory")
-    leave = summary.get("scale_leave") or []
+    leave = (doc["results"]["scale"] or {}).get("leave") or []
     fig, axes = plt.subplots(2, 3, figsize=(16, 8.4))
     groups = [f"{row['held']:,} held locks,\n{row.get('waiters', 0):,} waiters" for row in rows]
     for ax, (title, scale, fields) in zip(axes[0][:2], [
@@ -251,9 +237,16 @@ def scale_latency(summary, out):
     else:
         axes[1][2].axis("off")
     fig.suptitle(f"Scale: many held locks and many waiters ({rows[0]['server']})")
-    fig.tight_layout()
-    fig.savefig(out / "scale_latency.png", dpi=110)
-    plt.close(fig)
+    save(fig, out / "scale_latency.png")
+
+
+def cdf(ax, quantiles_us, **style):
+    """A distribution as a step curve, from its quantiles (0 to 1, evenly)."""
+    if not quantiles_us:
+        return
+    xs = [max(v, 1.0) / 1000.0 for v in quantiles_us]
+    ys = [k / (len(xs) - 1) for k in range(len(xs))] if len(xs) > 1 else [1.0]
+    ax.step(xs, ys, where="post", **style)
 
 
 def handoff_latency(doc, out):
@@ -262,37 +255,35 @@ def handoff_latency(doc, out):
         return
     fig, axes = plt.subplots(1, 3, figsize=(16, 4.6))
     panels = [
-        (waiting["release"], "handoff on release: release sent → grant received"),
-        (waiting["expiry"], f"handoff after expiry ({waiting['expiry']['ttl_ms']} ms lease): "
-                            "deadline → grant received"),
+        ("release", "handoff on release: release sent → grant received"),
+        ("expiry", f"handoff after expiry ({waiting['expiry']['ttl_ms']} ms lease): "
+                   "deadline → grant received"),
     ]
-    for ax, (run, title) in zip(axes, panels):
-        for i, recipe in enumerate(run["recipes"]):
-            xs = sorted(max(v, 1.0) / 1000.0 for v in recipe["samples_us"])
-            if not xs:
+    for ax, (scenario, title) in zip(axes, panels):
+        for i, row in enumerate(waiting[scenario]["recipes"]):
+            if row["p50_us"] is None:
                 continue
-            ys = [(k + 1) / len(xs) for k in range(len(xs))]
-            xs, ys = [xs[0]] + xs, [0.0] + ys
-            p50, p99 = recipe["p50_us"] / 1000.0, recipe["p99_us"] / 1000.0
-            ax.step(xs, ys, where="post", color=COLORS[i % len(COLORS)],
-                    label=f"{recipe['recipe']}: p50 {p50:.3g} ms, p99 {p99:.3g} ms")
+            cdf(ax, row["cdf_us"], color=COLORS[i % len(COLORS)],
+                label=f"{row['recipe']}: p50 {row['p50_us'] / 1000:.3g} ms, "
+                      f"p99 {row['p99_us'] / 1000:.3g} ms")
         ax.set_xscale("log")
         ax.set_ylim(0, 1.02)
         ax.set_xlabel("ms (log)")
-        ax.set_ylabel(f"fraction of handoffs ({run['rounds']} per recipe)")
+        ax.set_ylabel(f"fraction of handoffs ({waiting[scenario]['rounds']} per recipe)")
         ax.set_title(title, fontsize=9)
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=7, loc="lower right")
     ax = axes[2]
-    rows = doc["summary"]["fairness"]
+    rows = [dict(run["summary"], duration_s=doc["profile"]["waiting"]["fairness_duration_ms"] / 1000)
+            for run in waiting["fairness"]]
     fields = [("min_cycles_per_contender", "min"), ("mean_cycles_per_contender", "mean"),
               ("max_cycles_per_contender", "max")]
     width = 0.8 / len(fields)
     for f, (field, name) in enumerate(fields):
         xs = [r + f * width for r in range(len(rows))]
         values = [row[field] for row in rows]
-        bars = ax.bar(xs, values, width=width, color=COLORS[f], label=name)
-        for bar, value in zip(bars, values):
+        drawn = ax.bar(xs, values, width=width, color=COLORS[f], label=name)
+        for bar, value in zip(drawn, values):
             ax.text(bar.get_x() + bar.get_width() / 2, bar.get_height(), f"{value:.0f}",
                     ha="center", va="bottom", fontsize=7)
     for r, row in enumerate(rows):
@@ -310,17 +301,7 @@ def handoff_latency(doc, out):
     ax.legend(fontsize=8)
     fig.suptitle(f"Waiting for a lock: LOCK.ACQUIRE … WAIT vs SET NX PX polling vs "
                  f"python-redis-lock's BLPOP signal ({waiting['server']})")
-    fig.tight_layout()
-    fig.savefig(out / "handoff_latency.png", dpi=110)
-    plt.close(fig)
-
-
-def cdf(ax, samples_us, **style):
-    xs = sorted(max(v, 1.0) / 1000.0 for v in samples_us)
-    if not xs:
-        return
-    ys = [(k + 1) / len(xs) for k in range(len(xs))]
-    ax.step([xs[0]] + xs, [0.0] + ys, where="post", **style)
+    save(fig, out / "handoff_latency.png")
 
 
 def observe_latency(doc, out):
@@ -337,15 +318,15 @@ def observe_latency(doc, out):
                 wake = change["wakeup"]
                 if not wake["count"]:
                     continue
-                cdf(ax, change["wakeups_us"], color=COLORS[i % len(COLORS)],
+                cdf(ax, change["cdf_us"], color=COLORS[i % len(COLORS)],
                     label=f"{change['change']}: p50 {wake['p50_us'] / 1000:.3g} ms, "
                           f"p99 {wake['p99_us'] / 1000:.3g} ms")
             if waiting and waiting["server"] == server["server"]:
                 for scenario, style in (("release", "--"), ("expiry", ":")):
-                    native = [r for r in waiting[scenario]["recipes"] if r["recipe"] == "native-wait"]
-                    if native:
-                        cdf(ax, native[0]["samples_us"], color="black", linestyle=style,
-                            linewidth=1, label=f"WAIT hand-off on {scenario} (section 5)")
+                    for native in (r for r in waiting[scenario]["recipes"]
+                                   if r["recipe"] == "native-wait"):
+                        cdf(ax, native["cdf_us"], color="black", linestyle=style, linewidth=1,
+                            label=f"WAIT hand-off on {scenario} (section 5)")
             ax.set_xscale("log")
             ax.set_ylim(0, 1.02)
             ax.set_xlabel("ms from the change (log)")
@@ -357,9 +338,7 @@ def observe_latency(doc, out):
         for ax in row[len(server["runs"]):]:
             ax.axis("off")
     fig.suptitle("LOCK.OBSERVE: from a change of holder to each observer's reply")
-    fig.tight_layout()
-    fig.savefig(out / "observe_latency.png", dpi=110)
-    plt.close(fig)
+    save(fig, out / "observe_latency.png")
 
 
 def main():
@@ -367,11 +346,10 @@ def main():
     out.mkdir(parents=True, exist_ok=True)
     doc = json.loads(results.read_text())
     summary = doc["summary"]
-    for chart in (throughput_ratios, contention_latency, memory_per_lock, memory_per_holder,
-                  scale_latency):
+    for chart in (throughput_ratios, contention_latency, memory_per_holder):
         chart(summary, out)
-    handoff_latency(doc, out)
-    observe_latency(doc, out)
+    for chart in (memory_per_lock, scale_latency, handoff_latency, observe_latency):
+        chart(doc, out)
     print(f"charts written to {out}")
 
 

@@ -2,12 +2,11 @@
 //! strategy interleaved run by run.
 
 use std::path::Path;
-use std::process::Command;
 
 use serde::Serialize;
 
 use crate::load::{LoadSummary, Strategy};
-use crate::server::{flushall, Server};
+use crate::server::{flushall, run_against, Server};
 
 #[derive(Clone, Debug, Serialize)]
 pub struct Settings {
@@ -74,27 +73,8 @@ pub fn run_json<T: serde::de::DeserializeOwned>(
     argv: &[String],
     port: u16,
 ) -> Result<T, String> {
-    let tool = binary
-        .file_name()
-        .map_or("tool".into(), |n| n.to_string_lossy().into_owned());
-    let output = Command::new(binary)
-        .args(argv[1..].iter().map(|a| {
-            if a == "$PORT" {
-                port.to_string()
-            } else {
-                a.clone()
-            }
-        }))
-        .output()
-        .map_err(|e| format!("run {}: {e}", binary.display()))?;
-    if !output.status.success() {
-        return Err(format!(
-            "{tool} failed ({}): {}",
-            output.status,
-            String::from_utf8_lossy(&output.stderr)
-        ));
-    }
-    serde_json::from_slice(&output.stdout).map_err(|e| format!("{tool} output: {e}"))
+    let stdout = run_against(binary, argv, port)?;
+    serde_json::from_str(&stdout).map_err(|e| format!("{} output: {e}", binary.display()))
 }
 
 pub fn run(

@@ -95,30 +95,6 @@ impl Recipe {
     pub fn parse(name: &str) -> Option<Recipe> {
         Recipe::ALL.into_iter().find(|r| r.name() == name)
     }
-
-    /// One line for the report: how the waiter waits and who wakes it.
-    pub fn description(self) -> &'static str {
-        match self {
-            Recipe::NativeWait => {
-                "`LOCK.ACQUIRE k ttl TOKEN t WAIT ms`: queued on the server, \
-                 granted by the release itself or by a timer at the deadline"
-            }
-            Recipe::SetnxPoll => {
-                "`SET k t NX PX ttl`, retried every 50–250 ms (uniform jitter, \
-                 as redsync); Lua compare-and-delete"
-            }
-            Recipe::BlpopSignal => {
-                "python-redis-lock: `SET k t NX PX ttl`, on refusal `BLPOP \
-                 signal:k <lock expire>`, then retry; its UNLOCK script pushes \
-                 to `signal:k`"
-            }
-            Recipe::ReadersWait => {
-                "`LOCK.ACQUIRE k ttl TOKEN t WAIT ms` (a writer) while two readers \
-                 hold `k` (`… SHARED`): the first reader leaves, then the last, \
-                 whose release (or later deadline) grants the writer"
-            }
-        }
-    }
 }
 
 /// What ends the holder's tenure.

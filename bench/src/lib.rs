@@ -1,6 +1,7 @@
 //! The redis-lock benchmark harness: `lock-load` (the lock-cycle load
-//! generator) and `lock-bench` (runs everything and writes
-//! `docs/benchmarks.md`). See `bench/README.md`.
+//! generator) and `lock-bench` (runs everything and writes its results as
+//! one JSON document, from which `render.py` writes `docs/benchmarks.md`).
+//! See `bench/README.md`.
 
 pub mod cli;
 pub mod contention;
@@ -12,7 +13,8 @@ pub mod mass_expiry;
 pub mod memory;
 pub mod observe;
 pub mod observing;
-pub mod report;
+pub mod profile;
+pub mod results;
 pub mod scale;
 pub mod scripts;
 pub mod server;

@@ -287,9 +287,10 @@ pub struct LoadSummary {
     pub handoff: Percentiles,
     /// Refused attempts per granted acquire.
     pub refusals_per_grant: f64,
-    /// Cycles of the least and most successful contender.
+    /// Cycles of the least and most successful contender, and the mean.
     pub min_cycles_per_contender: u64,
     pub max_cycles_per_contender: u64,
+    pub mean_cycles_per_contender: f64,
     /// Jain's index over cycles per contender (1 = perfectly even).
     pub jain_index: Option<f64>,
     /// Contenders still waiting when the deadline came (or granted only
@@ -547,6 +548,7 @@ fn summarise(
         },
         min_cycles_per_contender: cycles_per_contender.iter().copied().min().unwrap_or(0),
         max_cycles_per_contender: cycles_per_contender.iter().copied().max().unwrap_or(0),
+        mean_cycles_per_contender: cycles as f64 / cycles_per_contender.len().max(1) as f64,
         jain_index: jain_index(&cycles_per_contender),
         waiting_at_end: unfinished.len() as u64,
         longest_unfinished_wait_us: unfinished.iter().copied().max().unwrap_or(0),

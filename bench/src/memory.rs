@@ -53,6 +53,7 @@ impl Variant {
 pub struct OneLock {
     pub server: String,
     pub variant: Variant,
+    pub label: &'static str,
     /// `MEMORY USAGE` of the lock key.
     pub lock_key_bytes: i64,
     /// `MEMORY USAGE` of its fence key (the global one is shared by all).
@@ -63,6 +64,7 @@ pub struct OneLock {
 pub struct Bulk {
     pub server: String,
     pub variant: Variant,
+    pub label: &'static str,
     pub locks: u64,
     pub used_memory_delta: i64,
     pub bytes_per_lock: f64,
@@ -159,6 +161,7 @@ pub fn run(
         results.one_lock.push(OneLock {
             server: server.label.clone(),
             variant,
+            label: variant.label(),
             lock_key_bytes: memory_usage(&mut conn, &lock_key)?,
             fence_key_bytes: fence_key.map(|k| memory_usage(&mut conn, &k)).transpose()?,
         });
@@ -177,6 +180,7 @@ pub fn run(
             results.bulk.push(Bulk {
                 server: server.label.clone(),
                 variant,
+                label: variant.label(),
                 locks: count,
                 used_memory_delta: after - before,
                 bytes_per_lock: (after - before) as f64 / count as f64,

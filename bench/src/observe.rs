@@ -85,25 +85,6 @@ impl Change {
             Change::Expiry => "expiry",
         }
     }
-
-    /// One line for the report: what changes and where a sample starts.
-    pub fn description(self) -> &'static str {
-        match self {
-            Change::Grant => {
-                "the free key is taken (`LOCK.ACQUIRE k ttl TOKEN t`); from the \
-                 ACQUIRE's send"
-            }
-            Change::Handoff => {
-                "the holder releases while a client waits with `WAIT`, which is \
-                 granted inside the release; from the RELEASE's send"
-            }
-            Change::Release => "the holder releases and nobody waits; from the RELEASE's send",
-            Change::Expiry => {
-                "the holder's lease runs out and nobody touches the key; from the \
-                 lease's deadline (`LOCK.INFO` `deadline`)"
-            }
-        }
-    }
 }
 
 #[derive(Clone, Debug)]

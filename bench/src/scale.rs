@@ -34,8 +34,9 @@ use serde::Serialize;
 
 use crate::contention::run_load;
 use crate::load::{LoadSummary, Strategy};
-use crate::server::{dbsize, info_field, info_int, pipelined, query, Server};
+use crate::server::{dbsize, info_field, info_int, pipelined, query, run_against, Server};
 use crate::stats::{median, percentile};
+use crate::throughput;
 
 #[derive(Clone, Debug, Serialize)]
 pub struct Settings {
@@ -124,13 +125,19 @@ pub struct WaiterSetup {
     pub queues: Vec<u64>,
     pub spread: u64,
     pub spread_keys: u64,
-    /// Why fewer than asked, when so.
-    pub limited_by: Option<String>,
-    /// This harness' open-file limit (soft, after raising it, and hard).
+    /// Fewer than asked could wait: the open-file limits below left room
+    /// for no more.
+    pub limited: bool,
+    /// This harness' open-file limit (soft, after raising it, and hard),
+    /// and the connections it left room for.
     pub harness_nofile: [u64; 2],
-    /// `maxclients` asked of the large server, and what it got.
+    pub harness_room: u64,
+    /// `maxclients` asked of the large server, what it got (Redis lowers
+    /// it to its open-file limit less 32), and the connections that left
+    /// room for beside the load.
     pub maxclients_asked: u64,
     pub maxclients: u64,
+    pub server_room: u64,
     pub addresses: u8,
     /// Seconds to connect every waiter, and to queue them all.
     pub connect_s: f64,
@@ -217,28 +224,14 @@ pub fn load_command(settings: &Settings) -> Vec<String> {
 
 /// The reference: plain `SET … PX` on fresh keys, 50 clients, no pipeline.
 pub fn set_command(settings: &Settings) -> Vec<String> {
-    [
-        "redis-benchmark",
-        "-h",
-        "127.0.0.1",
-        "-p",
-        "$PORT",
-        "-c",
-        "50",
-        "-r",
-        &settings.keys.to_string(),
-        "-n",
-        &settings.set_requests.to_string(),
-        "--csv",
+    let set = [
         "SET",
         "scale-set:__rand_int__",
-        crate::throughput::TOKEN,
+        throughput::TOKEN,
         "PX",
         "30000",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect()
+    ];
+    throughput::redis_benchmark(50, None, settings.keys as u64, settings.set_requests, &set)
 }
 
 /// The waiters' commands, as sent (`<L>`: a queue's length, `<c>.<g>`: the
@@ -269,24 +262,7 @@ fn maxclients(settings: &Settings) -> u64 {
 
 fn run_set_reference(settings: &Settings, port: u16) -> Result<(), String> {
     let argv = set_command(settings);
-    let output = std::process::Command::new(&argv[0])
-        .args(argv[1..].iter().map(|a| {
-            if a == "$PORT" {
-                port.to_string()
-            } else {
-                a.clone()
-            }
-        }))
-        .output()
-        .map_err(|e| format!("run redis-benchmark: {e}"))?;
-    if output.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "redis-benchmark failed: {}",
-            String::from_utf8_lossy(&output.stderr)
-        ))
-    }
+    run_against(Path::new(&argv[0]), &argv, port).map(|_| ())
 }
 
 /// Hold `count` locks (`held:<n>`, 1 hour leases, server-drawn tokens).
@@ -475,19 +451,6 @@ fn raise_nofile_limit() -> [u64; 2] {
     [limit.rlim_cur as u64, limit.rlim_max as u64]
 }
 
-/// `19968` as `19,968`.
-fn thousands(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
-}
-
 fn open_fds() -> u64 {
     std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count() as u64)
 }
@@ -575,22 +538,6 @@ impl<'a> Waiters<'a> {
         let server_room = got.saturating_sub(SPARE_CLIENTS + settings.contenders as u64);
         let wanted = settings.waiters + settings.release_queues.len() as u64;
         let room = wanted.min(harness_room).min(server_room);
-        let limited_by = (room < wanted).then(|| {
-            format!(
-                "the server got `maxclients` {} of the {} asked (Redis lowers it to its \
-                 open-file limit less 32), room for {} connections beside the load; this \
-                 harness may open {} files (`RLIMIT_NOFILE` soft {}, hard {}), room for {}. \
-                 A process may raise its soft limit up to its hard limit; only one with \
-                 `CAP_SYS_RESOURCE` may raise the hard limit",
-                thousands(got),
-                thousands(asked),
-                thousands(server_room),
-                thousands(nofile[0]),
-                thousands(nofile[0]),
-                thousands(nofile[1]),
-                thousands(harness_room)
-            )
-        });
         // The queues first, shortest first (the longest takes what is
         // left); each has a holder beside its waiters. Then the spread.
         let mut lengths: Vec<u64> = settings
@@ -636,10 +583,12 @@ impl<'a> Waiters<'a> {
                 queues: queues.clone(),
                 spread,
                 spread_keys,
-                limited_by,
+                limited: room < wanted,
                 harness_nofile: nofile,
+                harness_room,
                 maxclients_asked: asked,
                 maxclients: got,
+                server_room,
                 addresses: settings.addresses.max(1),
                 ..WaiterSetup::default()
             },
@@ -677,14 +626,14 @@ impl<'a> Waiters<'a> {
             "{}: connecting {connections} waiters over {} addresses{}",
             server.label,
             waiters.setup.addresses,
-            waiters
-                .setup
-                .limited_by
-                .as_ref()
-                .map_or(String::new(), |why| format!(
-                    " (of {} asked: {why})",
+            if waiters.setup.limited {
+                format!(
+                    " (of {} asked: room for {harness_room} here, {server_room} in the server)",
                     settings.waiters
-                ))
+                )
+            } else {
+                String::new()
+            }
         ));
         let started = Instant::now();
         let client_id = resp(&["CLIENT", "ID"]);
@@ -1192,13 +1141,13 @@ mod tests {
             args,
             "--maxclients 1093 --bind 127.0.0.1 127.0.0.2 127.0.0.3"
         );
-    }
-
-    #[test]
-    fn thousands_are_grouped() {
         assert_eq!(
-            [0, 999, 1000, 19968, 1_000_000].map(thousands),
-            ["0", "999", "1,000", "19,968", "1,000,000"]
+            set_command(&settings).join(" "),
+            format!(
+                "redis-benchmark -h 127.0.0.1 -p $PORT -c 50 -r 64 -n 100 --csv \
+                 SET scale-set:__rand_int__ {} PX 30000",
+                throughput::TOKEN
+            )
         );
     }
 

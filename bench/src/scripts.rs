@@ -72,6 +72,19 @@ pub const READ_RELEASE: &str = "if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 
 if redis.call('HINCRBY', KEYS[1], ARGV[1], -1) <= 0 then redis.call('HDEL', KEYS[1], ARGV[1]) end \
 if redis.call('HLEN', KEYS[1]) == 1 then redis.call('DEL', KEYS[1]) end return 1";
 
+/// Every script by name, for the record of a run.
+pub const ALL: [(&str, &str); 9] = [
+    ("acquire", ACQUIRE),
+    ("release", RELEASE),
+    ("extend", EXTEND),
+    ("guard", GUARD),
+    ("signal_unlock", SIGNAL_UNLOCK),
+    ("sem_acquire", SEM_ACQUIRE),
+    ("sem_release", SEM_RELEASE),
+    ("read_acquire", READ_ACQUIRE),
+    ("read_release", READ_RELEASE),
+];
+
 #[cfg(test)]
 mod tests {
     use super::*;

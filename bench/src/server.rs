@@ -3,10 +3,36 @@
 //! `redis-lock-testsupport`), and the helpers the benchmarks share.
 
 use std::path::Path;
+use std::process::Command;
 use std::time::Duration;
 
 use redis::Connection;
 use redis_lock_testsupport::Launch;
+
+/// Run one of the benchmark's commands against the server on `port`:
+/// `program` with `argv[1..]` (as the report shows them), `$PORT` replaced by
+/// the port. Its standard output, or an error with all it printed.
+pub fn run_against(program: &Path, argv: &[String], port: u16) -> Result<String, String> {
+    let name = program.file_name().unwrap_or_default().to_string_lossy();
+    let port = port.to_string();
+    let output = Command::new(program)
+        .args(
+            argv[1..]
+                .iter()
+                .map(|a| if a == "$PORT" { &port } else { a }),
+        )
+        .output()
+        .map_err(|e| format!("run {name}: {e}"))?;
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    if !output.status.success() {
+        return Err(format!(
+            "{name} failed ({}): {stdout}{}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        ));
+    }
+    Ok(stdout)
+}
 
 pub struct Server {
     /// "Redis 7.0.15" or "Valkey 8.1.8".

@@ -8,8 +8,7 @@ pub fn median(values: &[f64]) -> Option<f64> {
     if values.is_empty() {
         return None;
     }
-    let mut sorted = values.to_vec();
-    sorted.sort_by(|a, b| a.total_cmp(b));
+    let sorted = sorted(values);
     let mid = sorted.len() / 2;
     Some(if sorted.len().is_multiple_of(2) {
         (sorted[mid - 1] + sorted[mid]) / 2.0
@@ -21,15 +20,35 @@ pub fn median(values: &[f64]) -> Option<f64> {
 /// The nearest-rank percentile of `values` (`q` in 0..=1: the smallest value
 /// with at least `q` of the values at or below it); `None` when empty.
 pub fn percentile(values: &[f64], q: f64) -> Option<f64> {
+    (!values.is_empty()).then(|| nearest_rank(&sorted(values), q))
+}
+
+/// `steps + 1` nearest-rank percentiles of `values`, at `q` = 0, 1/`steps`,
+/// … 1: the distribution, from the smallest value to the largest, in as many
+/// points whatever the count (empty when `values` is).
+pub fn quantiles(values: &[f64], steps: usize) -> Vec<f64> {
     if values.is_empty() {
-        return None;
+        return Vec::new();
     }
+    let sorted = sorted(values);
+    let steps = steps.max(1);
+    (0..=steps)
+        .map(|i| nearest_rank(&sorted, i as f64 / steps as f64))
+        .collect()
+}
+
+fn sorted(values: &[f64]) -> Vec<f64> {
     let mut sorted = values.to_vec();
     sorted.sort_by(|a, b| a.total_cmp(b));
+    sorted
+}
+
+/// The percentile `q` of non-empty `sorted` values.
+fn nearest_rank(sorted: &[f64], q: f64) -> f64 {
     // (Less a hair, so that 0.99 × 100 is rank 99 whatever the rounding.)
     let rank =
         ((q.clamp(0.0, 1.0) * sorted.len() as f64 - 1e-9).ceil() as usize).clamp(1, sorted.len());
-    Some(sorted[rank - 1])
+    sorted[rank - 1]
 }
 
 /// The arithmetic mean; `None` when empty.
@@ -92,6 +111,11 @@ mod tests {
         assert_eq!(percentile(&[], 0.5), None);
         assert_eq!(mean(&[1.0, 2.0, 6.0]), Some(3.0));
         assert_eq!(mean(&[]), None);
+        assert_eq!(
+            quantiles(&[3.0, 1.0, 2.0, 4.0], 4),
+            [1.0, 1.0, 2.0, 3.0, 4.0]
+        );
+        assert!(quantiles(&[], 4).is_empty());
     }
 
     #[test]

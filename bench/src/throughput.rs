@@ -1,12 +1,14 @@
 //! Throughput per command with `redis-benchmark`: each native command against
 //! what users run instead, interleaved run by run on one server.
 
-use std::process::Command;
+use std::path::Path;
 
 use serde::Serialize;
 
 use crate::scripts;
-use crate::server::{bench_key, dbsize, flushall, info_field, info_int, pipelined, query, Server};
+use crate::server::{
+    bench_key, dbsize, flushall, info_field, info_int, pipelined, query, run_against, Server,
+};
 use crate::stats::median;
 
 /// The 36-byte token of the rows that pass one (the length of a drawn UUID).
@@ -128,6 +130,8 @@ pub enum Prep {
 #[derive(Clone, Debug, Serialize)]
 pub struct Case {
     pub id: &'static str,
+    /// What the row measures, in a few words.
+    pub description: &'static str,
     pub group: Group,
     /// The command as `redis-benchmark` gets it (`__rand_int__` is a key).
     pub args: Vec<String>,
@@ -152,6 +156,14 @@ pub struct Comparison {
 }
 
 impl Comparison {
+    /// A comparison of shared holders: semaphores (`SEM.*`) or readers
+    /// (`… SHARED`).
+    pub fn is_shared(&self) -> bool {
+        self.native
+            .iter()
+            .any(|id| id.starts_with("sem.") || id.starts_with("shared."))
+    }
+
     /// The goal at pipeline 16 on the server labelled `label`.
     pub fn goal_on(&self, label: &str) -> Option<f64> {
         let read = label.ends_with("+ AOF") || label.ends_with("+ replica");
@@ -314,197 +326,71 @@ impl LoadedScripts {
 /// ([`FRESH_TOKEN`]), so that each adds a holder (a key drawn twice gets a
 /// second one); their release rows run on keys held by [`TOKEN`] and
 /// [`OTHER_TOKEN`], and release [`TOKEN`]'s hold.
+#[rustfmt::skip] // a table: one case a row
 pub fn cases(sha: &LoadedScripts) -> Vec<Case> {
-    let lock = format!("{LOCK_PREFIX}__rand_int__");
-    let string = format!("{STRING_PREFIX}__rand_int__");
-    let data = format!("{DATA_PREFIX}__rand_int__");
-    let sem = format!("{SEM_PREFIX}__rand_int__");
-    let permits = format!("{PERMITS_PREFIX}__rand_int__");
-    let shared = format!("{SHARED_PREFIX}__rand_int__");
-    let read_hash = format!("{READ_HASH_PREFIX}__rand_int__");
-    let limit = SEM_LIMIT.to_string();
-    let ttl = "30000".to_string();
-    let held_ttl = PREPARED_TTL_MS.to_string();
-    let args = |parts: &[&str]| parts.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let lock = &format!("{LOCK_PREFIX}__rand_int__");
+    let string = &format!("{STRING_PREFIX}__rand_int__");
+    let data = &format!("{DATA_PREFIX}__rand_int__");
+    let sem = &format!("{SEM_PREFIX}__rand_int__");
+    let permits = &format!("{PERMITS_PREFIX}__rand_int__");
+    let shared = &format!("{SHARED_PREFIX}__rand_int__");
+    let read_hash = &format!("{READ_HASH_PREFIX}__rand_int__");
+    let limit = &SEM_LIMIT.to_string();
+    let ttl = "30000";
+    let held_ttl = &PREPARED_TTL_MS.to_string();
+    let case = |id, description, group, prep, args: &[&str]| Case {
+        id,
+        description,
+        group,
+        args: args.iter().map(|s| s.to_string()).collect(),
+        prep,
+        needs_ifeq: args.contains(&"IFEQ"),
+    };
+    use Group::*;
+    use Prep::*;
     vec![
-        Case {
-            id: "lock.acquire",
-            group: Group::Acquire,
-            args: args(&["LOCK.ACQUIRE", &lock, &ttl]),
-            prep: Prep::Empty,
-            needs_ifeq: false,
-        },
-        Case {
-            id: "lock.acquire.token",
-            group: Group::Acquire,
-            args: args(&["LOCK.ACQUIRE", &lock, &ttl, "TOKEN", TOKEN]),
-            prep: Prep::Empty,
-            needs_ifeq: false,
-        },
-        Case {
-            id: "lua.acquire",
-            group: Group::Acquire,
-            args: args(&[
-                "EVALSHA",
-                &sha.acquire,
-                "2",
-                &string,
-                scripts::GLOBAL_FENCE_KEY,
-                TOKEN,
-                &ttl,
-            ]),
-            prep: Prep::Empty,
-            needs_ifeq: false,
-        },
-        Case {
-            id: "set.nx",
-            group: Group::Acquire,
-            args: args(&["SET", &string, TOKEN, "NX", "PX", &ttl]),
-            prep: Prep::Empty,
-            needs_ifeq: false,
-        },
-        Case {
-            id: "lock.extend",
-            group: Group::Extend,
-            args: args(&["LOCK.EXTEND", &lock, TOKEN, &held_ttl]),
-            prep: Prep::HeldLocks,
-            needs_ifeq: false,
-        },
-        Case {
-            id: "lua.extend",
-            group: Group::Extend,
-            args: args(&["EVALSHA", &sha.extend, "1", &string, TOKEN, &held_ttl]),
-            prep: Prep::HeldStrings,
-            needs_ifeq: false,
-        },
-        Case {
-            id: "set.ifeq",
-            group: Group::Extend,
-            args: args(&["SET", &string, TOKEN, "IFEQ", TOKEN, "PX", &held_ttl]),
-            prep: Prep::HeldStrings,
-            needs_ifeq: true,
-        },
-        Case {
-            id: "lock.release",
-            group: Group::Release,
-            args: args(&["LOCK.RELEASE", &lock, TOKEN]),
-            prep: Prep::HeldLocks,
-            needs_ifeq: false,
-        },
-        Case {
-            id: "lua.release",
-            group: Group::Release,
-            args: args(&["EVALSHA", &sha.release, "1", &string, TOKEN]),
-            prep: Prep::HeldStrings,
-            needs_ifeq: false,
-        },
-        Case {
-            id: "lock.guard",
-            group: Group::Guard,
-            args: args(&["LOCK.GUARD", &lock, TOKEN, "SET", &data, GUARDED_VALUE]),
-            prep: Prep::HeldLocks,
-            needs_ifeq: false,
-        },
-        Case {
-            id: "lua.guard",
-            group: Group::Guard,
-            args: args(&[
-                "EVALSHA",
-                &sha.guard,
-                "2",
-                &string,
-                &data,
-                TOKEN,
-                GUARDED_VALUE,
-            ]),
-            prep: Prep::HeldStrings,
-            needs_ifeq: false,
-        },
-        Case {
-            id: "set",
-            group: Group::Guard,
-            args: args(&["SET", &data, GUARDED_VALUE]),
-            prep: Prep::Data,
-            needs_ifeq: false,
-        },
-        Case {
-            id: "sem.acquire",
-            group: Group::SemAcquire,
-            args: args(&["SEM.ACQUIRE", &sem, &limit, &ttl, "TOKEN", FRESH_TOKEN]),
-            prep: Prep::Empty,
-            needs_ifeq: false,
-        },
-        Case {
-            id: "lua.sem.acquire",
-            group: Group::SemAcquire,
-            args: args(&[
-                "EVALSHA",
-                &sha.sem_acquire,
-                "1",
-                &permits,
-                FRESH_TOKEN,
-                &limit,
-                &ttl,
-            ]),
-            prep: Prep::Empty,
-            needs_ifeq: false,
-        },
-        Case {
-            id: "sem.release",
-            group: Group::SemRelease,
-            args: args(&["SEM.RELEASE", &sem, TOKEN]),
-            prep: Prep::Semaphores,
-            needs_ifeq: false,
-        },
-        Case {
-            id: "lua.sem.release",
-            group: Group::SemRelease,
-            args: args(&["EVALSHA", &sha.sem_release, "1", &permits, TOKEN]),
-            prep: Prep::PermitSets,
-            needs_ifeq: false,
-        },
-        Case {
-            id: "shared.acquire",
-            group: Group::SharedAcquire,
-            args: args(&[
-                "LOCK.ACQUIRE",
-                &shared,
-                &ttl,
-                "TOKEN",
-                FRESH_TOKEN,
-                "SHARED",
-            ]),
-            prep: Prep::Empty,
-            needs_ifeq: false,
-        },
-        Case {
-            id: "lua.read.acquire",
-            group: Group::SharedAcquire,
-            args: args(&[
-                "EVALSHA",
-                &sha.read_acquire,
-                "1",
-                &read_hash,
-                FRESH_TOKEN,
-                &ttl,
-            ]),
-            prep: Prep::Empty,
-            needs_ifeq: false,
-        },
-        Case {
-            id: "shared.release",
-            group: Group::SharedRelease,
-            args: args(&["LOCK.RELEASE", &shared, TOKEN]),
-            prep: Prep::ReadLocks,
-            needs_ifeq: false,
-        },
-        Case {
-            id: "lua.read.release",
-            group: Group::SharedRelease,
-            args: args(&["EVALSHA", &sha.read_release, "1", &read_hash, TOKEN]),
-            prep: Prep::ReadHashes,
-            needs_ifeq: false,
-        },
+        case("lock.acquire", "LOCK.ACQUIRE, server-drawn UUID token", Acquire, Empty,
+            &["LOCK.ACQUIRE", lock, ttl]),
+        case("lock.acquire.token", "LOCK.ACQUIRE with a 36-byte TOKEN", Acquire, Empty,
+            &["LOCK.ACQUIRE", lock, ttl, "TOKEN", TOKEN]),
+        case("lua.acquire", "Lua acquire-with-fence (EVALSHA), global fence key", Acquire, Empty,
+            &["EVALSHA", &sha.acquire, "2", string, scripts::GLOBAL_FENCE_KEY, TOKEN, ttl]),
+        case("set.nx", "SET NX PX (no fence, the ceiling)", Acquire, Empty,
+            &["SET", string, TOKEN, "NX", "PX", ttl]),
+        case("lock.extend", "LOCK.EXTEND by the holder", Extend, HeldLocks,
+            &["LOCK.EXTEND", lock, TOKEN, held_ttl]),
+        case("lua.extend", "Lua compare-and-pexpire by the holder", Extend, HeldStrings,
+            &["EVALSHA", &sha.extend, "1", string, TOKEN, held_ttl]),
+        case("set.ifeq", "SET IFEQ PX by the holder (Valkey 8.1 native)", Extend, HeldStrings,
+            &["SET", string, TOKEN, "IFEQ", TOKEN, "PX", held_ttl]),
+        case("lock.release", "LOCK.RELEASE by the holder", Release, HeldLocks,
+            &["LOCK.RELEASE", lock, TOKEN]),
+        case("lua.release", "Lua compare-and-delete by the holder", Release, HeldStrings,
+            &["EVALSHA", &sha.release, "1", string, TOKEN]),
+        case("lock.guard", "LOCK.GUARD … SET by the holder", Guard, HeldLocks,
+            &["LOCK.GUARD", lock, TOKEN, "SET", data, GUARDED_VALUE]),
+        case("lua.guard", "Lua compare-and-set by the holder", Guard, HeldStrings,
+            &["EVALSHA", &sha.guard, "2", string, data, TOKEN, GUARDED_VALUE]),
+        case("set", "plain SET, no guard (the ceiling)", Guard, Data,
+            &["SET", data, GUARDED_VALUE]),
+        case("sem.acquire", "SEM.ACQUIRE with a fresh 36-byte TOKEN", SemAcquire, Empty,
+            &["SEM.ACQUIRE", sem, limit, ttl, "TOKEN", FRESH_TOKEN]),
+        case("lua.sem.acquire", "Lua semaphore acquire (sorted set), fresh permit id",
+            SemAcquire, Empty,
+            &["EVALSHA", &sha.sem_acquire, "1", permits, FRESH_TOKEN, limit, ttl]),
+        case("sem.release", "SEM.RELEASE by the holder", SemRelease, Semaphores,
+            &["SEM.RELEASE", sem, TOKEN]),
+        case("lua.sem.release", "Lua semaphore release (ZREM) by the holder", SemRelease,
+            PermitSets, &["EVALSHA", &sha.sem_release, "1", permits, TOKEN]),
+        case("shared.acquire", "LOCK.ACQUIRE … SHARED with a fresh 36-byte TOKEN",
+            SharedAcquire, Empty,
+            &["LOCK.ACQUIRE", shared, ttl, "TOKEN", FRESH_TOKEN, "SHARED"]),
+        case("lua.read.acquire", "Lua read lock (hash), fresh token", SharedAcquire, Empty,
+            &["EVALSHA", &sha.read_acquire, "1", read_hash, FRESH_TOKEN, ttl]),
+        case("shared.release", "LOCK.RELEASE by a reader", SharedRelease, ReadLocks,
+            &["LOCK.RELEASE", shared, TOKEN]),
+        case("lua.read.release", "Lua read unlock by the reader", SharedRelease, ReadHashes,
+            &["EVALSHA", &sha.read_release, "1", read_hash, TOKEN]),
     ]
 }
 
@@ -612,27 +498,48 @@ pub struct Sample {
 }
 
 pub fn benchmark_command(settings: &Settings, pipeline: usize, case: &Case) -> Vec<String> {
-    let mut argv: Vec<String> = [
+    let command: Vec<&str> = case.args.iter().map(String::as_str).collect();
+    let requests = settings.requests_for(pipeline);
+    redis_benchmark(
+        settings.clients,
+        Some(pipeline),
+        settings.keyspace,
+        requests,
+        &command,
+    )
+}
+
+/// A `redis-benchmark` run against `$PORT`: `clients` connections (each
+/// with `pipeline` requests in flight), keys drawn from `keyspace`,
+/// `requests` in all, CSV output; then the command.
+pub fn redis_benchmark(
+    clients: usize,
+    pipeline: Option<usize>,
+    keyspace: u64,
+    requests: u64,
+    command: &[&str],
+) -> Vec<String> {
+    let (clients, keyspace, requests) = (
+        clients.to_string(),
+        keyspace.to_string(),
+        requests.to_string(),
+    );
+    let pipeline = pipeline.map(|p| p.to_string());
+    let mut argv = vec![
         "redis-benchmark",
         "-h",
         "127.0.0.1",
         "-p",
         "$PORT",
         "-c",
-        &settings.clients.to_string(),
-        "-P",
-        &pipeline.to_string(),
-        "-r",
-        &settings.keyspace.to_string(),
-        "-n",
-        &settings.requests_for(pipeline).to_string(),
-        "--csv",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    argv.extend(case.args.iter().cloned());
-    argv
+        &clients,
+    ];
+    if let Some(pipeline) = &pipeline {
+        argv.extend(["-P", pipeline]);
+    }
+    argv.extend(["-r", &keyspace, "-n", &requests, "--csv"]);
+    argv.extend(command);
+    argv.iter().map(|s| s.to_string()).collect()
 }
 
 /// Run every case on `server`, phase by phase (ACQUIRE, EXTEND, RELEASE,
@@ -880,25 +787,7 @@ fn run_benchmark(
     case: &Case,
 ) -> Result<f64, String> {
     let argv = benchmark_command(settings, pipeline, case);
-    let output = Command::new(&argv[0])
-        .args(argv[1..].iter().map(|a| {
-            if a == "$PORT" {
-                port.to_string()
-            } else {
-                a.clone()
-            }
-        }))
-        .output()
-        .map_err(|e| format!("run redis-benchmark: {e}"))?;
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    if !output.status.success() {
-        return Err(format!(
-            "redis-benchmark failed ({}): {}{}",
-            output.status,
-            stdout,
-            String::from_utf8_lossy(&output.stderr)
-        ));
-    }
+    let stdout = run_against(Path::new(&argv[0]), &argv, port)?;
     parse_csv_rps(&stdout).ok_or_else(|| format!("no rps in redis-benchmark output: {stdout}"))
 }
 
@@ -1032,6 +921,22 @@ mod tests {
             );
             assert_eq!(case.args.last().map(String::as_str), Some(GUARDED_VALUE));
         }
+        let settings = Settings {
+            rounds: 1,
+            clients: 50,
+            pipelines: vec![16],
+            keyspace: 1000,
+            requests: vec![(16, 300)],
+        };
+        let set = cases
+            .iter()
+            .find(|c| c.id == "set")
+            .expect("the plain SET row");
+        assert_eq!(
+            benchmark_command(&settings, 16, set).join(" "),
+            "redis-benchmark -h 127.0.0.1 -p $PORT -c 50 -P 16 -r 1000 -n 300 --csv \
+             SET dk:__rand_int__ v"
+        );
     }
 
     #[test]

@@ -1,15 +1,19 @@
-//! `lock-bench`: run every benchmark and write the report.
+//! `lock-bench`: run every benchmark and write the results as one JSON
+//! document (`bench/README.md` has its schema).
 //!
-//! `make bench` runs the full profile (about 30 minutes) and writes
-//! `docs/benchmarks.md` and `docs/img/*.png`; `make bench-quick` runs a tiny
-//! version of everything into `target/bench-quick/`, only to show the harness
-//! works. Nothing here judges a speed.
+//! `make bench` runs the full profile (about 40 minutes) into
+//! `docs/benchmarks.json`, from which `bench/render.py` writes
+//! `docs/benchmarks.md` and `bench/charts.py` `docs/img/*.png`; `make
+//! bench-quick` runs a tiny version of everything into
+//! `target/bench-quick/`, only to show the harness works. Nothing here
+//! judges a speed but the goals, which the document records.
 
 use std::path::PathBuf;
 use std::time::Instant;
 
 use clap::{Parser, ValueEnum};
-use redis_lock_bench::report::{self, Profile, Results, ServerResults};
+use redis_lock_bench::profile::Profile;
+use redis_lock_bench::results::{self, Results, RunFacts, ServerResults};
 use redis_lock_bench::server::Server;
 use redis_lock_bench::throughput::Group;
 use redis_lock_bench::{
@@ -23,7 +27,7 @@ enum ProfileName {
 }
 
 #[derive(Parser, Debug)]
-#[command(about = "Run the redis-lock benchmarks and write the report")]
+#[command(about = "Run the redis-lock benchmarks and write their results (JSON)")]
 struct Args {
     #[arg(long, value_enum, default_value = "quick")]
     profile: ProfileName,
@@ -41,19 +45,14 @@ struct Args {
     /// size classes). Repeatable
     #[arg(long)]
     memory_server: Vec<PathBuf>,
-    /// Where the Markdown report goes
-    #[arg(long)]
-    report: PathBuf,
-    /// Where the raw results go (JSON, read by the chart script)
+    /// Where the results go (JSON: bench/render.py and bench/charts.py
+    /// read it)
     #[arg(long)]
     json: PathBuf,
-    /// Path of the images as the report links them (relative to the report)
-    #[arg(long, default_value = "img")]
-    img_link: String,
     /// Scratch space for the servers
     #[arg(long, default_value = "target/bench-work")]
     work_dir: PathBuf,
-    /// The command to print as the one that made the report
+    /// The command to record as the one that made the results
     #[arg(long, default_value = "make bench")]
     made_by: String,
     /// Only these sections (throughput, contention, memory, holders, scale,
@@ -132,14 +131,16 @@ fn run(args: &Args) -> Result<(), String> {
     };
 
     let mut results = Results {
+        run: RunFacts {
+            made_by: args.made_by.clone(),
+            machine: machine::describe(),
+            load_average_start: machine::load_average(),
+            busy_at_start: machine::busy_processes(),
+            load_average_end: 0.0,
+            busy_at_end: Vec::new(),
+            elapsed_s: 0.0,
+        },
         profile: profile.clone(),
-        made_by: args.made_by.clone(),
-        machine: machine::describe(),
-        load_average_start: machine::load_average(),
-        busy_at_start: machine::busy_processes(),
-        load_average_end: 0.0,
-        busy_at_end: Vec::new(),
-        elapsed_s: 0.0,
         servers: Vec::new(),
         contention: Vec::new(),
         scale: None,
@@ -148,8 +149,8 @@ fn run(args: &Args) -> Result<(), String> {
     };
     progress(&format!(
         "load average {:.2}; busy: {}",
-        results.load_average_start,
-        results.busy_at_start.join(", ")
+        results.run.load_average_start,
+        results.run.busy_at_start.join(", ")
     ));
 
     // Redis runs everything; Redis with AOF on, and Redis with a replica
@@ -158,67 +159,44 @@ fn run(args: &Args) -> Result<(), String> {
     // build its effects, as Redis does not propagate `SET`); Valkey runs
     // throughput and memory (per lock and per holder). Redis and Valkey run
     // the OBSERVE section.
+    let redis = |spec: ServerSpec| ServerSpec {
+        binary: args.redis_server.clone(),
+        ..spec
+    };
     let mut specs = vec![
-        ServerSpec {
-            binary: args.redis_server.clone(),
-            extra: &[],
-            suffix: "",
+        redis(ServerSpec {
             groups: &Group::ALL,
             memory: true,
             contention_and_scale: true,
             observe: true,
-            replica: false,
-            allocator_in_label: false,
-        },
-        ServerSpec {
-            binary: args.redis_server.clone(),
+            ..ServerSpec::default()
+        }),
+        redis(ServerSpec {
             extra: &AOF_ON,
             suffix: " + AOF",
             groups: &[Group::Acquire],
-            memory: false,
-            contention_and_scale: false,
-            observe: false,
-            replica: false,
-            allocator_in_label: false,
-        },
-        ServerSpec {
-            binary: args.redis_server.clone(),
-            extra: &[],
+            ..ServerSpec::default()
+        }),
+        redis(ServerSpec {
             suffix: " + replica",
             groups: &[Group::Acquire],
-            memory: false,
-            contention_and_scale: false,
-            observe: false,
             replica: true,
-            allocator_in_label: false,
-        },
+            ..ServerSpec::default()
+        }),
     ];
-    if let Some(valkey) = &args.valkey_server {
-        specs.push(ServerSpec {
-            binary: valkey.clone(),
-            extra: &[],
-            suffix: "",
-            groups: &Group::ALL,
-            memory: true,
-            contention_and_scale: false,
-            observe: true,
-            replica: false,
-            allocator_in_label: false,
-        });
-    }
-    for binary in &args.memory_server {
-        specs.push(ServerSpec {
-            binary: binary.clone(),
-            extra: &[],
-            suffix: "",
-            groups: &[],
-            memory: true,
-            contention_and_scale: false,
-            observe: false,
-            replica: false,
-            allocator_in_label: true,
-        });
-    }
+    specs.extend(args.valkey_server.iter().map(|valkey| ServerSpec {
+        binary: valkey.clone(),
+        groups: &Group::ALL,
+        memory: true,
+        observe: true,
+        ..ServerSpec::default()
+    }));
+    specs.extend(args.memory_server.iter().map(|binary| ServerSpec {
+        binary: binary.clone(),
+        memory: true,
+        allocator_in_label: true,
+        ..ServerSpec::default()
+    }));
     for spec in &specs {
         let groups: Vec<Group> = spec
             .groups
@@ -317,24 +295,19 @@ fn run(args: &Args) -> Result<(), String> {
         results.servers.push(entry);
     }
 
-    results.load_average_end = machine::load_average();
-    results.busy_at_end = machine::busy_processes();
-    results.elapsed_s = started.elapsed().as_secs_f64();
+    results.run.load_average_end = machine::load_average();
+    results.run.busy_at_end = machine::busy_processes();
+    results.run.elapsed_s = started.elapsed().as_secs_f64();
     progress(&format!(
         "done; load average {:.2}; busy: {}",
-        results.load_average_end,
-        results.busy_at_end.join(", ")
+        results.run.load_average_end,
+        results.run.busy_at_end.join(", ")
     ));
 
-    let json =
-        serde_json::to_string_pretty(&report::with_summary(&results)).map_err(|e| e.to_string())?;
-    write(&args.json, &json)?;
-    write(&args.report, &report::markdown(&results, &args.img_link))?;
-    progress(&format!(
-        "wrote {} and {}",
-        args.report.display(),
-        args.json.display()
-    ));
+    let document = results::document(&results)?;
+    let json = serde_json::to_string_pretty(&document).map_err(|e| e.to_string())?;
+    write(&args.json, &(json + "\n"))?;
+    progress(&format!("wrote {}", args.json.display()));
     Ok(())
 }
 
@@ -349,6 +322,7 @@ const AOF_ON: [&str; 6] = [
     "0",
 ];
 
+#[derive(Default)]
 struct ServerSpec {
     binary: PathBuf,
     extra: &'static [&'static str],

@@ -15,16 +15,13 @@
 use clap::Parser;
 use redis_lock_bench::cli;
 use redis_lock_bench::handoff::{self, HandoffConfig, Recipe, Scenario};
-use redis_lock_bench::load::RetryPolicy;
 use redis_lock_bench::mass_expiry;
 
 #[derive(Parser, Debug)]
 #[command(about = "Handoff latency on release and on expiry: WAIT vs polling vs BLPOP signal")]
 struct Args {
-    #[arg(long, default_value = "127.0.0.1")]
-    host: String,
-    #[arg(long, default_value_t = 6379)]
-    port: u16,
+    #[command(flatten)]
+    common: cli::Common,
     /// release (the holder releases), expiry (the holder's lease runs out)
     /// or mass-expiry (--keys leases run out within --spread-ms, a waiter
     /// on each; native-wait only)
@@ -45,11 +42,8 @@ struct Args {
     /// (and the BLPOP timeout, as python-redis-lock uses the lock's expire)
     #[arg(long, default_value_t = 30000)]
     ttl_ms: u64,
-    /// Polling delay after a refusal: uniform in [min, max] ms (redsync: 50-250)
-    #[arg(long, default_value_t = 50)]
-    retry_min_ms: u64,
-    #[arg(long, default_value_t = 250)]
-    retry_max_ms: u64,
+    #[command(flatten)]
+    retry: cli::Retry,
     /// Lifetime of the BLPOP recipe's signal list (python-redis-lock: 1000)
     #[arg(long, default_value_t = 1000)]
     signal_expire_ms: u64,
@@ -66,11 +60,6 @@ struct Args {
     /// take the keys (every waiter must be queued by then)
     #[arg(long, default_value_t = 3000)]
     lead_ms: u64,
-    #[arg(long, default_value_t = 1)]
-    seed: u64,
-    /// Print the summary as one JSON object (with every sample)
-    #[arg(long)]
-    json: bool,
 }
 
 fn parse_scenario(name: &str) -> Result<Scenario, String> {
@@ -88,19 +77,16 @@ fn parse_recipe(name: &str) -> Result<Recipe, String> {
 fn main() {
     let args = Args::parse();
     let config = HandoffConfig {
-        url: format!("redis://{}:{}/", args.host, args.port),
+        url: args.common.url(),
         scenario: args.scenario,
         recipes: args.recipes,
         rounds: args.rounds,
         hold_max_ms: args.hold_max_ms,
         ttl_ms: args.ttl_ms,
-        retry: RetryPolicy {
-            min_ms: args.retry_min_ms,
-            max_ms: args.retry_max_ms,
-        },
+        retry: args.retry.policy(),
         signal_expire_ms: args.signal_expire_ms,
         key_prefix: args.key_prefix,
-        seed: args.seed,
+        seed: args.common.seed,
         keys: args.keys,
         spread_ms: args.spread_ms,
         lead_ms: args.lead_ms,
@@ -111,10 +97,9 @@ fn main() {
             _ => handoff::run(config).await,
         }
     };
-    let Some(summary) = cli::run("lock-handoff", 2, args.json, work) else {
+    let Some(summary) = cli::run("lock-handoff", 2, args.common.json, work) else {
         return;
     };
-    let ms = |us: Option<f64>| us.map_or("–".to_string(), |us| format!("{:.3}", us / 1000.0));
     println!(
         "{} handoffs, {} rounds in {:.1} s (ms):",
         summary.scenario.name(),
@@ -126,10 +111,10 @@ fn main() {
             "  {:<13} n={:<4} p50={:>9} p90={:>9} p99={:>9} max={:>9} discarded={}",
             r.recipe,
             r.samples_us.len(),
-            ms(r.spread.p50_us),
-            ms(r.spread.p90_us),
-            ms(r.spread.p99_us),
-            ms(r.spread.max_us),
+            cli::ms(r.spread.p50_us),
+            cli::ms(r.spread.p90_us),
+            cli::ms(r.spread.p99_us),
+            cli::ms(r.spread.max_us),
             r.discarded
         );
     }

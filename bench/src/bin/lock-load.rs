@@ -8,15 +8,13 @@
 
 use clap::Parser;
 use redis_lock_bench::cli;
-use redis_lock_bench::load::{self, LoadConfig, RetryPolicy, Strategy};
+use redis_lock_bench::load::{self, LoadConfig, Strategy};
 
 #[derive(Parser, Debug)]
 #[command(about = "Lock-cycle load generator for redis-lock and the Lua recipe")]
 struct Args {
-    #[arg(long, default_value = "127.0.0.1")]
-    host: String,
-    #[arg(long, default_value_t = 6379)]
-    port: u16,
+    #[command(flatten)]
+    common: cli::Common,
     /// native-poll (LOCK.ACQUIRE, retried), lua-poll (the Lua recipe, retried) or
     /// native-wait (LOCK.ACQUIRE … WAIT: the server queues the contender)
     #[arg(long, default_value = "native-poll", value_parser = parse_strategy)]
@@ -42,19 +40,11 @@ struct Args {
     hold_ms: u64,
     #[arg(long, default_value_t = 30000)]
     ttl_ms: u64,
-    /// Polling delay after a refusal: uniform in [min, max] ms (redsync: 50-250)
-    #[arg(long, default_value_t = 50)]
-    retry_min_ms: u64,
-    #[arg(long, default_value_t = 250)]
-    retry_max_ms: u64,
+    #[command(flatten)]
+    retry: cli::Retry,
     /// Client worker threads
     #[arg(long, default_value_t = 2)]
     threads: usize,
-    #[arg(long, default_value_t = 1)]
-    seed: u64,
-    /// Print the summary as one JSON object
-    #[arg(long)]
-    json: bool,
 }
 
 fn parse_strategy(name: &str) -> Result<Strategy, String> {
@@ -67,7 +57,7 @@ fn parse_strategy(name: &str) -> Result<Strategy, String> {
 fn main() {
     let args = Args::parse();
     let config = LoadConfig {
-        url: format!("redis://{}:{}/", args.host, args.port),
+        url: args.common.url(),
         strategy: args.strategy,
         contenders: args.contenders,
         connections: args.connections.unwrap_or(args.contenders),
@@ -77,13 +67,15 @@ fn main() {
         duration_ms: args.duration_ms,
         hold_ms: args.hold_ms,
         ttl_ms: args.ttl_ms,
-        retry: RetryPolicy {
-            min_ms: args.retry_min_ms,
-            max_ms: args.retry_max_ms,
-        },
-        seed: args.seed,
+        retry: args.retry.policy(),
+        seed: args.common.seed,
     };
-    if let Some(summary) = cli::run("lock-load", args.threads, args.json, load::run(config)) {
+    if let Some(summary) = cli::run(
+        "lock-load",
+        args.threads,
+        args.common.json,
+        load::run(config),
+    ) {
         let a = &summary.acquire;
         println!(
             "{} contenders={} keys={} cycles/s={:.0} acquire p50={}us p99={}us p999={}us \

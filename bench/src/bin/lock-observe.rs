@@ -16,10 +16,8 @@ use redis_lock_bench::observe::{self, ObserveConfig, Spread};
 #[derive(Parser, Debug)]
 #[command(about = "LOCK.OBSERVE wake-up latency on grant, hand-off, release and expiry")]
 struct Args {
-    #[arg(long, default_value = "127.0.0.1")]
-    host: String,
-    #[arg(long, default_value_t = 6379)]
-    port: u16,
+    #[command(flatten)]
+    common: cli::Common,
     /// Observers on the key, each on its own connection
     #[arg(long, default_value_t = 10)]
     observers: usize,
@@ -31,34 +29,28 @@ struct Args {
     ttl_ms: u64,
     #[arg(long, default_value = "observe:job")]
     key: String,
-    #[arg(long, default_value_t = 1)]
-    seed: u64,
-    /// Print the summary as one JSON object (with every sample)
-    #[arg(long)]
-    json: bool,
 }
 
 fn main() {
     let args = Args::parse();
     let config = ObserveConfig {
-        url: format!("redis://{}:{}/", args.host, args.port),
+        url: args.common.url(),
         observers: args.observers,
         rounds: args.rounds,
         ttl_ms: args.ttl_ms,
         key: args.key,
-        seed: args.seed,
+        seed: args.common.seed,
     };
-    let Some(summary) = cli::run("lock-observe", 2, args.json, observe::run(config)) else {
+    let Some(summary) = cli::run("lock-observe", 2, args.common.json, observe::run(config)) else {
         return;
     };
-    let ms = |us: Option<f64>| us.map_or("–".to_string(), |us| format!("{:.3}", us / 1000.0));
     let line = |name: &str, s: &Spread| {
         println!(
             "    {name:<12} n={:<6} p50={:>9} p99={:>9} max={:>9}",
             s.count,
-            ms(s.p50_us),
-            ms(s.p99_us),
-            ms(s.max_us)
+            cli::ms(s.p50_us),
+            cli::ms(s.p99_us),
+            cli::ms(s.max_us)
         );
     };
     println!(
