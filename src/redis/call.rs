@@ -381,14 +381,34 @@ pub fn call(
 }
 
 /// Make the server ask every replica for its acknowledged offset now
-/// (`REPLCONF GETACK *`, sent as the event loop goes back to sleep, after
-/// what the current command replicates), instead of waiting for the ack a
-/// replica sends once a second by itself. No module API does that; a `WAIT`
-/// that must block does, and `RM_Call` may let one block (the `K` flag,
-/// Redis 7.2+ and Valkey): one for more replicas than can exist, its
-/// promise abandoned at once. Whether the server took it: Redis 7.0 has no
-/// `K`, and its replicas are heard once a second.
-pub fn request_replica_acks(ctx: &Context) -> bool {
+/// (`REPLCONF GETACK *`, after what the current context replicates),
+/// instead of waiting for the ack a replica sends once a second by itself.
+/// No module API does that. A `WAIT` that must block does, and `RM_Call`
+/// may let one block (the `K` flag, Redis 7.2+ and Valkey): one for more
+/// replicas than can exist, its promise abandoned at once. Where `K` does
+/// not exist (Redis 7.0), the request is replicated as the master itself
+/// sends it, `REPLCONF GETACK *` in the replication stream (a replica
+/// answers it; it also lands in the AOF, where replaying it does nothing on
+/// a master, and a rewrite drops it).
+pub fn request_replica_acks(ctx: &Context) {
+    if !wait_to_ask(ctx) {
+        unsafe {
+            if let Some(replicate) = raw::RedisModule_Replicate {
+                replicate(
+                    ctx.get_raw(),
+                    c"REPLCONF".as_ptr(),
+                    c"cc".as_ptr(),
+                    c"GETACK".as_ptr(),
+                    c"*".as_ptr(),
+                );
+            }
+        }
+    }
+}
+
+/// The blocking `WAIT` of [`request_replica_acks`]: whether the server
+/// took it.
+fn wait_to_ask(ctx: &Context) -> bool {
     unsafe {
         let (Some(call), Some(kind), Some(abort), Some(free)) = (
             raw::RedisModule_Call,
