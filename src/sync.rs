@@ -5,15 +5,16 @@
 //!
 //! How, since no module API shows a replica's acknowledged offset:
 //! - the command does its work as usual (its effects are replicated when it
-//!   returns), blocks its client, and asks the server for fresh
-//!   acknowledgements (`call::request_replica_acks`: every replica is sent
-//!   `REPLCONF GETACK *` right after this command's effects; Redis 7.0
-//!   cannot be asked, and its replicas acknowledge once a second);
+//!   returns) and blocks its client;
 //! - one poll timer, every millisecond while anyone waits, reads `INFO
 //!   replication` once for all of them (`server::replication`): the
 //!   master's offset, first read after the command, is what each waits for
 //!   (at least the offset of its own effects), and each replica's
 //!   acknowledged offset is compared with it (`core::sync`);
+//! - right after reading new offsets to wait for, the poll asks every
+//!   replica for a fresh acknowledgement (`call::request_replica_acks`:
+//!   `REPLCONF GETACK *`, which replicas otherwise send once a second), so
+//!   that the answers cover them;
 //! - a request whose replicas are enough is answered; one whose time ran
 //!   out undoes its grant as a release would (the next waiter is served,
 //!   the fence stays used) and is answered `NOSYNC …`; a client that leaves

@@ -3,9 +3,9 @@
 //! time, a grant is undone as if released (the next waiter is served, the
 //! fence stays used) and the reply is `NOSYNC …`. On every command that
 //! grants or renews, from the `WAIT` queue too; refused in MULTI and
-//! scripts; garbage refused with nothing changed. Redis 7.0 cannot be made
-//! to ask its replicas, which acknowledge once a second: the timeouts here
-//! leave room for that (no test asserts a duration).
+//! scripts; garbage refused with nothing changed. The timeouts of the
+//! waits that must succeed leave room for a replica's own acknowledgement,
+//! once a second (no test asserts a duration).
 
 mod common;
 use common::*;
@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use std::thread;
 use std::time::Duration;
 
-/// Long enough for Redis 7.0, whose replicas acknowledge once a second.
+/// Long enough for a replica's own acknowledgement, once a second.
 const SYNCED: &str = "10000";
 
 fn run(con: &mut Connection, parts: &[&str]) -> redis::RedisResult<Value> {
