@@ -57,6 +57,8 @@ pub struct Stats {
     pub grants: u64,
     pub unconfirmed: u64,
     pub unknown: u64,
+    /// Grants the server undid (`NOSYNC`): never used.
+    pub undone: u64,
     pub writes_accepted: u64,
     pub writes_rejected: u64,
     /// Of the rejected writes, those that reached the resource while their
@@ -339,6 +341,7 @@ pub fn check(events: &[Event], c5_bound_ns: u64) -> Verdict {
                     Outcome::Granted => v.stats.grants += 1,
                     Outcome::Unconfirmed => v.stats.unconfirmed += 1,
                     Outcome::Unknown => v.stats.unknown += 1,
+                    Outcome::Undone => v.stats.undone += 1,
                     Outcome::Refused => {}
                 }
                 if let (Some(fence), Outcome::Granted | Outcome::Unconfirmed) = (fence, outcome) {

@@ -12,9 +12,12 @@
 //! and Sentinel turns the old master into a replica of the new one, which
 //! throws away everything it granted while isolated.
 //!
-//! Two modes: async (grants used as soon as the master replies), and `WAIT 1`
-//! with `min-replicas-to-write 1` (a grant is used only once a replica has
-//! acknowledged it).
+//! Three modes, side by side in one run: async (grants used as soon as the
+//! master replies); `wait`, the client's own `WAIT 1` after each grant and
+//! guarded write, with `min-replicas-to-write 1` (a grant is used only once a
+//! replica has acknowledged it); and `sync`, `SYNC 1` on every grant,
+//! extension and guarded write, with `min-replicas-to-write 1` (the server
+//! answers only once a replica holds it, and undoes a grant it does not).
 
 use std::process::{Child, Command, Stdio};
 use std::thread::sleep;
@@ -379,10 +382,10 @@ pub fn failover(ctx: &Ctx) -> Result<Report, String> {
     // with WAIT they are also copied into `scenario`, which always counts.
     report.tolerate_double_grants = true;
     let ttl = 2000;
-    for (m, mode) in ["async", "wait"].iter().enumerate() {
+    for (m, mode) in ["async", "wait", "sync"].iter().enumerate() {
         let seed = ctx.seed + 600 + m as u64;
         let mut rng = StdRng::seed_from_u64(seed);
-        let (_net, servers, _sentinels) = sentinel_group(ctx, "s7", *mode == "wait")?;
+        let (_net, servers, _sentinels) = sentinel_group(ctx, "s7", *mode != "async")?;
         let mut master = servers[0].addr();
         let rec = Recorder::start(&ctx.out.join("s7.sock"))?;
         for round in 0..rounds {
@@ -403,6 +406,7 @@ pub fn failover(ctx: &Ctx) -> Result<Report, String> {
             base.op_timeout_ms = 500;
             base.duration_ms = 120_000;
             base.replicas = if *mode == "wait" { 1 } else { 0 };
+            base.sync = if *mode == "sync" { 1 } else { 0 };
             base.guard = true;
             let mut workers = Pool(Vec::new());
             for i in 0..5u32 {
@@ -446,11 +450,13 @@ pub fn failover(ctx: &Ctx) -> Result<Report, String> {
             let t_heal = mono_ns();
             heal(old_ns)?;
             heal(CLIENT_NS)?;
+            // The isolated master's grants to the isolated client: used,
+            // unconfirmed by its WAIT, or undone by the server (SYNC).
             let isolated_grants = rec
                 .snapshot()
                 .iter()
                 .filter(|e| {
-                    matches!(e, Event::Acquire { worker: 0, t_comp, outcome: Outcome::Granted | Outcome::Unconfirmed, server, .. }
+                    matches!(e, Event::Acquire { worker: 0, t_comp, outcome: Outcome::Granted | Outcome::Unconfirmed | Outcome::Undone, server, .. }
                         if *t_comp > t_part && *server == master)
                 })
                 .count();
@@ -512,9 +518,10 @@ pub fn failover(ctx: &Ctx) -> Result<Report, String> {
                 "{mode} round {round}: promoted {promoted:.1} s after the partition, old master a replica {demoted:.1} s after the heal; \
                  {isolated_grants} grants on the isolated master during the partition, {lost_total} until it was demoted, all lost \
                  (last fence there {old_fence}, on the new master {new_fence}); \
-                 {} grants used, {} unconfirmed; {} leases overlapped by {} double grants; {} overlapping sections and {} stale writes rejected at the resource; {} fence violations",
+                 {} grants used, {} unconfirmed, {} undone by the server (NOSYNC); {} leases overlapped by {} double grants; {} overlapping sections and {} stale writes rejected at the resource; {} fence violations",
                 v.stats.grants,
                 v.stats.unconfirmed,
+                v.stats.undone,
                 v.stats.lost_leases,
                 v.c3_double.len(),
                 v.c1.len(),
@@ -524,10 +531,11 @@ pub fn failover(ctx: &Ctx) -> Result<Report, String> {
             report
                 .notes
                 .push(format!("{mode} round {round}: {}", guard_note(&v)));
-            if *mode == "wait" && (!v.c3_double.is_empty() || !v.c1.is_empty()) {
-                // Not tolerated in WAIT mode: count them as scenario failures.
+            if *mode != "async" && (!v.c3_double.is_empty() || !v.c1.is_empty()) {
+                // Not tolerated with WAIT or SYNC: count them as scenario
+                // failures.
                 report.verdict.scenario.push(format!(
-                    "wait round {round}: {} double grants, {} overlapping sections with WAIT 1",
+                    "{mode} round {round}: {} double grants, {} overlapping sections",
                     v.c3_double.len(),
                     v.c1.len()
                 ));

@@ -22,6 +22,7 @@ use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use crate::history::{mono_ns, Event, GuardResult};
+use crate::worker::WorkerArgs;
 use redis::{Connection, Value};
 
 /// The list a lock key's guarded sections append to.
@@ -52,21 +53,18 @@ pub const UNGUARDED_ENV: &str = "LOCK_CHAOS_UNGUARDED";
 
 /// `LOCK.GUARD key token RPUSH <key>:log record`, then `WAIT replicas` if
 /// asked. The connection is broken when the result is `Unknown`.
-pub fn append(
-    con: &mut Connection,
-    key: &str,
-    token: &str,
-    record: &str,
-    replicas: u64,
-    wait_ms: u64,
-) -> GuardResult {
+pub fn append(con: &mut Connection, a: &WorkerArgs, token: &str, record: &str) -> GuardResult {
+    let (replicas, wait_ms) = (a.replicas, a.op_timeout_ms / 2);
     let mut cmd = redis::cmd("LOCK.GUARD");
-    cmd.arg(key).arg(token);
+    cmd.arg(&a.key).arg(token);
+    if a.sync > 0 {
+        cmd.arg("SYNC").arg(a.sync).arg(wait_ms);
+    }
     if std::env::var_os(UNGUARDED_ENV).is_some() {
         cmd = redis::Cmd::new();
     }
     let reply: redis::RedisResult<Value> =
-        cmd.arg("RPUSH").arg(log_key(key)).arg(record).query(con);
+        cmd.arg("RPUSH").arg(log_key(&a.key)).arg(record).query(con);
     match reply {
         Ok(Value::Int(_)) if replicas == 0 => GuardResult::Written,
         Ok(Value::Int(_)) => match redis::cmd("WAIT").arg(replicas).arg(wait_ms).query(con) {
@@ -75,6 +73,8 @@ pub fn append(
             Err(_) => GuardResult::Unknown,
         },
         Err(e) if e.code() == Some("LOST") => GuardResult::Lost,
+        // SYNC: written, but not on enough replicas.
+        Err(e) if e.code() == Some("NOSYNC") => GuardResult::Unconfirmed,
         _ => GuardResult::Unknown,
     }
 }

@@ -45,6 +45,9 @@ pub enum Outcome {
     Refused,
     /// An error or a timeout: the grant may or may not have happened.
     Unknown,
+    /// `NOSYNC`: the server granted it, its replicas did not hold it in
+    /// time, and the server undid it before telling the worker: not held.
+    Undone,
 }
 
 /// How a grant holds its key: the default, exclusive (`LOCK.ACQUIRE`), a

@@ -171,6 +171,7 @@ pub fn worker_base(rec: &Recorder, addr: &str, key: &str, ttl_ms: u64) -> Worker
         max_acquires: u64::MAX / 2,
         seed: 0,
         replicas: 0,
+        sync: 0,
         op_timeout_ms: 1000,
         stop_before_write: 0.0,
         guard: false,

@@ -41,6 +41,9 @@ pub struct WorkerArgs {
     pub seed: u64,
     /// `WAIT n` after a grant; a grant n replicas did not acknowledge is not used.
     pub replicas: u64,
+    /// `SYNC n` on every grant, extension and guarded write (the server
+    /// answers once n replicas hold it, and undoes a grant they do not).
+    pub sync: u64,
     pub op_timeout_ms: u64,
     /// Probability of SIGSTOPping itself between the lease check and the
     /// write (scenario 2: the harness sends SIGCONT).
@@ -75,6 +78,7 @@ impl WorkerArgs {
             format!("--max-acquires={}", self.max_acquires),
             format!("--seed={}", self.seed),
             format!("--replicas={}", self.replicas),
+            format!("--sync={}", self.sync),
             format!("--op-timeout-ms={}", self.op_timeout_ms),
             format!("--stop-before-write={}", self.stop_before_write),
             format!("--guard={}", self.guard),
@@ -104,6 +108,7 @@ impl WorkerArgs {
             max_acquires: num("max-acquires")?,
             seed: num("seed")?,
             replicas: num("replicas")?,
+            sync: num("sync")?,
             op_timeout_ms: num("op-timeout-ms")?,
             stop_before_write: get("stop-before-write")?
                 .parse()
@@ -161,7 +166,16 @@ impl WorkerArgs {
         if hold == Hold::Shared {
             cmd.arg("SHARED");
         }
+        self.sync_args(&mut cmd);
         cmd
+    }
+
+    /// `SYNC n t` on `cmd`, when the worker syncs (`t`: half the operation
+    /// timeout, as its WAIT would take).
+    fn sync_args(&self, cmd: &mut redis::Cmd) {
+        if self.sync > 0 {
+            cmd.arg("SYNC").arg(self.sync).arg(self.op_timeout_ms / 2);
+        }
     }
 
     /// `LOCK.EXTEND`/`LOCK.RELEASE`, or `SEM.…` for a semaphore.
@@ -269,6 +283,8 @@ pub fn grant_outcome(
 ) -> (Outcome, Option<u64>, bool) {
     let (mut outcome, fence) = match reply {
         Ok(Value::Nil) => (Outcome::Refused, None),
+        // SYNC: the server undid the grant before anyone was told of it.
+        Err(e) if e.code() == Some("NOSYNC") => return (Outcome::Undone, None, false),
         Ok(Value::Array(items)) if items.len() == 2 => match items[1] {
             Value::Int(f) if f > 0 => (Outcome::Granted, Some(f as u64)),
             _ => (Outcome::Unknown, None),
@@ -383,11 +399,10 @@ pub fn run(a: WorkerArgs) -> Result<(), String> {
         if rng.gen_bool(a.extend.clamp(0.0, 1.0)) {
             if let Some((c, _)) = con.as_mut() {
                 let t_inv = mono_ns();
-                let r: redis::RedisResult<Value> = redis::cmd(&a.verb("EXTEND"))
-                    .arg(&a.key)
-                    .arg(&token)
-                    .arg(a.ttl_ms)
-                    .query(c);
+                let mut extend = redis::cmd(&a.verb("EXTEND"));
+                extend.arg(&a.key).arg(&token).arg(a.ttl_ms);
+                a.sync_args(&mut extend);
+                let r: redis::RedisResult<Value> = extend.query(c);
                 let t_comp = mono_ns();
                 if int_reply(&r) == Some(1) {
                     lease_end = lease_end.max(t_inv + a.ttl_ms * MS);
@@ -401,7 +416,8 @@ pub fn run(a: WorkerArgs) -> Result<(), String> {
                     t_comp,
                     result: int_reply(&r),
                 })?;
-                if r.is_err() {
+                // NOSYNC: the extension stands but is not counted on.
+                if r.as_ref().is_err_and(|e| e.code() != Some("NOSYNC")) {
                     con = None;
                 }
             }
@@ -467,7 +483,7 @@ fn guarded_append(
         };
         let record = guarded::record(a.id, fence, token, &record_phase);
         let t_inv = mono_ns();
-        let result = guarded::append(c, &a.key, token, &record, a.replicas, a.op_timeout_ms / 2);
+        let result = guarded::append(c, a, token, &record);
         let t_comp = mono_ns();
         rec.record(&Event::Guarded {
             worker: a.id,
