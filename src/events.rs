@@ -11,12 +11,14 @@ use redis_lock_core::settings;
 use redis_module::{Context, NotifyEvent};
 
 use crate::metrics::{self, Counter};
-use crate::redis::datatype::{self, Hooks};
+use crate::redis::datatype::{self, Hooks, SavedLease, SpelledLease};
 use crate::redis::events::ServerEvent;
 use crate::redis::guard::guarded;
 use crate::redis::key::LockKey;
 use crate::redis::{replicate, server, timer};
-use crate::{config, expiry, fence, lease, observers, sessions, sync, waiting};
+use crate::{
+    config, expiry, fence, groups, lease, leases, observers, revocations, sessions, sync, waiting,
+};
 
 /// The data type's hooks: the fence high-water mark in the RDB, and the
 /// expiry note when Redis removes a key of the module's.
@@ -25,7 +27,56 @@ pub const TYPE_HOOKS: Hooks = Hooks {
     observe_fence: fence::observe,
     removed,
     unlinked,
+    lease_unlinked: groups::detached_unlinked,
+    lease_loaded: groups::attached,
+    lease_deadline: groups::deadline,
+    leases,
+    load_leases,
+    lease_spelled,
 };
+
+/// Every lease group, for the RDB's aux field.
+fn leases() -> Vec<SavedLease> {
+    groups::all()
+        .into_iter()
+        .map(|(number, lease)| SavedLease {
+            id: lease.id.0,
+            number,
+            ttl_ms: lease.ttl_ms,
+            deadline_ms: lease.deadline_ms,
+            owner: lease.owner,
+        })
+        .collect()
+}
+
+/// The lease groups of a full load.
+fn load_leases(saved: Vec<SavedLease>) {
+    let leases = saved
+        .into_iter()
+        .map(|lease| {
+            let state = groups::LeaseState {
+                id: redis_lock_core::group::LeaseId(lease.id),
+                ttl_ms: lease.ttl_ms,
+                deadline_ms: lease.deadline_ms,
+                owner: lease.owner,
+            };
+            (lease.number, state)
+        })
+        .collect();
+    groups::replace_all(leases);
+}
+
+/// Lease group `number` as `LOCK.LEASESET` spells it, for an AOF rewrite.
+fn lease_spelled(number: u64) -> Option<SpelledLease> {
+    let state = groups::state(number)?;
+    let mut text = [0u8; redis_lock_core::group::LEASE_ID_LEN];
+    Some(SpelledLease {
+        id: state.id.text(&mut text).to_vec(),
+        ttl_ms: state.ttl_ms,
+        deadline_ms: state.deadline_ms,
+        owner: state.owner,
+    })
+}
 
 /// What Redis' removal of these holds means: the leases that had run out
 /// (or were in their last millisecond: Redis 8 expires a key as its expiry
@@ -175,6 +226,8 @@ pub fn on_server_event(ctx: &Context, event: ServerEvent) {
         // do: serve each as soon as its key is free there.
         ServerEvent::Flushed { db } => {
             expiry::forget(db);
+            groups::flushed(db);
+            revocations::forget(db);
             waiting::look_again_in(ctx, db);
             observers::changed_in(ctx, db);
         }
@@ -189,6 +242,9 @@ pub fn on_server_event(ctx: &Context, event: ServerEvent) {
             if now_replica {
                 waiting::demoted(ctx);
                 sync::demoted(ctx);
+                leases::demoted(ctx);
+            } else {
+                leases::tick(ctx);
             }
         }
         ServerEvent::ClientClosed { client } => {
@@ -196,6 +252,9 @@ pub fn on_server_event(ctx: &Context, event: ServerEvent) {
                 waiting::session_closed(ctx, bound);
             }
         }
+        // A master with lease groups and no lease timer (after a load, or a
+        // promotion) arms one.
+        ServerEvent::Cron => leases::tick(ctx),
         ServerEvent::ConfigChanged { names } => {
             if names
                 .iter()
@@ -235,6 +294,7 @@ pub fn info_fields() -> Vec<(&'static CStr, i64)> {
         (c"waiters", waiting::total_waiters() as i64),
         (c"observers", observers::total() as i64),
         (c"sync_waiting", sync::waiting() as i64),
+        (c"leases", groups::live() as i64),
         (c"fence_high_water", fence::high_water() as i64),
         (c"eviction_risk", i64::from(metrics::eviction_risk())),
         // Whether anything (AOF, replica, backlog) reads the effects, and how

@@ -17,7 +17,8 @@ use redis_module::{Context, RedisString};
 use crate::metrics::{self, Counter};
 use crate::redis::key::LockKey;
 use crate::redis::replicate::{self, HoldState};
-use crate::{fence, observers};
+use crate::redis::server;
+use crate::{fence, groups, observers};
 
 /// Who is granted a hold, and for how long.
 pub struct Grantee<'a> {
@@ -25,7 +26,10 @@ pub struct Grantee<'a> {
     /// Its public label (`OWNER`), if any.
     pub owner: Option<&'a [u8]>,
     pub now_ms: i64,
+    /// Its own deadline, or, attached to a lease group, its key's horizon.
     pub deadline_ms: i64,
+    /// The lease group it is attached to (`LEASE`): its number.
+    pub lease: Option<u64>,
 }
 
 /// Make `grantee` a holder of `name` (open as `key`: free, or held in the
@@ -45,12 +49,17 @@ pub fn grant(
         owner,
         now_ms,
         deadline_ms,
+        lease,
     } = *grantee;
     let fence = fence::issue().ok_or(LockError::FenceExhausted)?;
     let hold = Hold::granted(token, fence, now_ms, deadline_ms)
         .with_count(want.count())
-        .with_owner(owner);
+        .with_owner(owner)
+        .with_lease(lease);
     key.put(want, hold)?;
+    if let Some(number) = lease {
+        groups::attached(server::selected_db(ctx), name, fence, number, deadline_ms);
+    }
     let kind = want.kind();
     replicate::touched(ctx, name);
     replicate::hold(
@@ -65,6 +74,7 @@ pub fn grant(
             granted_ms: now_ms,
             extends: 0,
             owner,
+            lease,
         },
     );
     replicate::notify(ctx, kind.event(Event::Acquired), name);
@@ -94,12 +104,62 @@ pub fn renew(
         deadline_ms: renewal.deadline_ms,
         granted_ms: hold.granted_ms,
         extends: renewal.extends,
-        owner: hold.owner.get(),
+        owner: hold.tags.owner(),
+        lease: hold.tags.lease(),
     };
     replicate::touched(ctx, name);
     replicate::hold(ctx, name, kind, &state);
     replicate::notify(ctx, kind.event(Event::Extended), name);
     Ok(())
+}
+
+/// The hold with `fence` on `name` (open as `key`), attached to lease group
+/// `number`, runs to `until_ms` now: its key's horizon moved as its lease
+/// was kept alive (`leases.rs`). Replicated; no event (nothing a client
+/// sees changed: the hold lives as long as its lease, as before). Whether
+/// the hold was there.
+pub fn move_horizon(
+    ctx: &Context,
+    key: &mut LockKey,
+    name: &RedisString,
+    fence: u64,
+    number: u64,
+    until_ms: i64,
+) -> bool {
+    let mut buffer = [0u8; UUID_LEN];
+    let (token, extends) = match key.held() {
+        Ok(holds) => match holds.bound(fence, None) {
+            Some(hold) if hold.tags.lease() == Some(number) => {
+                (hold.token(&mut buffer).to_vec(), hold.extends)
+            }
+            _ => return false,
+        },
+        Err(_) => return false,
+    };
+    let Ok((kind, hold)) = key
+        .renew(&token, until_ms, extends, None)
+        .map(|(kind, hold)| {
+            (
+                kind,
+                (hold.count, hold.granted_ms, hold.extends, hold.tags.clone()),
+            )
+        })
+    else {
+        return false;
+    };
+    let (count, granted_ms, extends, tags) = hold;
+    let state = HoldState {
+        token: &token,
+        count,
+        fence,
+        deadline_ms: until_ms,
+        granted_ms,
+        extends,
+        owner: tags.owner(),
+        lease: tags.lease(),
+    };
+    replicate::hold(ctx, name, kind, &state);
+    true
 }
 
 /// Who gave a hold back, for `INFO lock`.
@@ -114,6 +174,8 @@ pub enum ReleasedBy {
     /// A grant whose replicas did not hold it in time (`SYNC`), or whose
     /// client left while it waited for them (`sync.rs` counts it).
     Undone,
+    /// Taken away: `LOCK.REVOKE`, or its lease group revoked.
+    Revoked,
 }
 
 /// `token`'s hold on `name` (open as `key`, of `kind`) is gone: replicated
@@ -127,12 +189,19 @@ pub fn release(
     token: &[u8],
     by: ReleasedBy,
 ) {
-    let Some(gone) = key.take(token) else {
+    let Some(taken) = key.take(token) else {
         return;
     };
+    if let Some(number) = taken.lease {
+        groups::detached(taken.fence, number);
+    }
+    let event = match by {
+        ReleasedBy::Revoked => Event::Revoked,
+        _ => Event::Released,
+    };
     replicate::touched(ctx, name);
-    replicate::notify(ctx, kind.event(Event::Released), name);
-    if gone {
+    replicate::notify(ctx, kind.event(event), name);
+    if taken.gone {
         replicate::del(ctx, name);
     } else {
         replicate::del_holder(ctx, name, token);
@@ -141,6 +210,7 @@ pub fn release(
     match by {
         ReleasedBy::Holder => metrics::count(Counter::Releases),
         ReleasedBy::Session => metrics::count(Counter::SessionReleases),
+        ReleasedBy::Revoked => metrics::count(Counter::Revocations),
         ReleasedBy::Reclaim | ReleasedBy::Undone => {}
     }
 }
@@ -155,6 +225,9 @@ pub fn expire(ctx: &Context, key: &mut LockKey, name: &RedisString, now_ms: i64)
     };
     replicate::touched(ctx, name);
     for (i, hold) in expired.iter().enumerate() {
+        if let Some(number) = hold.tags.lease() {
+            groups::detached(hold.fence, number);
+        }
         let mut buffer = [0u8; UUID_LEN];
         if gone && i + 1 == expired.len() {
             replicate::del(ctx, name);

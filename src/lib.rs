@@ -7,8 +7,11 @@
 //!   [`migration`] (Valkey 9's slot migrations) and [`startup`];
 //! - flows: [`waiting`] (queues, hand-off, the one release path), then
 //!   [`lease`] (grant, renew, release of one key);
+//! - [`leases`]: lease groups in motion (grant, keepalive, revocation, the
+//!   timer that ends them), above `waiting`;
 //! - module-wide state: [`sessions`], [`observers`], [`sync`] (clients
-//!   waiting for their replicas), [`expiry`], [`fence`], [`metrics`],
+//!   waiting for their replicas), [`groups`] (the lease groups and their
+//!   holds), [`revocations`], [`expiry`], [`fence`], [`metrics`],
 //!   [`config`];
 //! - [`redis`]: every FFI call;
 //! - the `redis-lock-core` crate: parsing, errors and every decision, with
@@ -33,11 +36,14 @@ pub mod config;
 pub mod events;
 pub mod expiry;
 pub mod fence;
+pub mod groups;
 pub mod lease;
+pub mod leases;
 pub mod metrics;
 pub mod migration;
 pub mod observers;
 pub mod redis;
+pub mod revocations;
 pub mod sessions;
 pub mod startup;
 pub mod sync;
@@ -45,49 +51,64 @@ pub mod waiting;
 
 use redis_module::{redis_module, Context, RedisString, Status};
 
-use commands::{acquire, effects, extend, guard, info, observe, queue, release, sem_acquire};
+use commands::{
+    acquire, effects, extend, guard, info, lease_group, observe, queue, release, sem_acquire,
+};
 use events::{on_expired, on_key_event};
-use redis::command::{self, Spec};
+use redis::command::{self, Keys, Spec};
 use redis::datatype::{LOCK_TYPE, SEMAPHORE_TYPE, SHARED_TYPE};
 
 /// Every command, one row each: its name, its flags, its ACL categories
 /// (`+ @lock`: also in the module's own category, where the server has one),
 /// and its body. Each command's key is argument 1 (first 1, last 1, step 1:
 /// Cluster routing, ACL key patterns); GUARD reports the guarded command's
-/// keys too (`getkeys-api`). Each is entered through `redis/command.rs`,
-/// which lends the body the arguments as the server holds them, and replies
-/// its error or a panic.
+/// keys too (`getkeys-api`); `LOCK.LEASE` (a container: `LOCK.LEASE GRANT`
+/// and its siblings) and the lease effects touch no key of their own. Each
+/// is entered through `redis/command.rs`, which lends the body the
+/// arguments as the server holds them, and replies its error or a panic.
 ///
 /// RELEASE has no deny-oom, so a lock can always be given back under
-/// maxmemory. GUARD has neither deny-oom (a guarded read works under
-/// maxmemory; a guarded write is refused as the bare write would be) nor
-/// fast (the guarded command may be slow). ACQUIRE (with WAIT) and OBSERVE
-/// block like BLPOP, so they are `blocking`, which tells clients and proxies
-/// to wait longer; in MULTI and scripts they answer at once all the same.
-/// The categories follow Redis' own: each command in `@read` or `@write`,
-/// `@fast` or `@slow`; the internal effects (`SETSTATE`, `SETHOLDER`,
-/// `DELHOLDER`) are `@dangerous` like `RESTORE`, which can forge a key's
-/// state the same way, and not in `@lock`.
+/// maxmemory (nor has `LOCK.LEASE REVOKE` or `LOCK.REVOKE`). GUARD has
+/// neither deny-oom (a guarded read works under maxmemory; a guarded write
+/// is refused as the bare write would be) nor fast (the guarded command may
+/// be slow). ACQUIRE (with WAIT) and OBSERVE block like BLPOP, so they are
+/// `blocking`, which tells clients and proxies to wait longer; in MULTI and
+/// scripts they answer at once all the same. The categories follow Redis'
+/// own: each command in `@read` or `@write`, `@fast` or `@slow`; taking
+/// another client's hold away (`LOCK.REVOKE`, `LOCK.LEASE REVOKE`) is
+/// `@dangerous` and `@admin`, like `CLIENT KILL`, so that `+@lock
+/// -@dangerous` is a worker's rights; the internal effects (`SETSTATE`,
+/// `SETHOLDER`, `DELHOLDER`, `LEASESET`, `LEASEDEL`) are `@dangerous` like
+/// `RESTORE`, which can forge a key's state the same way, and not in `@lock`.
 #[rustfmt::skip]
 const COMMANDS: &[Spec] = &[
-    //   name               flags                             categories              @lock  body
-    spec(c"lock.acquire",   c"write deny-oom fast blocking",  "write fast blocking",  true,  acquire::run),
-    spec(c"lock.extend",    c"write deny-oom fast",           "write fast",           true,  extend::run),
-    spec(c"lock.release",   c"write fast",                    "write fast",           true,  release::run),
-    spec(c"lock.info",      c"readonly fast",                 "read fast",            true,  info::run),
-    spec(c"lock.guard",     c"write getkeys-api",             "write slow",           true,  guard::run),
-    spec(c"lock.guard_ro",  c"readonly getkeys-api",          "read slow",            true,  guard::run_ro),
-    spec(c"lock.queue",     c"readonly fast",                 "read fast",            true,  queue::run),
-    spec(c"lock.observe",   c"readonly blocking",             "read slow blocking",   true,  observe::run),
-    spec(c"sem.acquire",    c"write deny-oom fast blocking",  "write fast blocking",  true,  sem_acquire::run),
-    spec(c"sem.extend",     c"write deny-oom fast",           "write fast",           true,  extend::run_sem),
-    spec(c"sem.release",    c"write fast",                    "write fast",           true,  release::run_sem),
-    spec(c"sem.info",       c"readonly fast",                 "read fast",            true,  info::run_sem),
-    spec(c"lock.setstate",  c"write fast",                    "write fast dangerous", false, effects::run_setstate),
-    spec(c"lock.setholder", c"write fast",                    "write fast dangerous", false, effects::run_setholder),
-    spec(c"lock.delholder", c"write fast",                    "write fast dangerous", false, effects::run_delholder),
+    //   name               flags                             categories                    @lock  body
+    spec(c"lock.acquire",   c"write deny-oom fast blocking",  "write fast blocking",        true,  acquire::run),
+    spec(c"lock.extend",    c"write deny-oom fast",           "write fast",                 true,  extend::run),
+    spec(c"lock.release",   c"write fast",                    "write fast",                 true,  release::run),
+    spec(c"lock.info",      c"readonly fast",                 "read fast",                  true,  info::run),
+    spec(c"lock.guard",     c"write getkeys-api",             "write slow",                 true,  guard::run),
+    spec(c"lock.guard_ro",  c"readonly getkeys-api",          "read slow",                  true,  guard::run_ro),
+    spec(c"lock.queue",     c"readonly fast",                 "read fast",                  true,  queue::run),
+    spec(c"lock.observe",   c"readonly blocking",             "read slow blocking",         true,  observe::run),
+    spec(c"lock.revoke",    c"write",                         "write slow dangerous admin", true,  lease_group::run_revoke),
+    spec(c"sem.acquire",    c"write deny-oom fast blocking",  "write fast blocking",        true,  sem_acquire::run),
+    spec(c"sem.extend",     c"write deny-oom fast",           "write fast",                 true,  extend::run_sem),
+    spec(c"sem.release",    c"write fast",                    "write fast",                 true,  release::run_sem),
+    spec(c"sem.info",       c"readonly fast",                 "read fast",                  true,  info::run_sem),
+    spec(c"lock.setstate",  c"write fast",                    "write fast dangerous",       false, effects::run_setstate),
+    spec(c"lock.setholder", c"write fast",                    "write fast dangerous",       false, effects::run_setholder),
+    spec(c"lock.delholder", c"write fast",                    "write fast dangerous",       false, effects::run_delholder),
+    keyless(c"lock.leaseset", c"write fast",                  "write fast dangerous",       false, effects::run_leaseset),
+    keyless(c"lock.leasedel", c"write fast",                  "write fast dangerous",       false, effects::run_leasedel),
+    container(c"lock.lease"),
+    sub(c"grant",           c"write deny-oom fast",           "write fast",                 true,  lease_group::run_grant),
+    sub(c"keepalive",       c"write deny-oom fast",           "write fast",                 true,  lease_group::run_keepalive),
+    sub(c"revoke",          c"write",                         "write slow dangerous admin", true,  lease_group::run_revoke_lease),
+    sub(c"info",            c"readonly fast",                 "read fast",                  true,  lease_group::run_lease_info),
 ];
 
+/// A command whose key is argument 1.
 const fn spec(
     name: &'static std::ffi::CStr,
     flags: &'static std::ffi::CStr,
@@ -97,10 +118,54 @@ const fn spec(
 ) -> Spec {
     Spec {
         name,
+        parent: None,
+        keys: Keys::First,
         flags,
         categories,
         in_lock_category,
-        body,
+        body: Some(body),
+    }
+}
+
+/// A command with no key.
+const fn keyless(
+    name: &'static std::ffi::CStr,
+    flags: &'static std::ffi::CStr,
+    categories: &'static str,
+    in_lock_category: bool,
+    body: command::Body,
+) -> Spec {
+    Spec {
+        keys: Keys::None,
+        ..spec(name, flags, categories, in_lock_category, body)
+    }
+}
+
+/// A container: `LOCK.LEASE`, whose subcommands follow it in the table.
+const fn container(name: &'static std::ffi::CStr) -> Spec {
+    Spec {
+        name,
+        parent: None,
+        keys: Keys::None,
+        flags: c"",
+        categories: "",
+        in_lock_category: false,
+        body: None,
+    }
+}
+
+/// A subcommand of `LOCK.LEASE`, with no key.
+const fn sub(
+    name: &'static std::ffi::CStr,
+    flags: &'static std::ffi::CStr,
+    categories: &'static str,
+    in_lock_category: bool,
+    body: command::Body,
+) -> Spec {
+    Spec {
+        parent: Some(c"lock.lease"),
+        keys: Keys::None,
+        ..spec(name, flags, categories, in_lock_category, body)
     }
 }
 
@@ -119,8 +184,14 @@ mod tests {
 
     #[test]
     fn every_client_command_is_in_lock_and_the_internal_ones_are_not() {
-        let internal = [c"lock.setstate", c"lock.setholder", c"lock.delholder"];
-        for spec in COMMANDS {
+        let internal = [
+            c"lock.setstate",
+            c"lock.setholder",
+            c"lock.delholder",
+            c"lock.leaseset",
+            c"lock.leasedel",
+        ];
+        for spec in COMMANDS.iter().filter(|spec| spec.body.is_some()) {
             let name = spec.name;
             assert_eq!(spec.in_lock_category, !internal.contains(&name), "{name:?}");
             let words: Vec<&str> = spec.categories.split(' ').collect();

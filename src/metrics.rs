@@ -54,9 +54,20 @@ pub enum Counter {
     /// Grants undone because their replicas did not hold them in time, or
     /// their client left while it waited.
     SyncsUndone,
+    /// Lease groups granted (`LOCK.LEASE GRANT`).
+    LeasesGranted,
+    /// Lease groups that ran out (no `KEEPALIVE` in time): their holds
+    /// ended as expiries.
+    LeasesExpired,
+    /// Lease groups revoked (`LOCK.LEASE REVOKE`).
+    LeasesRevoked,
+    /// Holds taken away by `LOCK.REVOKE` or with a revoked lease group.
+    Revocations,
+    /// `LOCK.LEASE KEEPALIVE` of a live lease group.
+    Keepalives,
 }
 
-const COUNTERS: [(Counter, &CStr); 21] = [
+const COUNTERS: [(Counter, &CStr); 26] = [
     (Counter::Grants, c"grants"),
     (Counter::Refused, c"refused"),
     (Counter::Renewals, c"renewals"),
@@ -78,6 +89,11 @@ const COUNTERS: [(Counter, &CStr); 21] = [
     (Counter::Syncs, c"syncs"),
     (Counter::SyncTimeouts, c"sync_timeouts"),
     (Counter::SyncsUndone, c"syncs_undone"),
+    (Counter::LeasesGranted, c"leases_granted"),
+    (Counter::LeasesExpired, c"leases_expired"),
+    (Counter::LeasesRevoked, c"leases_revoked"),
+    (Counter::Revocations, c"revocations"),
+    (Counter::Keepalives, c"keepalives"),
 ];
 
 #[allow(clippy::declare_interior_mutable_const)]

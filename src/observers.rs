@@ -1,6 +1,7 @@
 //! `LOCK.OBSERVE key fence timeout-ms`: clients that wait for the holder of
-//! a key to change (a grant, a hand-off, a release, an expiry, a delete, a
-//! flush), and are answered with the new holder, with no polling.
+//! a key to change (a grant, a hand-off, a release, an expiry, a revocation,
+//! a delete, a flush), and are answered with the new holder, with no
+//! polling (and, when the holder they saw was revoked, why).
 //!
 //! Module-wide state, touched only here: per key, the blocked observers,
 //! each with the holder fence it last saw (0: free) and its timeout timer.
@@ -30,6 +31,7 @@ use crate::redis::migration;
 use crate::redis::reply::{self, Field};
 use crate::redis::server;
 use crate::redis::timer::{self, TimerId};
+use crate::{groups, revocations};
 
 /// A key in a database.
 type DbKey = (i32, Box<[u8]>);
@@ -67,24 +69,39 @@ fn holder_fence(ctx: &Context, name: &RedisString) -> u64 {
     }
 }
 
-/// Reply with the holder of `name` now: a map of `fence`, `ttl` and `owner`
-/// (when it gave one), or null when the key is free.
-pub fn reply_holder(ctx: &Context, name: &RedisString) {
+/// Reply with the holder of `name` now: a map of `fence`, `ttl`, `owner`
+/// (when it gave one), and `revoked` (the reason, when the holder the
+/// observer saw, fence `seen`, was revoked), or null when the key is free.
+pub fn reply_holder(ctx: &Context, name: &RedisString, seen: u64) {
     let key = LockKey::open_read(ctx, name);
     let now_ms = server::now_ms();
-    let ttl = key.deadline().map_or(-1, |d| (d - now_ms).max(0));
     let held = key.held();
     let Some(newest) = held.as_ref().ok().and_then(|holds| holds.newest(now_ms)) else {
         return reply::null(ctx);
     };
-    let (fence, owner) = (newest.fence, newest.owner.get());
-    let fields = [
+    // A hold attached to a lease group lives as long as its lease.
+    let deadline = match newest.tags.lease() {
+        Some(number) => groups::deadline(number),
+        None => key.deadline(),
+    };
+    let ttl = deadline.map_or(-1, |d| (d - now_ms).max(0));
+    let (fence, owner) = (newest.fence, newest.tags.owner());
+    let revoked = match seen {
+        0 => None,
+        seen if seen == fence => None,
+        seen => revocations::reason_of_fence(server::selected_db(ctx), name, seen, now_ms),
+    };
+    let mut fields = vec![
         (c"fence", Field::Int(fence as i64)),
         (c"ttl", Field::Int(ttl)),
-        (c"owner", Field::Bytes(owner.unwrap_or_default())),
     ];
-    let shown = if owner.is_some() { 3 } else { 2 };
-    reply::map(ctx, &fields[..shown]);
+    if let Some(owner) = owner {
+        fields.push((c"owner", Field::Bytes(owner)));
+    }
+    if let Some(reason) = revoked.as_deref() {
+        fields.push((c"revoked", Field::Bytes(reason)));
+    }
+    reply::map(ctx, &fields);
 }
 
 /// `LOCK.OBSERVE`: reply now if the holder differs from `seen` (or the
@@ -93,10 +110,10 @@ pub fn reply_holder(ctx: &Context, name: &RedisString) {
 pub fn observe(ctx: &Context, name: &RedisString, seen: u64, timeout_ms: i64) {
     let now = holder_fence(ctx, name);
     if decide::holder_changed(seen, now) || !server::can_block(ctx) {
-        return reply_holder(ctx, name);
+        return reply_holder(ctx, name, seen);
     }
     let Some(id) = blocked::block::<Observers>(ctx) else {
-        return reply_holder(ctx, name);
+        return reply_holder(ctx, name, seen);
     };
     let db = server::selected_db(ctx);
     let timeout = (timeout_ms > 0).then(|| {
@@ -184,20 +201,20 @@ pub fn changed(ctx: &Context, db: i32, name: &RedisString) {
     } else {
         None
     };
-    let stale: Vec<(WaiterId, Option<TimerId>)> = with_observers(|o| {
+    let stale: Vec<(WaiterId, Option<TimerId>, u64)> = with_observers(|o| {
         o.waiters_with_ids(db, name)
             .filter(|(_, w)| decide::holder_changed(w.seen, now))
-            .map(|(id, w)| (id, w.timeout))
+            .map(|(id, w)| (id, w.timeout, w.seen))
             .collect()
     });
-    for (id, timeout) in stale {
+    for (id, timeout, seen) in stale {
         with_observers(|o| o.remove(id));
         if let Some(timer) = timeout {
             timer::stop::<Timeout>(ctx, timer);
         }
         let key = name.as_slice().into();
         let moved = moved.clone();
-        blocked::unblock::<Observers>(id, Look { key, moved });
+        blocked::unblock::<Observers>(id, Look { key, moved, seen });
     }
 }
 
@@ -249,6 +266,7 @@ pub fn redirect(ctx: &Context, db: i32, key: &[u8], error: &CString) -> usize {
                 Look {
                     key: key.into(),
                     moved,
+                    seen: observer.seen,
                 },
             );
             answered += 1;
@@ -267,8 +285,16 @@ type Timeout = (BlockedId, Box<[u8]>);
 
 /// `timeout-ms` passed with no change: reply with the holder as it is.
 fn on_timeout(_ctx: &Context, (id, key): Timeout) {
-    if with_observers(|o| o.remove(id)).is_some() {
-        blocked::unblock::<Observers>(id, Look { key, moved: None });
+    if let Some(observer) = with_observers(|o| o.remove(id)) {
+        let seen = observer.seen;
+        blocked::unblock::<Observers>(
+            id,
+            Look {
+                key,
+                moved: None,
+                seen,
+            },
+        );
     }
 }
 
@@ -277,6 +303,8 @@ fn on_timeout(_ctx: &Context, (id, key): Timeout) {
 pub struct Look {
     key: Box<[u8]>,
     moved: Option<CString>,
+    /// The holder fence the observer saw.
+    seen: u64,
 }
 
 struct Observers;
@@ -287,7 +315,7 @@ impl Waits for Observers {
     fn reply(ctx: &Context, look: &Look) {
         match &look.moved {
             Some(error) => reply::error_text(ctx, error),
-            None => reply_holder(ctx, &crate::redis::string(ctx, &look.key)),
+            None => reply_holder(ctx, &crate::redis::string(ctx, &look.key), look.seen),
         }
     }
 

@@ -98,8 +98,12 @@ fn declare_acl_categories(ctx: &Context, commands: &[Spec]) {
             }
         };
     for spec in commands {
+        // A container has no categories of its own: its subcommands do.
+        if spec.body.is_none() {
+            continue;
+        }
         let categories = categories_for(spec.categories, spec.in_lock_category && module_category);
-        let name = spec.name.to_string_lossy();
+        let name = spec.full_name();
         if let Err(e) = acl::set_command_categories(ctx, &name, &categories) {
             server::log_warning(&format!("redis-lock: {e}"));
         }

@@ -47,6 +47,7 @@ use redis_lock_core::args::Sync;
 use redis_lock_core::cluster;
 use redis_lock_core::decide::{self, Serve};
 use redis_lock_core::errors::LockError;
+use redis_lock_core::group::LeaseId;
 use redis_lock_core::hold::{Event, KeyState, Kind, MyHold, Want};
 use redis_lock_core::sync::Stands;
 use redis_lock_core::token::{self, UUID_LEN};
@@ -61,7 +62,7 @@ use crate::redis::timer::{self, DueId, TimerId};
 use crate::redis::{client, migration, replicate, reply, server};
 use crate::sessions::{self, Bound};
 use crate::sync::{self, Grant};
-use crate::{config, expiry, observers};
+use crate::{config, expiry, groups, observers};
 
 /// A queued client. Its [`WaiterId`] is its blocked-client id.
 struct Waiter {
@@ -84,6 +85,9 @@ struct Waiter {
     want: Want,
     /// `SYNC`: answered only once that many replicas hold its grant.
     sync: Option<Sync>,
+    /// `LEASE id`: its grant is attached to this lease group, if it still
+    /// lives then (else the waiter is failed with `NOLEASE`).
+    lease: Option<LeaseId>,
     /// When it queued, and when its wait ends (unix ms; none for `WAIT 0`).
     queued_ms: i64,
     ends_ms: Option<i64>,
@@ -233,6 +237,7 @@ pub struct WaitRequest<'a> {
     pub owner: Option<&'a [u8]>,
     pub want: Want,
     pub sync: Option<Sync>,
+    pub lease: Option<LeaseId>,
 }
 
 /// Block the calling client at the tail of `key`'s queue, and make sure the
@@ -263,6 +268,7 @@ pub fn enqueue(
         client: client::id(ctx),
         want: request.want,
         sync: request.sync,
+        lease: request.lease,
         queued_ms,
         ends_ms: (request.wait_ms > 0).then(|| queued_ms.saturating_add(request.wait_ms)),
     };
@@ -290,6 +296,24 @@ pub fn release(
     by: ReleasedBy,
 ) {
     lease::release(ctx, &mut key, name, kind, token, by);
+    drop(key);
+    hand_off(ctx, db, name, Cause::Release);
+}
+
+/// `LOCK.REVOKE`: the holds of `tokens` on `name` (open as `key`, of
+/// `kind`) go, each as a release would take it, then the queue is served
+/// once, as after a release.
+pub fn revoke(
+    ctx: &Context,
+    db: i32,
+    mut key: LockKey,
+    name: &RedisString,
+    kind: Kind,
+    tokens: &[&[u8]],
+) {
+    for token in tokens {
+        lease::release(ctx, &mut key, name, kind, token, ReleasedBy::Revoked);
+    }
     drop(key);
     hand_off(ctx, db, name, Cause::Release);
 }
@@ -339,8 +363,9 @@ fn hand_off(ctx: &Context, db: i32, name: &RedisString, cause: Cause) {
             q.waiters(db, key).next().map(|w| {
                 let mine = held
                     .as_ref()
-                    .and_then(|h| h.mine(w.token.as_deref(), now_ms));
-                (w.want, mine)
+                    .and_then(|h| groups::live_mine(h, w.token.as_deref(), now_ms));
+                let lease = w.lease.as_ref().and_then(groups::number_of);
+                ((w.want, lease), mine)
             })
         }) else {
             return;
@@ -368,6 +393,12 @@ fn hand_off(ctx: &Context, db: i32, name: &RedisString, cause: Cause) {
             Serve::Renew => {
                 if let Some(mine) = mine {
                     renew_head(ctx, db, &mut lock_key, name, mine, now_ms);
+                }
+            }
+            Serve::Held => {
+                if let Some(mine) = mine {
+                    drop(lock_key);
+                    held_head(ctx, db, name, mine.fence);
                 }
             }
             Serve::Grant => {
@@ -428,12 +459,21 @@ fn grant_to_head(
         Some(token) => token,
         None => token::draw(&mut drawn),
     };
-    let granted = decide::waiter_deadline(now_ms, waiter.ttl_ms).and_then(|deadline_ms| {
+    // Its lease group must still live: a grant attached to a lease that is
+    // gone would be nobody's.
+    let attach = waiter
+        .lease
+        .as_ref()
+        .map(|id| groups::attach_to(id, now_ms))
+        .transpose();
+    let granted = attach.and_then(|attach| {
+        let deadline_ms = decide::waiter_deadline(now_ms, waiter.ttl_ms)?;
         let grantee = Grantee {
             token,
             owner: waiter.owner.as_deref(),
             now_ms,
-            deadline_ms,
+            deadline_ms: decide::grant_deadline(deadline_ms, attach),
+            lease: attach.map(|a| a.number),
         };
         lease::grant(ctx, lock_key, name, &grantee, waiter.want)
     });
@@ -563,6 +603,30 @@ fn renew_head(
         }
         Err(error) => blocked::unblock::<Queue>(id, Outcome::Failed(error)),
     }
+}
+
+/// The head of the queue's token already holds the key as it asks, through
+/// its lease group, which alone keeps it: answer it with its grant.
+fn held_head(ctx: &Context, db: i32, name: &RedisString, fence: u64) {
+    let key = name.as_slice();
+    let Some((id, waiter)) = with_queues(|q| q.pop_front(db, key)) else {
+        return;
+    };
+    dismiss(ctx, &waiter);
+    let Some(token) = waiter.token.as_deref() else {
+        return blocked::unblock::<Queue>(id, Outcome::Failed(LockError::Internal));
+    };
+    metrics::count(Counter::Renewals);
+    if let Some(client) = waiter.session {
+        sessions::bind(ctx, client, db, key, fence);
+    }
+    let grant = Grant {
+        db,
+        key: key.into(),
+        token: token.into(),
+        fence,
+    };
+    answer(ctx, id, waiter.sync, grant, Stands::Extension);
 }
 
 /// Make sure `key`'s queue is served at `at_ms` (unix ms) at the latest:

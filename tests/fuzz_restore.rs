@@ -76,6 +76,13 @@ fn decode(body: &[u8], header: &[u8]) -> Option<(Vec<u8>, u64, bool)> {
         .ok()
         .filter(|&l| l <= rest.len())?;
     let rest = &rest[owner_len..];
+    // The lease group (0: none), and for one, the deadline it had, which an
+    // unattached hold takes as its own.
+    let (lease, rest) = plain_len(rest.strip_prefix(&[0x02])?)?;
+    let (deadline, rest) = match lease {
+        0 => (deadline, rest),
+        _ => plain_len(rest.strip_prefix(&[0x02])?)?,
+    };
     let in_range = granted as i64 >= 0
         && deadline as i64 >= -1
         && extends <= u64::from(u32::MAX)
@@ -85,11 +92,11 @@ fn decode(body: &[u8], header: &[u8]) -> Option<(Vec<u8>, u64, bool)> {
 
 /// Where the 8 bytes of the fence sit in a seed payload: before granted-ms
 /// and deadline-ms (each `02 81` + 8 bytes), extends 0 (`02 00`), no owner
-/// (`05 00`), EOF (`00`), the RDB version (2) and the CRC64 (8). A seed is a
-/// fresh DUMP without a label, so its extends is 0 and both times take the
-/// 8-byte form.
+/// (`05 00`), no lease group (`02 00`), EOF (`00`), the RDB version (2) and
+/// the CRC64 (8). A seed is a fresh DUMP without a label, so its extends is
+/// 0 and both times take the 8-byte form.
 fn fence_offset(payload: &[u8]) -> usize {
-    payload.len() - 10 - 1 - 2 - 2 - 10 - 10 - 8
+    payload.len() - 10 - 1 - 2 - 2 - 2 - 10 - 10 - 8
 }
 
 const INTERESTING: [u8; 10] = [0x00, 0x01, 0x02, 0x05, 0x3f, 0x40, 0x7f, 0x80, 0x81, 0xff];

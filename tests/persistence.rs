@@ -597,7 +597,7 @@ fn restore_of_every_truncated_payload_is_refused_or_whole() {
                 "the UUID is stored as is"
             );
         } else {
-            assert!(body_len < 10 + 2 + 36 + 11, "the token is compressed");
+            assert!(body_len < 10 + 2 + 36 + 13, "the token is compressed");
         }
 
         // Plain prefixes, checksum validation off so they get past it. A
@@ -729,7 +729,19 @@ fn restore_of_hand_made_invalid_payloads_is_refused() {
         ("fence 2^53", kit.body(1, token, MAX_FENCE + 1)),
         ("fence u64::MAX", kit.body(1, token, u64::MAX)),
         ("encoding version 0", kit.body(0, token, fence)),
-        ("encoding version 4", kit.body(4, token, fence)),
+        ("encoding version 5", kit.body(5, token, fence)),
+        ("encoding 4 without its lease field", {
+            let mut b = kit.body(3, token, fence);
+            b[2..10].copy_from_slice(&kit.header_with_encver(4)[2..10]);
+            b
+        }),
+        ("encoding 4, a lease group without its deadline", {
+            let mut b = kit.body(4, token, fence);
+            b.pop();
+            b.truncate(b.len() - 2);
+            b.extend([0x02, 0x07, 0x00]);
+            b
+        }),
         ("encoding 3 without its owner field", {
             let mut b = kit.body(2, token, fence);
             b[2..10].copy_from_slice(&kit.header_with_encver(3)[2..10]);
@@ -780,10 +792,28 @@ fn restore_of_hand_made_invalid_payloads_is_refused() {
     }
     assert_eq!(dbsize(&mut con), 0);
 
-    // The limits themselves are accepted, and encoding 2 (before owner
-    // labels) still loads.
+    // The limits themselves are accepted, and encodings 2 (before owner
+    // labels) and 3 (before lease groups) still load.
     restore(&mut con, "v2", 0, &kit.seal(&kit.body(2, token, fence))).expect("encoding 2");
     assert_eq!(info(&mut con, "v2").unwrap()["fence"], fence as i64);
+    restore(&mut con, "v3", 0, &kit.seal(&kit.body(3, token, fence))).expect("encoding 3");
+    // A hold attached to a lease group this server does not have: it loads
+    // unattached, living to the deadline its lease had.
+    let mut foreign = kit.body(4, token, fence);
+    foreign.pop();
+    foreign.truncate(foreign.len() - 2);
+    foreign.extend([0x02, 0x07, 0x02, 0x81]);
+    foreign.extend(((now_ms() + 60_000) as u64).to_be_bytes());
+    foreign.push(0x00);
+    restore(&mut con, "foreign", 0, &kit.seal(&foreign)).expect("a foreign lease group");
+    let foreign_info: std::collections::HashMap<String, Value> = redis::cmd("LOCK.INFO")
+        .arg("foreign")
+        .query(&mut con)
+        .unwrap();
+    assert!(
+        !foreign_info.contains_key("lease"),
+        "unattached: {foreign_info:?}"
+    );
     let mut labelled = kit.fields(3, token, fence);
     labelled.extend(kit.v2_tail(1, u64::MAX, 0));
     labelled.extend(owner_field(&[b'o'; 128]));

@@ -22,7 +22,6 @@ use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use crate::history::{mono_ns, Event, GuardResult};
-use crate::worker::WorkerArgs;
 use redis::{Connection, Value};
 
 /// The list a lock key's guarded sections append to.
@@ -51,20 +50,34 @@ fn parse(record: &str) -> Option<(Section, &str)> {
 /// the control run that shows C6 finds what GUARD prevents.
 pub const UNGUARDED_ENV: &str = "LOCK_CHAOS_UNGUARDED";
 
-/// `LOCK.GUARD key token RPUSH <key>:log record`, then `WAIT replicas` if
-/// asked. The connection is broken when the result is `Unknown`.
-pub fn append(con: &mut Connection, a: &WorkerArgs, token: &str, record: &str) -> GuardResult {
-    let (replicas, wait_ms) = (a.replicas, a.op_timeout_ms / 2);
+/// How a worker's guarded appends are confirmed: `WAIT replicas` after
+/// each (0: none), or `SYNC sync` on it (0: none), within `wait_ms`.
+pub struct Confirm {
+    pub replicas: u64,
+    pub sync: u64,
+    pub wait_ms: u64,
+}
+
+/// `LOCK.GUARD key token RPUSH <key>:log record`, confirmed as `confirm`
+/// says. The connection is broken when the result is `Unknown`.
+pub fn append(
+    con: &mut Connection,
+    key: &str,
+    confirm: &Confirm,
+    token: &str,
+    record: &str,
+) -> GuardResult {
+    let (replicas, wait_ms) = (confirm.replicas, confirm.wait_ms);
     let mut cmd = redis::cmd("LOCK.GUARD");
-    cmd.arg(&a.key).arg(token);
-    if a.sync > 0 {
-        cmd.arg("SYNC").arg(a.sync).arg(wait_ms);
+    cmd.arg(key).arg(token);
+    if confirm.sync > 0 {
+        cmd.arg("SYNC").arg(confirm.sync).arg(wait_ms);
     }
     if std::env::var_os(UNGUARDED_ENV).is_some() {
         cmd = redis::Cmd::new();
     }
     let reply: redis::RedisResult<Value> =
-        cmd.arg("RPUSH").arg(log_key(&a.key)).arg(record).query(con);
+        cmd.arg("RPUSH").arg(log_key(key)).arg(record).query(con);
     match reply {
         Ok(Value::Int(_)) if replicas == 0 => GuardResult::Written,
         Ok(Value::Int(_)) => match redis::cmd("WAIT").arg(replicas).arg(wait_ms).query(con) {

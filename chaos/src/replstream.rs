@@ -152,6 +152,7 @@ mod tests {
             granted_ms: 1_764_601_200_000,
             extends: 0,
             owner: None,
+            lease: None,
         };
         let packed = pack(None, &state);
         assert_eq!(

@@ -483,7 +483,12 @@ fn guarded_append(
         };
         let record = guarded::record(a.id, fence, token, &record_phase);
         let t_inv = mono_ns();
-        let result = guarded::append(c, a, token, &record);
+        let confirm = guarded::Confirm {
+            replicas: a.replicas,
+            sync: a.sync,
+            wait_ms: a.op_timeout_ms / 2,
+        };
+        let result = guarded::append(c, &a.key, &confirm, token, &record);
         let t_comp = mono_ns();
         rec.record(&Event::Guarded {
             worker: a.id,

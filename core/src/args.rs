@@ -8,6 +8,7 @@
 
 use crate::effect::{self, Permits};
 use crate::errors::LockError;
+use crate::group::LeaseId;
 use crate::rules;
 
 /// Anything a command argument can be read from.
@@ -46,6 +47,67 @@ pub struct AcquireArgs<'a> {
     /// `SYNC numreplicas timeout-ms`: answer only once that many replicas
     /// hold the grant (none for `SYNC 0 …`, which is the same as no option).
     pub sync: Option<Sync>,
+    /// `LEASE id`: the hold is attached to this lease group, and lives as
+    /// long as it does.
+    pub lease: Option<LeaseId>,
+}
+
+/// `LOCK.LEASE GRANT ttl-ms [OWNER label]`
+#[derive(Debug, PartialEq, Eq)]
+pub struct LeaseGrantArgs<'a> {
+    pub ttl_ms: i64,
+    pub owner: Option<&'a [u8]>,
+}
+
+/// `LOCK.LEASE GRANT ttl-ms [OWNER label]` (arguments from the subcommand
+/// on); `max_ttl_ms` is `lock.max-ttl-ms`.
+pub fn parse_lease_grant<A: ArgBytes>(
+    args: &[A],
+    max_ttl_ms: i64,
+) -> Result<LeaseGrantArgs<'_>, LockError> {
+    let (ttl, rest) = match args {
+        [_, _, ttl, rest @ ..] => (ttl, rest),
+        _ => return Err(LockError::ArityLease),
+    };
+    let ttl_ms = parse_ttl(ttl.bytes())?;
+    let owner = match rest {
+        [] => None,
+        [option, label] if option.bytes().eq_ignore_ascii_case(b"OWNER") => {
+            Some(rules::check_owner(label.bytes())?)
+        }
+        [option] if option.bytes().eq_ignore_ascii_case(b"OWNER") => {
+            return Err(LockError::SyntaxMissingOwner)
+        }
+        _ => return Err(LockError::SyntaxUnknownOption),
+    };
+    Ok(LeaseGrantArgs {
+        ttl_ms: rules::check_ttl_limit(ttl_ms, max_ttl_ms)?,
+        owner,
+    })
+}
+
+/// `LOCK.LEASE KEEPALIVE|REVOKE|INFO id`: the lease's id.
+pub fn parse_lease_id<A: ArgBytes>(args: &[A]) -> Result<LeaseId, LockError> {
+    match args {
+        [_, _, id] => LeaseId::parse(id.bytes()).ok_or(LockError::LeaseIdInvalid),
+        _ => Err(LockError::ArityLease),
+    }
+}
+
+/// `LOCK.REVOKE key [REASON text]`: the reason, if given (1 to 128 bytes).
+pub fn parse_revoke<A: ArgBytes>(args: &[A]) -> Result<Option<&[u8]>, LockError> {
+    match args {
+        [_, _] => Ok(None),
+        [_, _, option, reason] if option.bytes().eq_ignore_ascii_case(b"REASON") => {
+            let reason = reason.bytes();
+            match reason.len() {
+                1..=rules::MAX_OWNER_LEN => Ok(Some(reason)),
+                _ => Err(LockError::ReasonLength),
+            }
+        }
+        [_, _, _] | [_, _, _, _] => Err(LockError::SyntaxUnknownOption),
+        _ => Err(LockError::ArityRevoke),
+    }
 }
 
 /// `SYNC numreplicas timeout-ms`: a grant (or an extension, or a guarded
@@ -112,6 +174,8 @@ pub struct SetHolderArgs<'a> {
     pub granted_ms: i64,
     pub extends: u32,
     pub owner: Option<&'a [u8]>,
+    /// `LEASE number`: the lease group the hold is attached to.
+    pub lease: Option<u64>,
 }
 
 /// `LOCK.QUEUE key [COUNT n]`
@@ -165,6 +229,9 @@ pub struct SetStateArgs<'a> {
     pub extends: u32,
     /// The holder's label, `OWNER label` after `extends`.
     pub owner: Option<&'a [u8]>,
+    /// `LEASE number` after `extends`: the lease group the hold is attached
+    /// to.
+    pub lease: Option<u64>,
 }
 
 /// `LOCK.GUARD key token [SYNC numreplicas timeout-ms] command [arg ...]`:
@@ -225,6 +292,7 @@ struct Options<'a> {
     shared: bool,
     count: Option<u32>,
     sync: Option<Sync>,
+    lease: Option<LeaseId>,
 }
 
 /// `shared_allowed`: `SHARED` is an option (LOCK.ACQUIRE); `count_limit`:
@@ -242,6 +310,7 @@ fn parse_options<A: ArgBytes>(
         shared: false,
         count: None,
         sync: None,
+        lease: None,
     };
     let mut sync_given = false;
     let mut rest = options.iter();
@@ -282,6 +351,12 @@ fn parse_options<A: ArgBytes>(
             }
             sync_given = true;
             parsed.sync = parse_sync(&mut rest)?;
+        } else if is(b"LEASE") {
+            let value = rest.next().ok_or(LockError::SyntaxMissingLease)?;
+            if parsed.lease.is_some() {
+                return Err(LockError::SyntaxRepeatedLease);
+            }
+            parsed.lease = Some(LeaseId::parse(value.bytes()).ok_or(LockError::LeaseIdInvalid)?);
         } else if is(b"AOF") && sync_given {
             return Err(LockError::SyncAofUnsupported);
         } else if let (true, Some(limit)) = (is(b"COUNT"), count_limit) {
@@ -320,6 +395,7 @@ pub fn parse_acquire<A: ArgBytes>(
         owner: options.owner,
         shared: options.shared,
         sync: options.sync,
+        lease: options.lease,
     })
 }
 
@@ -348,6 +424,7 @@ pub fn parse_sem_acquire<A: ArgBytes>(
             owner: options.owner,
             shared: false,
             sync: options.sync,
+            lease: options.lease,
         },
     })
 }
@@ -482,9 +559,10 @@ pub fn parse_setholder<A: ArgBytes>(args: &[A]) -> Result<SetHolderArgs<'_>, Loc
             granted_ms: state.granted_ms,
             extends: state.extends,
             owner: state.owner,
+            lease: state.lease,
         });
     }
-    if args.len() != 9 && args.len() != 11 {
+    if !matches!(args.len(), 9 | 11 | 13) {
         return Err(LockError::ArityShared);
     }
     let number = |i: usize, error: LockError| parse_i64(args[i].bytes()).ok_or(error);
@@ -507,13 +585,7 @@ pub fn parse_setholder<A: ArgBytes>(args: &[A]) -> Result<SetHolderArgs<'_>, Loc
     }
     let extends = u32::try_from(number(8, LockError::ExtendsInvalid)?)
         .map_err(|_| LockError::ExtendsInvalid)?;
-    let owner = match args.get(9..11) {
-        Some([keyword, label]) if keyword.bytes().eq_ignore_ascii_case(b"OWNER") => {
-            Some(rules::check_owner(label.bytes())?)
-        }
-        Some(_) => return Err(LockError::SyntaxUnknownOption),
-        None => None,
-    };
+    let (owner, lease) = parse_effect_tags(&args[9..])?;
     Ok(SetHolderArgs {
         limit,
         count,
@@ -523,6 +595,7 @@ pub fn parse_setholder<A: ArgBytes>(args: &[A]) -> Result<SetHolderArgs<'_>, Loc
         granted_ms,
         extends,
         owner,
+        lease,
     })
 }
 
@@ -538,18 +611,13 @@ pub fn parse_setstate<A: ArgBytes>(args: &[A]) -> Result<SetStateArgs<'_>, LockE
             granted_ms: Some(state.granted_ms),
             extends: state.extends,
             owner: state.owner,
+            lease: state.lease,
         });
     }
-    if !(5..=7).contains(&args.len()) && args.len() != 9 {
+    if !matches!(args.len(), 5..=7 | 9 | 11) {
         return Err(LockError::AritySetState);
     }
-    let owner = match args.get(7..9) {
-        Some([keyword, label]) if keyword.bytes().eq_ignore_ascii_case(b"OWNER") => {
-            Some(rules::check_owner(label.bytes())?)
-        }
-        Some(_) => return Err(LockError::SyntaxUnknownOption),
-        None => None,
-    };
+    let (owner, lease) = parse_effect_tags(args.get(7..).unwrap_or_default())?;
     let token = rules::check_token(args[2].bytes())?;
     let fence = parse_i64(args[3].bytes())
         .and_then(|f| u64::try_from(f).ok())
@@ -581,7 +649,79 @@ pub fn parse_setstate<A: ArgBytes>(args: &[A]) -> Result<SetStateArgs<'_>, LockE
         granted_ms,
         extends,
         owner,
+        lease,
     })
+}
+
+/// The options after an effect's text form: `[OWNER label] [LEASE number]`,
+/// each at most once, in any order.
+fn parse_effect_tags<A: ArgBytes>(rest: &[A]) -> Result<(Option<&[u8]>, Option<u64>), LockError> {
+    let (mut owner, mut lease) = (None, None);
+    for pair in rest.chunks(2) {
+        match pair {
+            [keyword, label]
+                if keyword.bytes().eq_ignore_ascii_case(b"OWNER") && owner.is_none() =>
+            {
+                owner = Some(rules::check_owner(label.bytes())?);
+            }
+            [keyword, number]
+                if keyword.bytes().eq_ignore_ascii_case(b"LEASE") && lease.is_none() =>
+            {
+                lease = Some(parse_lease_number(number.bytes())?);
+            }
+            _ => return Err(LockError::SyntaxUnknownOption),
+        }
+    }
+    Ok((owner, lease))
+}
+
+/// A lease group's number (the public one, never its id): 1 or more.
+fn parse_lease_number(text: &[u8]) -> Result<u64, LockError> {
+    parse_i64(text)
+        .and_then(|n| u64::try_from(n).ok())
+        .filter(|n| *n >= 1)
+        .ok_or(LockError::LeaseNumberInvalid)
+}
+
+/// `LOCK.LEASESET id number ttl-ms deadline-ms [OWNER label]`: a lease
+/// group's whole state, as a master replicates it.
+#[derive(Debug, PartialEq, Eq)]
+pub struct LeaseSetArgs<'a> {
+    pub id: LeaseId,
+    pub number: u64,
+    pub ttl_ms: i64,
+    pub deadline_ms: i64,
+    pub owner: Option<&'a [u8]>,
+}
+
+pub fn parse_leaseset<A: ArgBytes>(args: &[A]) -> Result<LeaseSetArgs<'_>, LockError> {
+    let (id, number, ttl, deadline, rest) = match args {
+        [_, id, number, ttl, deadline, rest @ ..] if rest.len() <= 2 => {
+            (id, number, ttl, deadline, rest)
+        }
+        _ => return Err(LockError::ArityLeaseSet),
+    };
+    let (owner, lease) = parse_effect_tags(rest)?;
+    if lease.is_some() {
+        return Err(LockError::SyntaxUnknownOption);
+    }
+    Ok(LeaseSetArgs {
+        id: LeaseId::parse(id.bytes()).ok_or(LockError::LeaseIdInvalid)?,
+        number: parse_lease_number(number.bytes())?,
+        ttl_ms: parse_ttl(ttl.bytes())?,
+        deadline_ms: parse_i64(deadline.bytes())
+            .filter(|d| *d >= 0)
+            .ok_or(LockError::DeadlineInvalid)?,
+        owner,
+    })
+}
+
+/// `LOCK.LEASEDEL id`: the lease group is gone.
+pub fn parse_leasedel<A: ArgBytes>(args: &[A]) -> Result<LeaseId, LockError> {
+    match args {
+        [_, id] => LeaseId::parse(id.bytes()).ok_or(LockError::LeaseIdInvalid),
+        _ => Err(LockError::ArityLeaseSet),
+    }
 }
 
 pub fn parse_queue<A: ArgBytes>(args: &[A]) -> Result<QueueArgs, LockError> {
@@ -690,6 +830,7 @@ mod tests {
                 owner: None,
                 shared: false,
                 sync: None,
+                lease: None,
             }
         );
         let a = parse_acquire(&["LOCK.ACQUIRE", "k", "5", "session", "WAIT", "0"], MAX).unwrap();
@@ -883,6 +1024,251 @@ mod tests {
         ] {
             assert_eq!(parse_extend(&args, MAX).map(|_| ()), Err(want), "{args:?}");
         }
+    }
+
+    #[test]
+    fn lease_groups_their_ids_and_revocation_reasons() {
+        let id = "0123456789abcdef0123456789abcdef";
+        let args = ["LOCK.ACQUIRE", "k", "5", "LEASE", id];
+        let a = parse_acquire(&args, MAX).unwrap();
+        assert_eq!(a.lease, LeaseId::parse(id.as_bytes()));
+        for (args, want) in [
+            (
+                vec!["LOCK.ACQUIRE", "k", "5", "LEASE"],
+                LockError::SyntaxMissingLease,
+            ),
+            (
+                vec!["LOCK.ACQUIRE", "k", "5", "LEASE", "x"],
+                LockError::LeaseIdInvalid,
+            ),
+            (
+                vec!["LOCK.ACQUIRE", "k", "5", "LEASE", id, "lease", id],
+                LockError::SyntaxRepeatedLease,
+            ),
+        ] {
+            assert_eq!(parse_acquire(&args, MAX).map(|_| ()), Err(want), "{args:?}");
+        }
+        assert_eq!(
+            parse_lease_grant(&["LOCK.LEASE", "GRANT", "1000", "owner", "pod"], MAX),
+            Ok(LeaseGrantArgs {
+                ttl_ms: 1000,
+                owner: Some(b"pod")
+            })
+        );
+        for (args, want) in [
+            (vec!["LOCK.LEASE", "GRANT"], LockError::ArityLease),
+            (vec!["LOCK.LEASE", "GRANT", "0"], LockError::TtlNotPositive),
+            (vec!["LOCK.LEASE", "GRANT", "x"], LockError::TtlNotInteger),
+            (
+                vec!["LOCK.LEASE", "GRANT", "1", "OWNER"],
+                LockError::SyntaxMissingOwner,
+            ),
+            (
+                vec!["LOCK.LEASE", "GRANT", "1", "WHO", "x"],
+                LockError::SyntaxUnknownOption,
+            ),
+            (
+                vec!["LOCK.LEASE", "GRANT", "1", "OWNER", ""],
+                LockError::OwnerLength,
+            ),
+            (
+                vec!["LOCK.LEASE", "GRANT", "86400001"],
+                LockError::TtlTooLarge,
+            ),
+        ] {
+            assert_eq!(
+                parse_lease_grant(&args, MAX).map(|_| ()),
+                Err(want),
+                "{args:?}"
+            );
+        }
+        assert!(parse_lease_id(&["LOCK.LEASE", "KEEPALIVE", id]).is_ok());
+        assert_eq!(
+            parse_lease_id(&["LOCK.LEASE", "KEEPALIVE", "ABC"]),
+            Err(LockError::LeaseIdInvalid)
+        );
+        assert_eq!(
+            parse_lease_id(&["LOCK.LEASE", "KEEPALIVE"]),
+            Err(LockError::ArityLease)
+        );
+        assert_eq!(parse_revoke(&["LOCK.REVOKE", "k"]), Ok(None));
+        assert_eq!(
+            parse_revoke(&["LOCK.REVOKE", "k", "reason", "stuck"]),
+            Ok(Some(&b"stuck"[..]))
+        );
+        let long = "x".repeat(129);
+        for (args, want) in [
+            (vec!["LOCK.REVOKE"], LockError::ArityRevoke),
+            (
+                vec!["LOCK.REVOKE", "k", "REASON"],
+                LockError::SyntaxUnknownOption,
+            ),
+            (
+                vec!["LOCK.REVOKE", "k", "WHY", "x"],
+                LockError::SyntaxUnknownOption,
+            ),
+            (
+                vec!["LOCK.REVOKE", "k", "REASON", ""],
+                LockError::ReasonLength,
+            ),
+            (
+                vec!["LOCK.REVOKE", "k", "REASON", &long],
+                LockError::ReasonLength,
+            ),
+            (
+                vec!["LOCK.REVOKE", "k", "REASON", "x", "y"],
+                LockError::ArityRevoke,
+            ),
+        ] {
+            assert_eq!(parse_revoke(&args), Err(want), "{args:?}");
+        }
+    }
+
+    #[test]
+    fn effects_carry_a_lease_number_and_leases_their_whole_state() {
+        let text = [
+            "LOCK.SETSTATE",
+            "k",
+            "t",
+            "7",
+            "100",
+            "50",
+            "0",
+            "LEASE",
+            "9",
+            "OWNER",
+            "o",
+        ];
+        let parsed = parse_setstate(&text).unwrap();
+        assert_eq!((parsed.lease, parsed.owner), (Some(9), Some(&b"o"[..])));
+        let holder = [
+            "LOCK.SETHOLDER",
+            "k",
+            "0",
+            "1",
+            "t",
+            "7",
+            "100",
+            "50",
+            "0",
+            "LEASE",
+            "9",
+        ];
+        assert_eq!(parse_setholder(&holder).map(|h| h.lease), Ok(Some(9)));
+        for (args, want) in [
+            (
+                vec![
+                    "LOCK.SETSTATE",
+                    "k",
+                    "t",
+                    "7",
+                    "100",
+                    "50",
+                    "0",
+                    "LEASE",
+                    "0",
+                ],
+                LockError::LeaseNumberInvalid,
+            ),
+            (
+                vec![
+                    "LOCK.SETSTATE",
+                    "k",
+                    "t",
+                    "7",
+                    "100",
+                    "50",
+                    "0",
+                    "LEASE",
+                    "x",
+                ],
+                LockError::LeaseNumberInvalid,
+            ),
+            (
+                vec![
+                    "LOCK.SETSTATE",
+                    "k",
+                    "t",
+                    "7",
+                    "100",
+                    "50",
+                    "0",
+                    "LEASE",
+                    "1",
+                    "LEASE",
+                    "2",
+                ],
+                LockError::SyntaxUnknownOption,
+            ),
+            (
+                vec![
+                    "LOCK.SETSTATE",
+                    "k",
+                    "t",
+                    "7",
+                    "100",
+                    "50",
+                    "0",
+                    "WHAT",
+                    "1",
+                ],
+                LockError::SyntaxUnknownOption,
+            ),
+        ] {
+            assert_eq!(parse_setstate(&args).map(|_| ()), Err(want), "{args:?}");
+        }
+        let id = "0123456789abcdef0123456789abcdef";
+        assert_eq!(
+            parse_leaseset(&[
+                "LOCK.LEASESET",
+                id,
+                "9",
+                "1000",
+                "1700000000000",
+                "OWNER",
+                "pod"
+            ]),
+            Ok(LeaseSetArgs {
+                id: LeaseId::parse(id.as_bytes()).unwrap(),
+                number: 9,
+                ttl_ms: 1000,
+                deadline_ms: 1_700_000_000_000,
+                owner: Some(b"pod"),
+            })
+        );
+        for (args, want) in [
+            (
+                vec!["LOCK.LEASESET", id, "9", "1000"],
+                LockError::ArityLeaseSet,
+            ),
+            (
+                vec!["LOCK.LEASESET", "x", "9", "1000", "1"],
+                LockError::LeaseIdInvalid,
+            ),
+            (
+                vec!["LOCK.LEASESET", id, "0", "1000", "1"],
+                LockError::LeaseNumberInvalid,
+            ),
+            (
+                vec!["LOCK.LEASESET", id, "9", "0", "1"],
+                LockError::TtlNotPositive,
+            ),
+            (
+                vec!["LOCK.LEASESET", id, "9", "1000", "-1"],
+                LockError::DeadlineInvalid,
+            ),
+            (
+                vec!["LOCK.LEASESET", id, "9", "1000", "1", "LEASE", "2"],
+                LockError::SyntaxUnknownOption,
+            ),
+        ] {
+            assert_eq!(parse_leaseset(&args).map(|_| ()), Err(want), "{args:?}");
+        }
+        assert!(parse_leasedel(&["LOCK.LEASEDEL", id]).is_ok());
+        assert_eq!(
+            parse_leasedel(&["LOCK.LEASEDEL"]),
+            Err(LockError::ArityLeaseSet)
+        );
     }
 
     #[test]
@@ -1319,6 +1705,7 @@ mod tests {
                 granted_ms: None,
                 extends: 0,
                 owner: None,
+                lease: None,
             }
         );
         let s = parse_setstate(&[
@@ -1387,6 +1774,7 @@ mod tests {
             granted_ms: 1_700_000_000_000,
             extends: 2,
             owner: Some(b"pod-7"),
+            lease: None,
         };
         let packed = effect::pack(None, &state);
         let args: [&[u8]; 4] = [b"LOCK.SETSTATE", b"k", b"t", packed.bytes()];

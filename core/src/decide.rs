@@ -39,6 +39,16 @@ pub struct AcquireCase {
     pub may_wait: bool,
     /// `lock.max-holders`.
     pub max_holders: usize,
+    /// `LEASE id`: the lease group the hold is to be attached to, resolved.
+    pub lease: Option<Attach>,
+}
+
+/// A hold to be attached to a lease group: the lease's number, and the
+/// deadline its key's TTL runs to (`group::horizon` past the lease's end).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Attach {
+    pub number: u64,
+    pub until_ms: i64,
 }
 
 /// What an acquire does.
@@ -48,6 +58,9 @@ pub enum Acquire {
     Grant { deadline_ms: i64 },
     /// The caller already holds it as it asks: same fence, a new deadline.
     Renew(Renewal),
+    /// The caller already holds it as it asks, through its lease group,
+    /// which alone moves its deadline: reply its grant, change nothing.
+    Held { fence: u64 },
     /// Queue the caller; the key must be looked at again at `wake_at_ms`
     /// (none: the holder's lease has no end, a release or delete will tell).
     Queue { wake_at_ms: Option<i64> },
@@ -80,9 +93,7 @@ impl Renewal {
 pub fn acquire(case: &AcquireCase) -> Result<Acquire, LockError> {
     // The common case first: a free key that nobody waits for.
     if case.key == KeyState::Free && !case.others_waiting && case.delayed_until_ms.is_none() {
-        return Ok(Acquire::Grant {
-            deadline_ms: rules::deadline_ms(case.now_ms, case.ttl_ms)?,
-        });
+        return grant(case);
     }
     let busy = |wake_at_ms: Option<i64>| {
         if case.may_wait {
@@ -114,6 +125,12 @@ pub fn acquire(case: &AcquireCase) -> Result<Acquire, LockError> {
         if mine.want != case.want {
             return Err(mismatch(mine.want, case.want));
         }
+        if mine.lease != case.lease.map(|a| a.number) {
+            return Err(LockError::LeaseMismatch);
+        }
+        if mine.lease.is_some() {
+            return Ok(Acquire::Held { fence: mine.fence });
+        }
         return renew(mine, case.ttl_ms, case.now_ms, case.hold).map(Acquire::Renew);
     }
     let holders = match case.key {
@@ -138,21 +155,39 @@ pub fn acquire(case: &AcquireCase) -> Result<Acquire, LockError> {
         return Ok(busy(wake));
     }
     match serve(case.key, case.want, case.delayed_until_ms, case.max_holders) {
-        Serve::Grant => Ok(Acquire::Grant {
-            deadline_ms: rules::deadline_ms(case.now_ms, case.ttl_ms)?,
-        }),
+        Serve::Grant => grant(case),
         // `mine` was handled above: `serve` never renews.
-        Serve::Renew => Err(LockError::Internal),
+        Serve::Renew | Serve::Held => Err(LockError::Internal),
         Serve::WakeAt(at) => Ok(busy(Some(at))),
         Serve::Idle => Ok(busy(None)),
         Serve::FailAll(e) | Serve::FailHead(e) => Err(e),
     }
 }
 
+/// A grant to the caller: until its ttl from now, or, attached to a lease
+/// group, until the horizon its key runs to (the ttl must be valid all the
+/// same).
+fn grant(case: &AcquireCase) -> Result<Acquire, LockError> {
+    let deadline_ms = rules::deadline_ms(case.now_ms, case.ttl_ms)?;
+    Ok(Acquire::Grant {
+        deadline_ms: grant_deadline(deadline_ms, case.lease),
+    })
+}
+
+/// The deadline of a hold granted with `deadline_ms` from its ttl, attached
+/// to `lease` if any: the lease's key horizon instead, which `ttl-ms` does
+/// not shorten (the lease alone ends the hold).
+pub fn grant_deadline(deadline_ms: i64, lease: Option<Attach>) -> i64 {
+    lease.map_or(deadline_ms, |a| a.until_ms)
+}
+
 /// What `LOCK.EXTEND` (and `SEM.EXTEND`) does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Extend {
     Renewed(Renewal),
+    /// The token holds the key through its lease group, which alone moves
+    /// its deadline (`LOCK.LEASE KEEPALIVE`): reply 1, change nothing.
+    Leased,
     /// The token holds nothing on the key: reply 0.
     NotHolder,
 }
@@ -167,6 +202,7 @@ pub fn extend(
     hold: HoldPolicy,
 ) -> Result<Extend, LockError> {
     match mine {
+        Some(mine) if mine.lease.is_some() => Ok(Extend::Leased),
         Some(mine) => renew(mine, ttl_ms, now_ms, hold).map(Extend::Renewed),
         None => Ok(Extend::NotHolder),
     }
@@ -186,7 +222,7 @@ pub fn renew(
     Ok(Renewal {
         fence: mine.fence,
         deadline_ms,
-        extends: mine.extends.saturating_add(1),
+        extends: mine.extends.saturating_add(1).min(rules::MAX_EXTENDS),
     })
 }
 
@@ -206,6 +242,9 @@ pub enum Serve {
     /// waiters with one token, granted one after the other): renew that
     /// hold (same fence), as a direct `ACQUIRE` by the holder would.
     Renew,
+    /// As [`Serve::Renew`], of a hold that lives as long as its lease
+    /// group: answer the head with its grant, change nothing.
+    Held,
     /// Not yet: look again at this time (unix ms).
     WakeAt(i64),
     /// Held without expiry: a release or delete will tell.
@@ -273,12 +312,17 @@ pub fn serve(
 /// [`serve`].
 pub fn serve_head(
     key: KeyState,
-    head: Want,
+    head: (Want, Option<u64>),
     mine: Option<MyHold>,
     delayed_until_ms: Option<i64>,
     max_holders: usize,
 ) -> Serve {
+    let (head, head_lease) = head;
     match mine {
+        Some(mine) if mine.want == head && mine.lease != head_lease => {
+            Serve::FailHead(LockError::LeaseMismatch)
+        }
+        Some(mine) if mine.want == head && mine.lease.is_some() => Serve::Held,
         Some(mine) if mine.want == head => Serve::Renew,
         Some(mine) => Serve::FailHead(mismatch(mine.want, head)),
         None => serve(key, head, delayed_until_ms, max_holders),
@@ -561,6 +605,7 @@ mod tests {
             hold: HoldPolicy::default(),
             may_wait: false,
             max_holders: 1000,
+            lease: None,
         }
     }
 
@@ -832,35 +877,54 @@ mod tests {
                 fence: 7,
                 granted_ms: 0,
                 extends: 0,
+                lease: None,
             })
         };
         // Even with no room left: the renewal takes none.
         assert_eq!(
-            serve_head(sem(3, 3, 2), permits(1), mine(permits(1)), None, 10),
+            serve_head(sem(3, 3, 2), (permits(1), None), mine(permits(1)), None, 10),
             Serve::Renew
         );
         assert_eq!(
-            serve_head(sem(3, 1, 1), permits(2), mine(permits(1)), None, 10),
+            serve_head(sem(3, 1, 1), (permits(2), None), mine(permits(1)), None, 10),
             Serve::FailHead(LockError::CountMismatch)
         );
         assert_eq!(
-            serve_head(shared(2, 50), Want::Shared, mine(Want::Shared), None, 2),
+            serve_head(
+                shared(2, 50),
+                (Want::Shared, None),
+                mine(Want::Shared),
+                None,
+                2
+            ),
             Serve::Renew
         );
         let writer = KeyState::Held {
             deadline_ms: Some(80),
         };
         assert_eq!(
-            serve_head(writer, Want::Exclusive, mine(Want::Exclusive), None, 10),
+            serve_head(
+                writer,
+                (Want::Exclusive, None),
+                mine(Want::Exclusive),
+                None,
+                10
+            ),
             Serve::Renew
         );
         assert_eq!(
-            serve_head(shared(1, 50), Want::Exclusive, mine(Want::Shared), None, 10),
+            serve_head(
+                shared(1, 50),
+                (Want::Exclusive, None),
+                mine(Want::Shared),
+                None,
+                10
+            ),
             Serve::FailHead(LockError::ModeConflict)
         );
         // No hold of its own: as `serve`.
         assert_eq!(
-            serve_head(sem(3, 1, 1), permits(2), None, None, 10),
+            serve_head(sem(3, 1, 1), (permits(2), None), None, None, 10),
             Serve::Grant
         );
     }
@@ -876,6 +940,7 @@ mod tests {
             hold: HoldPolicy::default(),
             may_wait: false,
             max_holders: 3,
+            lease: None,
             delayed_until_ms: None,
         }
     }
@@ -938,6 +1003,7 @@ mod tests {
             fence: 9,
             granted_ms: NOW - 5,
             extends: 0,
+            lease: None,
         };
         let renew = AcquireCase {
             mine: Some(mine),
@@ -1056,6 +1122,7 @@ mod tests {
             fence: 1,
             granted_ms: 0,
             extends: 0,
+            lease: None,
         };
         assert_eq!(guard(Some(reader), 2), Ok(true));
         assert_eq!(guard(None, 2), Err(LockError::LostOther));
@@ -1180,5 +1247,78 @@ mod tests {
             guarded_command(b"BLPOP", args, blocking, false),
             Err(LockError::GuardBlocking)
         );
+    }
+
+    #[test]
+    fn a_leased_hold_lives_as_its_lease_says_and_keeps_its_lease() {
+        let leased = MyHold {
+            want: Want::Exclusive,
+            fence: 4,
+            granted_ms: 0,
+            extends: 0,
+            lease: Some(9),
+        };
+        let attach = Attach {
+            number: 9,
+            until_ms: 1_000_000,
+        };
+        let case = AcquireCase {
+            key: KeyState::Free,
+            mine: None,
+            want: Want::Exclusive,
+            ttl_ms: 100,
+            now_ms: 50,
+            others_waiting: false,
+            delayed_until_ms: None,
+            hold: HoldPolicy::default(),
+            may_wait: false,
+            max_holders: 10,
+            lease: Some(attach),
+        };
+        // Granted until the key's horizon, not the ttl.
+        assert_eq!(
+            acquire(&case),
+            Ok(Acquire::Grant {
+                deadline_ms: 1_000_000
+            })
+        );
+        // The ttl must be valid all the same.
+        let overflow = AcquireCase {
+            ttl_ms: i64::MAX,
+            ..case
+        };
+        assert!(acquire(&overflow).is_err());
+        // Asked again under the same lease: its grant, nothing moves.
+        let held = KeyState::Held {
+            deadline_ms: Some(1_000_000),
+        };
+        let again = AcquireCase {
+            key: held,
+            mine: Some(leased),
+            ..case
+        };
+        assert_eq!(acquire(&again), Ok(Acquire::Held { fence: 4 }));
+        // Under another lease, or none: refused.
+        let other = AcquireCase {
+            lease: None,
+            ..again
+        };
+        assert_eq!(acquire(&other), Err(LockError::LeaseMismatch));
+        // EXTEND of a leased hold: 1, and nothing moves.
+        assert_eq!(
+            extend(Some(leased), 100, 50, HoldPolicy::default()),
+            Ok(Extend::Leased)
+        );
+        // A waiter with the holder's token: answered, or told of the mismatch.
+        assert_eq!(
+            serve_head(held, (Want::Exclusive, Some(9)), Some(leased), None, 10),
+            Serve::Held
+        );
+        assert_eq!(
+            serve_head(held, (Want::Exclusive, None), Some(leased), None, 10),
+            Serve::FailHead(LockError::LeaseMismatch)
+        );
+        assert_eq!(grant_deadline(70, None), 70);
+        assert_eq!(grant_deadline(70, Some(attach)), 1_000_000);
     }
 }

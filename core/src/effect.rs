@@ -6,8 +6,9 @@
 //! argument into the replication stream and formats it into the AOF.
 //!
 //! - a lock: `fence u64, deadline-ms i64 (-1: none), granted-ms i64`, then,
-//!   only when there are extensions or a label, `extends u32` and the label's
-//!   bytes (24 bytes, or 28 and the label);
+//!   only when there are extensions, a label or a lease group, `extends u32`
+//!   (its top bit set when a lease group follows), the group's number `u64`
+//!   if any, and the label's bytes (24 bytes, 28, or 36, and the label);
 //! - a holder of a shared lock or a semaphore: `limit u32, count u32`, then
 //!   the same as a lock (32 bytes, or 36 and the label).
 //!
@@ -25,7 +26,12 @@ pub struct State<'a> {
     pub granted_ms: i64,
     pub extends: u32,
     pub owner: Option<&'a [u8]>,
+    /// The number of the lease group the hold is attached to (`LEASE`).
+    pub lease: Option<u64>,
 }
+
+/// The top bit of the packed `extends`: a lease group's number follows.
+const LEASED: u32 = 1 << 31;
 
 /// A holder's place in its key: `limit` 0 for a shared lock, else the
 /// semaphore's limit, and how many permits it holds.
@@ -37,7 +43,7 @@ pub struct Permits {
 
 const BASE: usize = 24;
 const PERMITS: usize = 8;
-const INLINE: usize = PERMITS + BASE + 4;
+const INLINE: usize = PERMITS + BASE + 4 + 8;
 
 /// A packed state: on the stack unless it carries a label.
 pub enum Packed {
@@ -69,10 +75,17 @@ pub fn pack(permits: Option<Permits>, state: &State) -> Packed {
     put(&state.fence.to_le_bytes());
     put(&state.deadline_ms.to_le_bytes());
     put(&state.granted_ms.to_le_bytes());
-    if state.extends == 0 && state.owner.is_none() {
+    if state.extends == 0 && state.owner.is_none() && state.lease.is_none() {
         return Packed::Inline { bytes, len };
     }
-    put(&state.extends.to_le_bytes());
+    let extends = state.extends.min(rules::MAX_EXTENDS);
+    match state.lease {
+        Some(lease) => {
+            put(&(extends | LEASED).to_le_bytes());
+            put(&lease.to_le_bytes());
+        }
+        None => put(&extends.to_le_bytes()),
+    }
     match state.owner {
         None => Packed::Inline { bytes, len },
         Some(owner) => {
@@ -110,17 +123,28 @@ pub fn unpack(bytes: &[u8], with_permits: bool) -> Result<(Option<Permits>, Stat
     if granted_ms < 0 {
         return Err(LockError::GrantedInvalid);
     }
-    let (extends, owner) = match bytes.get(head + BASE..) {
+    let (extends, lease, owner) = match bytes.get(head + BASE..) {
         Some(tail) if tail.len() >= 4 => {
-            let label = &tail[4..];
+            let extends = u32_at(head + BASE);
+            let (lease, label) = match extends & LEASED {
+                0 => (None, &tail[4..]),
+                _ if tail.len() >= 12 => {
+                    let lease = u64_at(head + BASE + 4);
+                    if lease == 0 {
+                        return Err(LockError::StateInvalid);
+                    }
+                    (Some(lease), &tail[12..])
+                }
+                _ => return Err(LockError::StateInvalid),
+            };
             let owner = if label.is_empty() {
                 None
             } else {
                 Some(rules::check_owner(label)?)
             };
-            (u32_at(head + BASE), owner)
+            (extends & !LEASED, lease, owner)
         }
-        _ => (0, None),
+        _ => (0, None, None),
     };
     Ok((
         permits,
@@ -130,6 +154,7 @@ pub fn unpack(bytes: &[u8], with_permits: bool) -> Result<(Option<Permits>, Stat
             granted_ms,
             extends,
             owner,
+            lease,
         },
     ))
 }
@@ -161,12 +186,16 @@ pub fn spell_out<A: AsRef<[u8]>>(command: &[A]) -> Option<Result<Vec<Vec<u8>>, L
         out.push(text(state.fence.into()));
         out.push(text(state.deadline_ms.into()));
         out.push(text(state.granted_ms.into()));
-        if holder || state.extends != 0 || state.owner.is_some() {
+        if holder || state.extends != 0 || state.owner.is_some() || state.lease.is_some() {
             out.push(text(state.extends.into()));
         }
         if let Some(owner) = state.owner {
             out.push(b"OWNER".to_vec());
             out.push(owner.to_vec());
+        }
+        if let Some(lease) = state.lease {
+            out.push(b"LEASE".to_vec());
+            out.push(text(lease.into()));
         }
         out
     }))
@@ -187,6 +216,7 @@ mod tests {
             granted_ms: NOW,
             extends: 0,
             owner: None,
+            lease: None,
         };
         assert_eq!(pack(None, &state).bytes().len(), 24);
         let permits = Some(Permits { limit: 3, count: 2 });
@@ -205,6 +235,33 @@ mod tests {
             unpack(pack(permits, &labelled).bytes(), true),
             Ok((permits, labelled))
         );
+        let leased = State {
+            lease: Some(42),
+            ..labelled
+        };
+        assert_eq!(pack(None, &leased).bytes().len(), 41);
+        assert_eq!(
+            unpack(pack(permits, &leased).bytes(), true),
+            Ok((permits, leased))
+        );
+        let leased_only = State {
+            lease: Some(42),
+            ..state
+        };
+        assert_eq!(pack(None, &leased_only).bytes().len(), 36);
+        assert_eq!(
+            unpack(pack(None, &leased_only).bytes(), false),
+            Ok((None, leased_only))
+        );
+        // A flagged lease with its number cut off, or numbered 0.
+        let whole = pack(None, &leased_only);
+        assert_eq!(
+            unpack(&whole.bytes()[..30], false),
+            Err(LockError::StateInvalid)
+        );
+        let mut zero = pack(None, &leased_only).bytes().to_vec();
+        zero[28..36].copy_from_slice(&0u64.to_le_bytes());
+        assert_eq!(unpack(&zero, false), Err(LockError::StateInvalid));
     }
 
     #[test]
@@ -215,6 +272,7 @@ mod tests {
             granted_ms: NOW,
             extends: 0,
             owner: None,
+            lease: None,
         };
         let plain = pack(None, &state);
         let spelled = spell_out(&[b"LOCK.SETSTATE".as_slice(), b"k", b"t", plain.bytes()]);
@@ -283,6 +341,7 @@ mod tests {
                 granted_ms: NOW,
                 extends: 0,
                 owner: None,
+                lease: None,
             },
         );
         let good = good.bytes();
@@ -316,11 +375,12 @@ mod tests {
             fence in 1..=rules::MAX_FENCE,
             deadline_ms in -1i64..=i64::MAX,
             granted_ms in 0i64..=i64::MAX,
-            extends in any::<u32>(),
+            extends in 0..=rules::MAX_EXTENDS,
+            lease in proptest::option::of(1u64..),
             owner in proptest::option::of(proptest::collection::vec(any::<u8>(), 1..=rules::MAX_OWNER_LEN)),
             permits in proptest::option::of((any::<u32>(), any::<u32>())),
         ) {
-            let state = State { fence, deadline_ms, granted_ms, extends, owner: owner.as_deref() };
+            let state = State { fence, deadline_ms, granted_ms, extends, owner: owner.as_deref(), lease };
             let permits = permits.map(|(limit, count)| Permits { limit, count });
             let packed = pack(permits, &state);
             prop_assert_eq!(unpack(packed.bytes(), permits.is_some()), Ok((permits, state)));

@@ -137,6 +137,29 @@ pub enum LockError {
     SyncCannotWait,
     /// `LOCK.GUARD_RO … SYNC`: a read replicates nothing to wait for.
     SyncReadOnly,
+    /// `LOCK.LEASE` with the wrong number of arguments.
+    ArityLease,
+    /// `LOCK.REVOKE` with the wrong number of arguments.
+    ArityRevoke,
+    /// A lease id that is not 32 lowercase hex digits.
+    LeaseIdInvalid,
+    /// `LEASE id` of a lease that does not exist (any more) on this server.
+    NoLease,
+    /// `LEASE` as the last argument.
+    SyntaxMissingLease,
+    /// `LEASE` given twice.
+    SyntaxRepeatedLease,
+    /// `LOCK.REVOKE … REASON` not 1 to 128 bytes.
+    ReasonLength,
+    /// `LOCK.LEASESET`/`LOCK.LEASEDEL` from a normal client.
+    LeaseInternal,
+    /// `LOCK.LEASESET`/`LOCK.LEASEDEL` with the wrong arguments.
+    ArityLeaseSet,
+    /// A token that holds the key under another lease group (or none) asks
+    /// for it again under a different one.
+    LeaseMismatch,
+    /// A lease group's number in an effect that is not a positive integer.
+    LeaseNumberInvalid,
     /// A bug: a panic was caught before it could reach Redis.
     Internal,
 }
@@ -289,6 +312,39 @@ impl LockError {
             LockError::SyncReadOnly => {
                 c"ERR SYNC is not an option of LOCK.GUARD_RO: a read replicates nothing to wait for"
             }
+            LockError::ArityLease => {
+                c"ERR wrong number of arguments for 'lock.lease' command"
+            }
+            LockError::ArityRevoke => {
+                c"ERR wrong number of arguments for 'lock.revoke' command"
+            }
+            LockError::LeaseIdInvalid => {
+                c"ERR lease id must be 32 lowercase hex digits (what LOCK.LEASE GRANT replied)"
+            }
+            LockError::NoLease => {
+                c"NOLEASE the lease does not exist: it expired, was revoked, or was granted by another server"
+            }
+            LockError::SyntaxMissingLease => {
+                c"ERR syntax error: LEASE needs a lease id"
+            }
+            LockError::SyntaxRepeatedLease => {
+                c"ERR syntax error: LEASE is given more than once"
+            }
+            LockError::ReasonLength => {
+                c"ERR REASON must be 1 to 128 bytes long"
+            }
+            LockError::LeaseInternal => {
+                c"ERR LOCK.LEASESET and LOCK.LEASEDEL are internal: only the replication link and AOF loading may call them"
+            }
+            LockError::LeaseMismatch => {
+                c"ERR this token already holds the key under another LEASE (or none): release it first"
+            }
+            LockError::LeaseNumberInvalid => {
+                c"ERR LEASE number must be a positive integer"
+            }
+            LockError::ArityLeaseSet => {
+                c"ERR wrong number of arguments for 'lock.leaseset' command"
+            }
             LockError::Internal => c"ERR internal error in redis-lock (see the server log)",
         }
     }
@@ -312,7 +368,9 @@ impl std::error::Error for LockError {}
 mod tests {
     use super::*;
 
-    const ALL: [LockError; 76] = [
+    const ALL: [LockError; 87] = [
+        LockError::LeaseNumberInvalid,
+        LockError::LeaseMismatch,
         LockError::HolderInternal,
         LockError::ArityDelHolder,
         LockError::ArityShared,
@@ -388,6 +446,15 @@ mod tests {
         LockError::SyncAofUnsupported,
         LockError::SyncCannotWait,
         LockError::SyncReadOnly,
+        LockError::ArityLease,
+        LockError::ArityRevoke,
+        LockError::LeaseIdInvalid,
+        LockError::NoLease,
+        LockError::SyntaxMissingLease,
+        LockError::SyntaxRepeatedLease,
+        LockError::ReasonLength,
+        LockError::LeaseInternal,
+        LockError::ArityLeaseSet,
         LockError::Internal,
     ];
 
@@ -470,6 +537,17 @@ mod tests {
             | LockError::SyncAofUnsupported
             | LockError::SyncCannotWait
             | LockError::SyncReadOnly
+            | LockError::ArityLease
+            | LockError::ArityRevoke
+            | LockError::LeaseIdInvalid
+            | LockError::NoLease
+            | LockError::SyntaxMissingLease
+            | LockError::SyntaxRepeatedLease
+            | LockError::ReasonLength
+            | LockError::LeaseInternal
+            | LockError::ArityLeaseSet
+            | LockError::LeaseMismatch
+            | LockError::LeaseNumberInvalid
             | LockError::Internal => {}
         }
     }
@@ -487,6 +565,7 @@ mod tests {
                 "LIMIT ",
                 "NOPERM ",
                 "LOST ",
+                "NOLEASE ",
             ];
             assert!(coded.iter().any(|c| s.starts_with(c)), "{s}");
             assert!(!s.contains('\n') && !s.contains('\r'), "{s}");

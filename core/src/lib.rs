@@ -17,6 +17,8 @@
 //!   shared locks, semaphores);
 //! - [`waitqueue`]: the per-key FIFO of waiters;
 //! - [`settings`]: the module's settings as data;
+//! - [`group`]: lease groups (`LOCK.LEASE`): the lease id, and how far
+//!   ahead of its lease an attached key's TTL runs;
 //! - [`sync`]: `SYNC`, a grant answered once replicas hold it: their
 //!   acknowledged offsets, and when a wait ends;
 //! - [`cluster`]: a key's hash slot, and where its waiters go when the key
@@ -43,6 +45,7 @@ pub mod cluster;
 pub mod decide;
 pub mod effect;
 pub mod errors;
+pub mod group;
 pub mod hold;
 pub mod lock;
 pub mod rules;

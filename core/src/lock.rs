@@ -5,7 +5,7 @@
 use std::borrow::Cow;
 use std::num::NonZeroU64;
 
-use crate::hold::{Hold, OwnerLabel};
+use crate::hold::{Hold, Tags};
 use crate::token::StoredToken;
 
 /// A lock as its key's value keeps it: 32 bytes, one allocation of the
@@ -43,7 +43,7 @@ impl StoredLock {
     }
 
     fn pack(lock: &Hold) -> Option<Self> {
-        if lock.owner.get().is_some()
+        if !lock.tags.is_empty()
             || lock.count != 1
             || lock.extends >= 1 << EXTENDS_BITS
             || lock.fence >= 1 << (64 - EXTENDS_BITS)
@@ -99,7 +99,7 @@ impl StoredLock {
                     extends: (fence_extends & ((1 << EXTENDS_BITS) - 1)) as u32,
                     holder_token,
                     count: 1,
-                    owner: OwnerLabel::default(),
+                    tags: Tags::default(),
                 })
             }
         }

@@ -31,6 +31,10 @@ pub const MAX_WAIT_MS: i64 = 31_536_000_000;
 /// Tokens are 1 to 256 bytes, binary-safe.
 pub const MAX_TOKEN_LEN: usize = 256;
 
+/// The most extensions a hold counts (the packed effect keeps the top bit
+/// of its 32 for a flag, `effect.rs`); more leave the count there.
+pub const MAX_EXTENDS: u32 = (1 << 31) - 1;
+
 /// Owner labels (`OWNER label`) are 1 to 128 bytes, binary-safe.
 pub const MAX_OWNER_LEN: usize = 128;
 

@@ -89,9 +89,12 @@ impl LockTable {
             hold: self.hold,
             may_wait: false,
             max_holders: 1,
+            lease: None,
         })?;
         match decision {
             Acquire::Refuse | Acquire::Queue { .. } => Ok(None),
+            // The simulator attaches no hold to a lease group.
+            Acquire::Held { .. } => Err(LockError::Internal),
             Acquire::Renew(renewal) => {
                 let lock = self.locks.get_mut(key).ok_or(LockError::Internal)?;
                 lock.deadline_ms = renewal.deadline_ms;
@@ -123,6 +126,7 @@ impl LockTable {
         let mine = self.mine(key, parsed.token, now_ms);
         match decide::extend(mine, parsed.ttl_ms, now_ms, self.hold)? {
             Extend::NotHolder => Ok(false),
+            Extend::Leased => Err(LockError::Internal),
             Extend::Renewed(renewal) => {
                 let lock = self.locks.get_mut(key).ok_or(LockError::Internal)?;
                 lock.deadline_ms = renewal.deadline_ms;

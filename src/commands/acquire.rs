@@ -1,5 +1,5 @@
 //! `LOCK.ACQUIRE key ttl-ms [TOKEN token] [WAIT timeout-ms] [SESSION]
-//! [OWNER label] [SHARED]` → `[token, fence]`, or null when the key is busy
+//! [OWNER label] [SHARED] [SYNC n timeout-ms] [LEASE id]` → `[token, fence]`, or null when the key is busy
 //! (another holder, others queued before the caller, or a lock-delay after
 //! an expiry). With `WAIT`, a busy key queues the caller instead (see
 //! `waiting.rs`); with `SESSION`, the hold is also released when the
@@ -21,7 +21,7 @@ use crate::redis::key::LockKey;
 use crate::redis::{self, client, reply, server};
 use crate::sync::{self, Answer, Grant};
 use crate::waiting::{self, WaitRequest};
-use crate::{config, expiry, sessions};
+use crate::{config, expiry, groups, sessions};
 
 pub fn run(ctx: &Context, args: &[RedisString]) -> Result<(), LockError> {
     let parsed = parse_acquire(redis::args(args), config::max_ttl_ms())?;
@@ -48,10 +48,15 @@ pub(super) fn acquire(
     let (key, now_ms) = super::open_write(ctx, name);
     let holds = key.held()?;
     hold::admits(want.family(), holds.kind())?;
+    // `LEASE id`: a lease that is gone (or another server's) grants nothing.
+    let lease = match &parsed.lease {
+        Some(id) => Some(groups::attach_to(id, now_ms)?),
+        None => None,
+    };
     let state = holds.state(now_ms);
     let case = AcquireCase {
         key: state,
-        mine: holds.mine(parsed.token, now_ms),
+        mine: super::live_mine(&holds, parsed.token, now_ms),
         want,
         ttl_ms: parsed.ttl_ms,
         now_ms,
@@ -65,6 +70,7 @@ pub(super) fn acquire(
         hold: config::hold_policy(),
         may_wait: parsed.wait_ms.is_some() && server::can_block(ctx),
         max_holders: config::max_holders(),
+        lease,
     };
     drop(holds);
     let caller = Caller {
@@ -73,6 +79,7 @@ pub(super) fn acquire(
         session,
         db,
         now_ms,
+        lease: lease.map(|a| a.number),
     };
     apply(ctx, key, name, &caller, decide::acquire(&case))
 }
@@ -94,6 +101,8 @@ struct Caller<'a> {
     session: Option<u64>,
     db: i32,
     now_ms: i64,
+    /// The number of the lease group a grant is attached to.
+    lease: Option<u64>,
 }
 
 /// Execute the core's decision for `caller` on `name` (open as `key`): the
@@ -130,8 +139,28 @@ fn apply(
                 owner: parsed.owner,
                 want: caller.want,
                 sync: parsed.sync,
+                lease: parsed.lease,
             };
             waiting::enqueue(ctx, db, name, &request, wake_at_ms)?;
+        }
+        Acquire::Held { fence } => {
+            // Renewed by its lease group alone: its grant, nothing moved.
+            drop(key);
+            let token = parsed.token.unwrap_or_default();
+            metrics::count(Counter::Renewals);
+            if let Some(client) = caller.session {
+                sessions::bind(ctx, client, db, name, fence);
+            }
+            match parsed.sync {
+                Some(sync) => {
+                    let answer = Answer::Grant {
+                        token: token.into(),
+                        fence,
+                    };
+                    sync::block(ctx, sync, answer, Stands::Extension, None, waiting::undo)?;
+                }
+                None => reply::grant(ctx, token, fence),
+            }
         }
         Acquire::Renew(renewal) => {
             // Renew is only decided for a caller-supplied token.
@@ -166,6 +195,7 @@ fn apply(
                 owner: parsed.owner,
                 now_ms: caller.now_ms,
                 deadline_ms,
+                lease: caller.lease,
             };
             let fence = lease::grant(ctx, &mut key, name, &grantee, caller.want)?;
             drop(key);

@@ -13,20 +13,26 @@
 //!   extends [OWNER label]`: one hold of a shared lock (`limit` 0) or of a
 //!   semaphore, added or updated beside the key's others of the same kind.
 //! - `LOCK.DELHOLDER key token`: one hold taken out.
+//! - `LOCK.LEASESET id number ttl-ms deadline-ms [OWNER label]`: a lease
+//!   group's whole state (granted or kept alive); `LOCK.LEASEDEL id`: it
+//!   ended (its holds went by their own effects first). A hold attached to
+//!   one carries its number (`LEASE number` in the text forms).
 //!
 //! Each goes through the same [`LockKey::put`] and [`LockKey::take`] as the
 //! grants and releases that sent them. They are accepted only from the
 //! replication link and from AOF loading: a client that could call them
 //! could forge a holder or push fences around.
 
-use redis_lock_core::args::{parse_release_as, parse_setholder, parse_setstate};
+use redis_lock_core::args::{
+    parse_leasedel, parse_leaseset, parse_release_as, parse_setholder, parse_setstate,
+};
 use redis_lock_core::errors::LockError;
 use redis_lock_core::hold::{Hold, Kind, Want};
 use redis_module::{Context, RedisString};
 
 use crate::redis::key::LockKey;
 use crate::redis::{self, replicate, reply, server};
-use crate::{fence, observers};
+use crate::{fence, groups, observers};
 
 pub fn run_setstate(ctx: &Context, args: &[RedisString]) -> Result<(), LockError> {
     internal(ctx, LockError::SetStateInternal)?;
@@ -38,7 +44,8 @@ pub fn run_setstate(ctx: &Context, args: &[RedisString]) -> Result<(), LockError
         parsed.deadline_ms.unwrap_or(-1),
         parsed.extends,
     )
-    .with_owner(parsed.owner);
+    .with_owner(parsed.owner)
+    .with_lease(parsed.lease);
     apply(ctx, &args[1], Want::Exclusive, hold)
 }
 
@@ -54,7 +61,8 @@ pub fn run_setholder(ctx: &Context, args: &[RedisString]) -> Result<(), LockErro
         parsed.extends,
     )
     .with_count(parsed.count)
-    .with_owner(parsed.owner);
+    .with_owner(parsed.owner)
+    .with_lease(parsed.lease);
     apply(ctx, &args[1], want, hold)
 }
 
@@ -64,9 +72,37 @@ pub fn run_delholder(ctx: &Context, args: &[RedisString]) -> Result<(), LockErro
     let name = &args[1];
     let mut key = LockKey::open_write(ctx, name);
     key.held()?;
-    key.take(parsed.token);
+    if let Some(taken) = key.take(parsed.token) {
+        if let Some(number) = taken.lease {
+            groups::detached(taken.fence, number);
+        }
+    }
     drop(key);
     applied(ctx, name);
+    Ok(())
+}
+
+pub fn run_leaseset(ctx: &Context, args: &[RedisString]) -> Result<(), LockError> {
+    internal(ctx, LockError::LeaseInternal)?;
+    let parsed = parse_leaseset(redis::args(args))?;
+    groups::set(
+        parsed.id,
+        parsed.number,
+        parsed.ttl_ms,
+        parsed.deadline_ms,
+        parsed.owner,
+    );
+    replicate::verbatim(ctx);
+    reply::ok(ctx);
+    Ok(())
+}
+
+pub fn run_leasedel(ctx: &Context, args: &[RedisString]) -> Result<(), LockError> {
+    internal(ctx, LockError::LeaseInternal)?;
+    let id = parse_leasedel(redis::args(args))?;
+    groups::apply_del(&id);
+    replicate::verbatim(ctx);
+    reply::ok(ctx);
     Ok(())
 }
 
@@ -80,12 +116,15 @@ fn internal(ctx: &Context, refused: LockError) -> Result<(), LockError> {
 
 /// The master's `hold` on `name`, as `want` holds it.
 fn apply(ctx: &Context, name: &RedisString, want: Want, hold: Hold) -> Result<(), LockError> {
-    let fence = hold.fence;
+    let (fence, lease, deadline_ms) = (hold.fence, hold.tags.lease(), hold.deadline_ms);
     let mut key = LockKey::open_write(ctx, name);
     key.held()?;
     key.put(want, hold)?;
     drop(key);
     fence::observe(fence);
+    if let Some(number) = lease {
+        groups::attached(server::selected_db(ctx), name, fence, number, deadline_ms);
+    }
     applied(ctx, name);
     Ok(())
 }

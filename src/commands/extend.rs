@@ -4,7 +4,9 @@
 //! `ttl-ms` from now; 0 otherwise, with nothing changed. A `LIMIT` error when
 //! `lock.max-hold-ms` or `lock.max-extends` forbids the extension (the lease
 //! is left as it was). Of a key with several holders, only `token`'s lease
-//! moves.
+//! moves. A hold attached to a lease group (`LEASE`) lives as long as its
+//! lease: 1, and nothing moves. A token whose hold was revoked gets
+//! `REVOKED <reason>` instead of 0 (`LOCK.REVOKE`).
 
 use redis_lock_core::args::parse_extend_as;
 use redis_lock_core::decide::{self, Extend};
@@ -40,12 +42,27 @@ fn extend(ctx: &Context, args: &[RedisString], family: Family) -> Result<(), Loc
     // A free key is no semaphore's any more (it goes with its last holder):
     // 0 below, as for a lock, not WRONGTYPE.
     hold::admits(family, holds.kind())?;
-    let mine = holds.mine(Some(parsed.token), now_ms);
+    let mine = super::live_mine(&holds, Some(parsed.token), now_ms);
     drop(holds);
     match decide::extend(mine, parsed.ttl_ms, now_ms, config::hold_policy()) {
         Ok(Extend::NotHolder) => {
             metrics::count(Counter::StaleExtends);
-            reply::integer(ctx, 0);
+            match super::revoked(ctx, name, parsed.token, now_ms) {
+                Some(revoked) => reply::error_text(ctx, &revoked),
+                None => reply::integer(ctx, 0),
+            }
+        }
+        Ok(Extend::Leased) => {
+            // Its lease group keeps it alive: nothing to move.
+            drop(key);
+            metrics::count(Counter::Extends);
+            match parsed.sync {
+                Some(sync) => {
+                    let answer = Answer::Integer(1);
+                    sync::block(ctx, sync, answer, Stands::Extension, None, waiting::undo)?;
+                }
+                None => reply::integer(ctx, 1),
+            }
         }
         Ok(Extend::Renewed(renewal)) => {
             lease::renew(ctx, &mut key, name, parsed.token, &renewal, None)?;

@@ -1,7 +1,8 @@
 //! `LOCK.GUARD key token [SYNC numreplicas timeout-ms] command [arg ...]` →
 //! the guarded command's own reply (with `SYNC`, once that many replicas
 //! hold what it did),
-//! when `token` holds `key`; otherwise `LOST …` and nothing runs. The check
+//! when `token` holds `key`; otherwise `LOST …` (`REVOKED <reason>` when its
+//! hold was revoked) and nothing runs. The check
 //! and the command are one step on Redis' thread: no other client can run
 //! between them, so the write lands only while the lease is live. The
 //! command runs as the caller's ACL user, in the caller's protocol, and is
@@ -17,7 +18,7 @@ use redis_module::{Context, RedisString};
 
 use crate::metrics::{self, Counter};
 use crate::redis::key::LockKey;
-use crate::redis::{self, call, server};
+use crate::redis::{self, call, reply, server};
 use crate::sync::{self, Answer};
 use crate::waiting;
 
@@ -68,7 +69,7 @@ fn guard(ctx: &Context, args: &[RedisString], access: Access) -> Result<(), Lock
     // A semaphore's permits guard nothing: WRONGTYPE.
     hold::admits(Family::Lock, holds.kind())?;
     let allowed = decide::guard(
-        holds.mine(Some(parsed.token), now_ms),
+        super::live_mine(&holds, Some(parsed.token), now_ms),
         holds.count_live(now_ms),
     );
     drop(holds);
@@ -76,6 +77,13 @@ fn guard(ctx: &Context, args: &[RedisString], access: Access) -> Result<(), Lock
         Ok(read_only) => read_only || access == Access::Read,
         Err(lost) => {
             metrics::count(Counter::GuardsLost);
+            // Taken away: `REVOKED <reason>`, not `LOST`.
+            if matches!(lost, LockError::LostFree | LockError::LostOther) {
+                if let Some(revoked) = super::revoked(ctx, &args[1], parsed.token, now_ms) {
+                    reply::error_text(ctx, &revoked);
+                    return Ok(());
+                }
+            }
             return Err(lost);
         }
     };

@@ -9,7 +9,9 @@
 //! `used`, `holders`, `waiters`, `fence` (highest), `ttl` and `deadline`
 //! (latest lease). With `HOLDS n`, the map ends with `holds`: the first `n`
 //! holders, oldest grant first, each with its own fence, ttl, grant time,
-//! extensions, permits and label. Never a token.
+//! extensions, permits and label. A hold attached to a lease group shows
+//! its lease's deadline and `lease`, the group's public number. Never a
+//! token, never a lease's id.
 
 use std::ffi::CStr;
 
@@ -21,7 +23,22 @@ use redis_module::{Context, RedisString};
 use crate::redis::key::LockKey;
 use crate::redis::reply::{self, Field};
 use crate::redis::{self, server};
-use crate::waiting;
+use crate::{groups, waiting};
+
+/// A hold's deadline as clients see it: its lease group's, if attached to
+/// one (its key's TTL runs further ahead, see `leases.rs`); `None` without
+/// expiry.
+fn shown_deadline(hold: &Hold) -> Option<i64> {
+    match hold.tags.lease() {
+        Some(number) => groups::deadline(number).or(hold.deadline()),
+        None => hold.deadline(),
+    }
+}
+
+/// The latest shown deadline of a live hold.
+fn latest(holds: &Holds, now_ms: i64) -> Option<i64> {
+    holds.live(now_ms).map(shown_deadline).max().flatten()
+}
 
 pub fn run(ctx: &Context, args: &[RedisString]) -> Result<(), LockError> {
     info(ctx, args, Family::Lock)
@@ -52,7 +69,7 @@ fn info(ctx: &Context, args: &[RedisString], family: Family) -> Result<(), LockE
     let mut fields: Vec<(&'static CStr, Field)> = Vec::with_capacity(12);
     match holds.kind() {
         Some(Kind::Semaphore { limit }) => {
-            let deadline = holds.latest_deadline(now_ms).unwrap_or(-1);
+            let deadline = latest(&holds, now_ms).unwrap_or(-1);
             fields.extend([
                 (c"limit", Field::Int(i64::from(limit))),
                 (c"used", Field::Int(used(&holds, now_ms))),
@@ -66,8 +83,8 @@ fn info(ctx: &Context, args: &[RedisString], family: Family) -> Result<(), LockE
         kind => {
             // A lock's TTL is its key's; readers' is the latest lease.
             let deadline = match kind {
-                Some(Kind::Exclusive) => key.deadline(),
-                _ => holds.latest_deadline(now_ms),
+                Some(Kind::Exclusive) if newest.tags.lease().is_none() => key.deadline(),
+                _ => latest(&holds, now_ms),
             };
             let ttl = deadline.map_or(-1, |d| (d - now_ms).max(0));
             let mode: &[u8] = match kind {
@@ -86,10 +103,15 @@ fn info(ctx: &Context, args: &[RedisString], family: Family) -> Result<(), LockE
             ]);
             // `owner` only when there is one: the newest holder's, as
             // `LOCK.OBSERVE` shows it.
-            if let Some(owner) = newest.owner.get() {
+            if let Some(owner) = newest.tags.owner() {
                 fields.push((c"owner", Field::Bytes(owner)));
             }
         }
+    }
+    // `lease`: the public number of the newest holder's lease group, if it
+    // is attached to one (never the lease's id).
+    if let Some(number) = newest.tags.lease() {
+        fields.push((c"lease", Field::Int(number as i64)));
     }
     if parsed.holds.is_some() {
         fields.push((c"holds", Field::Maps(&listed)));
@@ -115,7 +137,7 @@ fn listing<'a>(holds: &'a Holds, now_ms: i64, count: usize) -> Vec<Fields<'a>> {
     live.into_iter()
         .take(count)
         .map(|h| {
-            let ttl = h.deadline().map_or(-1, |d| (d - now_ms).max(0));
+            let ttl = shown_deadline(h).map_or(-1, |d| (d - now_ms).max(0));
             let mut fields = vec![
                 (c"fence", Field::Int(h.fence as i64)),
                 (c"ttl", Field::Int(ttl)),
@@ -125,8 +147,11 @@ fn listing<'a>(holds: &'a Holds, now_ms: i64, count: usize) -> Vec<Fields<'a>> {
             if semaphore {
                 fields.push((c"count", Field::Int(i64::from(h.count))));
             }
-            if let Some(owner) = h.owner.get() {
+            if let Some(owner) = h.tags.owner() {
                 fields.push((c"owner", Field::Bytes(owner)));
+            }
+            if let Some(number) = h.tags.lease() {
+                fields.push((c"lease", Field::Int(number as i64)));
             }
             fields
         })

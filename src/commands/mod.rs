@@ -8,18 +8,30 @@ pub mod effects;
 pub mod extend;
 pub mod guard;
 pub mod info;
+pub mod lease_group;
 pub mod observe;
 pub mod queue;
 pub mod release;
 pub mod sem_acquire;
 
+use std::ffi::CString;
+
 use redis_lock_core::args::Sync;
 use redis_lock_core::errors::LockError;
 use redis_module::{Context, RedisString};
 
-use crate::lease;
 use crate::redis::key::LockKey;
 use crate::redis::server;
+use crate::{lease, revocations};
+
+/// `token`'s live hold on a key (see `groups::live_mine`).
+pub use crate::groups::live_mine;
+
+/// The `REVOKED <reason>` error for `token` on `name`, if its hold there
+/// was revoked and would still run.
+fn revoked(ctx: &Context, name: &RedisString, token: &[u8], now_ms: i64) -> Option<CString> {
+    revocations::of(server::selected_db(ctx), name, token, now_ms)
+}
 
 /// `SYNC` waits for replicas, which MULTI/EXEC and scripts cannot: refused
 /// there before anything changes.

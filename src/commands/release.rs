@@ -36,7 +36,7 @@ fn release(ctx: &Context, args: &[RedisString], family: Family) -> Result<(), Lo
     // 0 below, as for a lock, not WRONGTYPE.
     hold::admits(family, holds.kind())?;
     let kind = holds.kind();
-    let mine = holds.mine(Some(parsed.token), now_ms);
+    let mine = super::live_mine(&holds, Some(parsed.token), now_ms);
     drop(holds);
     match kind {
         Some(kind) if decide::release(mine) => {

@@ -25,23 +25,52 @@ use super::{replicate, reply};
 /// is replied here.
 pub type Body = fn(&Context, &[RedisString]) -> Result<(), LockError>;
 
-/// A command of the module: its name, flags, ACL categories and body; its
-/// key is argument 1 (first 1, last 1, step 1), for Cluster routing and ACL
-/// key patterns.
+/// Where a command's keys are, for Cluster routing, ACL key patterns and
+/// `COMMAND GETKEYS`.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Keys {
+    /// Argument 1 (first 1, last 1, step 1).
+    First,
+    /// None: the command touches no key of its own (`LOCK.LEASE`).
+    None,
+}
+
+/// A command of the module: its name, flags, ACL categories and body, and
+/// where its key is. A subcommand names its container (`LOCK.LEASE GRANT`:
+/// name `grant`, parent `lock.lease`); a container has no body.
 pub struct Spec {
     pub name: &'static CStr,
+    /// The container command, for a subcommand.
+    pub parent: Option<&'static CStr>,
+    pub keys: Keys,
     pub flags: &'static CStr,
     /// Its standard ACL categories, space-separated (`write fast`).
     pub categories: &'static str,
     /// Whether it is in the module's own category too, where the server
     /// can add one.
     pub in_lock_category: bool,
-    pub body: Body,
+    /// `None` for a container, whose subcommands have the bodies.
+    pub body: Option<Body>,
+}
+
+impl Spec {
+    /// The name ACL rules and `COMMAND INFO` know it by: `lock.lease|grant`
+    /// for a subcommand.
+    pub fn full_name(&self) -> String {
+        match self.parent {
+            Some(parent) => format!(
+                "{}|{}",
+                parent.to_string_lossy(),
+                self.name.to_string_lossy()
+            ),
+            None => self.name.to_string_lossy().into_owned(),
+        }
+    }
 }
 
 /// The bodies, by the index of their command's entry in [`ENTRIES`]; set
 /// once, while the module loads.
-static BODIES: OnceLock<Vec<Body>> = OnceLock::new();
+static BODIES: OnceLock<Vec<Option<Body>>> = OnceLock::new();
 
 /// The entry the server calls for the command of index `I`.
 extern "C" fn entry<const I: usize>(
@@ -49,7 +78,7 @@ extern "C" fn entry<const I: usize>(
     argv: *mut *mut raw::RedisModuleString,
     argc: c_int,
 ) -> c_int {
-    if let Some(body) = BODIES.get().and_then(|bodies| bodies.get(I)) {
+    if let Some(Some(body)) = BODIES.get().and_then(|bodies| bodies.get(I)) {
         // SAFETY: the server's own arguments of this call.
         unsafe { dispatch(ctx, argv, argc, *body) };
     }
@@ -80,25 +109,67 @@ pub fn create_all(ctx: &Context, specs: &[Spec]) -> Result<(), String> {
     let create = unsafe { raw::RedisModule_CreateCommand }
         .ok_or("the server has no RedisModule_CreateCommand")?;
     for (spec, entry) in specs.iter().zip(ENTRIES) {
-        let status = unsafe {
-            create(
-                ctx.get_raw(),
-                spec.name.as_ptr(),
-                Some(entry),
-                spec.flags.as_ptr(),
-                1,
-                1,
-                1,
-            )
+        let (first, last, step) = match spec.keys {
+            Keys::First => (1, 1, 1),
+            Keys::None => (0, 0, 0),
+        };
+        let entry: raw::RedisModuleCmdFunc = match spec.body {
+            Some(_) => Some(entry),
+            None => None,
+        };
+        let status = match spec.parent {
+            None => unsafe {
+                create(
+                    ctx.get_raw(),
+                    spec.name.as_ptr(),
+                    entry,
+                    spec.flags.as_ptr(),
+                    first,
+                    last,
+                    step,
+                )
+            },
+            Some(parent) => create_subcommand(ctx, parent, spec, entry, (first, last, step)),
         };
         if status != raw::REDISMODULE_OK as c_int {
-            return Err(format!(
-                "could not create the command {}",
-                spec.name.to_string_lossy()
-            ));
+            return Err(format!("could not create the command {}", spec.full_name()));
         }
     }
     Ok(())
+}
+
+/// Create `spec` as a subcommand of `parent` (created before it).
+fn create_subcommand(
+    ctx: &Context,
+    parent: &CStr,
+    spec: &Spec,
+    entry: raw::RedisModuleCmdFunc,
+    (first, last, step): (c_int, c_int, c_int),
+) -> c_int {
+    let error = raw::REDISMODULE_ERR as c_int;
+    let (Some(get), Some(create)) = (unsafe {
+        (
+            raw::RedisModule_GetCommand,
+            raw::RedisModule_CreateSubcommand,
+        )
+    }) else {
+        return error;
+    };
+    let container = unsafe { get(ctx.get_raw(), parent.as_ptr()) };
+    if container.is_null() {
+        return error;
+    }
+    unsafe {
+        create(
+            container,
+            spec.name.as_ptr(),
+            entry,
+            spec.flags.as_ptr(),
+            first,
+            last,
+            step,
+        )
+    }
 }
 
 /// Most arguments lent from the stack; a longer command (a `LOCK.GUARD` of

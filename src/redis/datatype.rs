@@ -44,6 +44,91 @@ pub struct Hooks {
     /// eviction, an overwrite) whose removal means this; its name is the
     /// slice.
     pub unlinked: fn(i32, &[u8], Kind, Removal),
+    /// A hold with this fence, attached to the lease group of this number,
+    /// leaves the keyspace (not by the module's hand).
+    pub lease_unlinked: fn(u64, u64),
+    /// A hold was loaded (an RDB, `RESTORE`) into the key of this database
+    /// and name, with this fence, attached to the lease group of this
+    /// number, its key running to this horizon: whether that lease exists
+    /// here (if not, the hold keeps the deadline its lease had when saved).
+    pub lease_loaded: fn(i32, &[u8], u64, u64, i64) -> bool,
+    /// When the lease group of this number ends, if it exists.
+    pub lease_deadline: fn(u64) -> Option<i64>,
+    /// The lease groups, saved in the RDB's aux field.
+    pub leases: fn() -> Vec<SavedLease>,
+    /// The lease groups an RDB's aux field holds: this server's now.
+    pub load_leases: fn(Vec<SavedLease>),
+    /// The lease group of this number as `LOCK.LEASESET` spells it (its id,
+    /// ttl, deadline and label), for an AOF rewrite.
+    pub lease_spelled: fn(u64) -> Option<SpelledLease>,
+}
+
+/// A lease group as the RDB's aux field keeps it: `[id: 16 bytes][number:
+/// unsigned][ttl-ms: signed][deadline-ms: signed][owner: string, empty for
+/// none]`, after their count.
+pub struct SavedLease {
+    pub id: [u8; 16],
+    pub number: u64,
+    pub ttl_ms: i64,
+    pub deadline_ms: i64,
+    pub owner: Option<Box<[u8]>>,
+}
+
+/// The most lease groups an aux field may carry (a corrupt count must not
+/// make the loader run for ever).
+const MAX_LOADED_LEASES: u64 = 10_000_000;
+
+fn save_leases(rdb: *mut raw::RedisModuleIO, leases: &[SavedLease]) {
+    raw::save_unsigned(rdb, leases.len() as u64);
+    for lease in leases {
+        raw::save_slice(rdb, &lease.id);
+        raw::save_unsigned(rdb, lease.number);
+        raw::save_signed(rdb, lease.ttl_ms);
+        raw::save_signed(rdb, lease.deadline_ms);
+        raw::save_slice(rdb, lease.owner.as_deref().unwrap_or_default());
+    }
+}
+
+/// The lease groups [`save_leases`] wrote, each checked; `None` for a short
+/// or corrupt payload.
+fn load_leases(rdb: *mut raw::RedisModuleIO) -> Option<Vec<SavedLease>> {
+    let n = raw::load_unsigned(rdb).ok()?;
+    if n > MAX_LOADED_LEASES {
+        return None;
+    }
+    let mut leases = Vec::new();
+    for _ in 0..n {
+        let id = raw::load_string_buffer(rdb).ok()?;
+        let id: [u8; 16] = id.as_ref().try_into().ok()?;
+        let number = raw::load_unsigned(rdb).ok()?;
+        let ttl_ms = raw::load_signed(rdb).ok()?;
+        let deadline_ms = raw::load_signed(rdb).ok()?;
+        let owner = raw::load_string_buffer(rdb).ok()?;
+        let owner = match owner.as_ref() {
+            [] => None,
+            label => Some(Box::from(rules::check_owner(label).ok()?)),
+        };
+        if number == 0 || ttl_ms <= 0 || deadline_ms < 0 {
+            return None;
+        }
+        leases.push(SavedLease {
+            id,
+            number,
+            ttl_ms,
+            deadline_ms,
+            owner,
+        });
+    }
+    Some(leases)
+}
+
+/// A lease group as `LOCK.LEASESET` spells it.
+pub struct SpelledLease {
+    /// Its id's text.
+    pub id: Vec<u8>,
+    pub ttl_ms: i64,
+    pub deadline_ms: i64,
+    pub owner: Option<Box<[u8]>>,
 }
 
 static HOOKS: OnceLock<Hooks> = OnceLock::new();
@@ -117,14 +202,23 @@ pub trait Storage: Sized {
 
 /// Version of the RDB encoding of a lock: its hold ([`save_hold`], without a
 /// count); the aux field (which Redis tags with the same version) is
-/// `[fence high-water mark: unsigned]`. Version 2 (no owner) and version 1
-/// (token and fence only) still load.
-const LOCK_ENCODING: i32 = 3;
+/// `[fence high-water mark: unsigned]`, then, from version 4, the lease
+/// groups (`groups::save`). Version 3 (no lease), version 2 (no owner) and
+/// version 1 (token and fence only) still load.
+const LOCK_ENCODING: i32 = 4;
 
 /// Version of the RDB encoding of a key with several holders: `[limit:
 /// unsigned][holders: unsigned]`, then each hold ([`save_hold`], with its
-/// count).
-const HOLDERS_ENCODING: i32 = 1;
+/// count). Version 1 (no lease) still loads.
+const HOLDERS_ENCODING: i32 = 2;
+
+/// What a loaded hold may carry, by the version it was saved with.
+#[derive(Clone, Copy)]
+struct Saved {
+    count: bool,
+    owner: bool,
+    lease: bool,
+}
 
 /// The most holders an RDB payload may carry (a corrupt count must not make
 /// the loader reserve memory for it).
@@ -143,7 +237,12 @@ impl Storage for StoredLock {
             let fence = rules::check_fence(raw::load_unsigned(rdb).ok()?).ok()?;
             Hold::granted(token, fence, server::now_ms(), -1)
         } else {
-            load_hold(rdb, false, encver >= 3)?
+            let saved = Saved {
+                count: false,
+                owner: encver >= 3,
+                lease: encver >= 4,
+            };
+            load_hold(rdb, saved)?
         };
         // The fence high-water mark is not raised here: Redis may still
         // refuse this value. A full RDB load restores it from the aux field,
@@ -166,9 +265,14 @@ impl Storage for StoredLock {
 
 impl Storage for Holders {
     fn load(rdb: *mut raw::RedisModuleIO, encver: c_int, of: TypeId) -> Option<Self> {
-        if encver != HOLDERS_ENCODING {
+        if !(1..=HOLDERS_ENCODING).contains(&encver) {
             return None;
         }
+        let saved = Saved {
+            count: true,
+            owner: true,
+            lease: encver >= 2,
+        };
         let kind = match of {
             SHARED => Kind::Shared,
             SEMAPHORE => Kind::Semaphore { limit: 1 },
@@ -181,7 +285,7 @@ impl Storage for Holders {
         }
         let mut holders = Holders::new(limit);
         for _ in 0..n {
-            holders.put(load_hold(rdb, true, true)?);
+            holders.put(load_hold(rdb, saved)?);
         }
         holders.is_whole(kind, n).then_some(holders)
     }
@@ -207,7 +311,9 @@ impl Storage for Holders {
 /// One hold in an RDB: `[token: string buffer][fence: unsigned][granted-ms:
 /// signed][deadline-ms: signed][extends: unsigned]`, then `[count:
 /// unsigned]` in a key with several holders, then `[owner: string buffer,
-/// empty for none]`.
+/// empty for none]`, then `[lease group: unsigned, 0 for none]` and, for a
+/// hold attached to one, `[the group's deadline: signed]` (a hold restored
+/// where its group does not exist lives to that deadline).
 fn save_hold(rdb: *mut raw::RedisModuleIO, hold: &Hold, with_count: bool) {
     let mut buffer = [0u8; UUID_LEN];
     raw::save_slice(rdb, hold.token(&mut buffer));
@@ -218,12 +324,22 @@ fn save_hold(rdb: *mut raw::RedisModuleIO, hold: &Hold, with_count: bool) {
     if with_count {
         raw::save_unsigned(rdb, u64::from(hold.count));
     }
-    raw::save_slice(rdb, hold.owner.get().unwrap_or_default());
+    raw::save_slice(rdb, hold.tags.owner().unwrap_or_default());
+    let Some(lease) = hold.tags.lease() else {
+        return raw::save_unsigned(rdb, 0);
+    };
+    let lease_deadline = HOOKS
+        .get()
+        .and_then(|hooks| (hooks.lease_deadline)(lease))
+        .unwrap_or(hold.deadline_ms);
+    raw::save_unsigned(rdb, lease);
+    raw::save_signed(rdb, lease_deadline);
 }
 
-/// One hold as [`save_hold`] wrote it (without the owner in a lock's
-/// version 2), every value checked as the commands check it.
-fn load_hold(rdb: *mut raw::RedisModuleIO, with_count: bool, with_owner: bool) -> Option<Hold> {
+/// One hold as [`save_hold`] wrote it (without what its version did not
+/// save), every value checked as the commands check it.
+fn load_hold(rdb: *mut raw::RedisModuleIO, saved: Saved) -> Option<Hold> {
+    let (with_count, with_owner) = (saved.count, saved.owner);
     let token = raw::load_string_buffer(rdb).ok()?;
     let token = rules::check_token(token.as_ref()).ok()?;
     let fence = rules::check_fence(raw::load_unsigned(rdb).ok()?).ok()?;
@@ -242,10 +358,50 @@ fn load_hold(rdb: *mut raw::RedisModuleIO, with_count: bool, with_owner: bool) -
         None | Some([]) => None,
         Some(label) => Some(rules::check_owner(label).ok()?),
     };
-    let hold = Hold::new(token, fence, granted_ms, deadline_ms, extends)
+    let mut hold = Hold::new(token, fence, granted_ms, deadline_ms, extends)
         .with_count(count)
         .with_owner(owner);
+    if saved.lease {
+        let number = raw::load_unsigned(rdb).ok()?;
+        if number > 0 {
+            let lease_deadline = raw::load_signed(rdb).ok()?;
+            if attach_loaded(rdb, &hold, number) {
+                hold.tags.set_lease(Some(number));
+            } else {
+                // Its lease group is not here (another server's, or gone):
+                // it lives to the deadline its lease had.
+                hold.deadline_ms = lease_deadline;
+            }
+        }
+    }
     hold.is_whole().then_some(hold)
+}
+
+/// Attach a loaded hold to lease group `number` if it exists here: by the
+/// name and database of the key being loaded.
+fn attach_loaded(rdb: *mut raw::RedisModuleIO, hold: &Hold, number: u64) -> bool {
+    let (Some(hooks), Some(name_of), Some(db_of), Some(ptr_len)) = (
+        HOOKS.get(),
+        unsafe { raw::RedisModule_GetKeyNameFromIO },
+        unsafe { raw::RedisModule_GetDbIdFromIO },
+        unsafe { raw::RedisModule_StringPtrLen },
+    ) else {
+        return false;
+    };
+    // SAFETY: the IO Redis passed to this load; the name lives as long.
+    unsafe {
+        let name = name_of(rdb);
+        if name.is_null() {
+            return false;
+        }
+        let mut len = 0usize;
+        let bytes = ptr_len(name, &mut len);
+        if bytes.is_null() {
+            return false;
+        }
+        let key = std::slice::from_raw_parts(bytes.cast::<u8>(), len);
+        (hooks.lease_loaded)(db_of(rdb), key, hold.fence, number, hold.deadline_ms)
+    }
 }
 
 /// A key's holds rewritten into the AOF, each as the text form of its effect
@@ -259,11 +415,31 @@ fn rewrite(aof: *mut raw::RedisModuleIO, key: *mut raw::RedisModuleString, holds
     };
     let limit = holds.kind().and_then(Kind::limit);
     for hold in holds.all() {
+        let lease = hold.tags.lease();
+        if let Some(number) = lease {
+            // Its lease group first, whole (again for each of its holds: a
+            // rewrite sees one key at a time; replaying it twice is the
+            // same).
+            rewrite_lease(aof, emit, number);
+        }
         let mut buffer = [0u8; UUID_LEN];
         let token = hold.token(&mut buffer);
         let (token_ptr, token_len) = (token.as_ptr().cast::<c_char>(), token.len());
-        let owner = hold.owner.get().unwrap_or_default();
-        let (owner_ptr, owner_len) = (owner.as_ptr().cast::<c_char>(), owner.len());
+        // The tags, `OWNER label` and `LEASE number`, as many `cb` pairs
+        // as the hold has; the unused pairs are passed and never read.
+        let lease_text = lease.map(|n| n.to_string()).unwrap_or_default();
+        let mut tags: Vec<(*const c_char, &[u8])> = Vec::with_capacity(2);
+        if let Some(owner) = hold.tags.owner() {
+            tags.push((c"OWNER".as_ptr(), owner));
+        }
+        if lease.is_some() {
+            tags.push((c"LEASE".as_ptr(), lease_text.as_bytes()));
+        }
+        let tag = |i: usize| {
+            let (keyword, value) = tags.get(i).copied().unwrap_or((c"".as_ptr(), &[]));
+            (keyword, value.as_ptr().cast::<c_char>(), value.len())
+        };
+        let (tag0, tag1) = (tag(0), tag(1));
         let times = (
             hold.fence as c_longlong,
             hold.deadline_ms as c_longlong,
@@ -274,16 +450,14 @@ fn rewrite(aof: *mut raw::RedisModuleIO, key: *mut raw::RedisModuleString, holds
             limit,
             count: hold.count,
         });
-        // The label's two arguments are passed always; a format without
-        // them reads none.
-        let label = c"OWNER".as_ptr();
-        // SAFETY: each format names exactly the arguments that follow it.
+        // SAFETY: each format names exactly the arguments that follow it,
+        // up to the pairs it reads.
         unsafe {
-            match (permits, hold.owner.get().is_some()) {
-                (None, labelled) => emit(
+            match permits {
+                None => emit(
                     aof,
                     c"LOCK.SETSTATE".as_ptr(),
-                    if labelled { c"sbllllcb" } else { c"sbllll" }.as_ptr(),
+                    [c"sbllll", c"sbllllcb", c"sbllllcbcb"][tags.len()].as_ptr(),
                     key,
                     token_ptr,
                     token_len,
@@ -291,14 +465,17 @@ fn rewrite(aof: *mut raw::RedisModuleIO, key: *mut raw::RedisModuleString, holds
                     times.1,
                     times.2,
                     times.3,
-                    label,
-                    owner_ptr,
-                    owner_len,
+                    tag0.0,
+                    tag0.1,
+                    tag0.2,
+                    tag1.0,
+                    tag1.1,
+                    tag1.2,
                 ),
-                (Some(p), labelled) => emit(
+                Some(p) => emit(
                     aof,
                     c"LOCK.SETHOLDER".as_ptr(),
-                    if labelled { c"sllbllllcb" } else { c"sllbllll" }.as_ptr(),
+                    [c"sllbllll", c"sllbllllcb", c"sllbllllcbcb"][tags.len()].as_ptr(),
                     key,
                     c_longlong::from(p.limit),
                     c_longlong::from(p.count),
@@ -308,12 +485,51 @@ fn rewrite(aof: *mut raw::RedisModuleIO, key: *mut raw::RedisModuleString, holds
                     times.1,
                     times.2,
                     times.3,
-                    label,
-                    owner_ptr,
-                    owner_len,
+                    tag0.0,
+                    tag0.1,
+                    tag0.2,
+                    tag1.0,
+                    tag1.1,
+                    tag1.2,
                 ),
-            }
+            };
         }
+    }
+}
+
+/// `LOCK.LEASESET id number ttl-ms deadline-ms [OWNER label]` for lease
+/// group `number`, in an AOF rewrite, if it exists.
+fn rewrite_lease(
+    aof: *mut raw::RedisModuleIO,
+    emit: unsafe extern "C" fn(*mut raw::RedisModuleIO, *const c_char, *const c_char, ...),
+    number: u64,
+) {
+    let Some(SpelledLease {
+        id,
+        ttl_ms,
+        deadline_ms,
+        owner,
+    }) = HOOKS.get().and_then(|hooks| (hooks.lease_spelled)(number))
+    else {
+        return;
+    };
+    let owner = owner.unwrap_or_default();
+    let format = if owner.is_empty() { c"blll" } else { c"blllcb" };
+    // SAFETY: the format names exactly the arguments it reads.
+    unsafe {
+        emit(
+            aof,
+            c"LOCK.LEASESET".as_ptr(),
+            format.as_ptr(),
+            id.as_ptr().cast::<c_char>(),
+            id.len(),
+            number as c_longlong,
+            ttl_ms as c_longlong,
+            deadline_ms as c_longlong,
+            c"OWNER".as_ptr(),
+            owner.as_ptr().cast::<c_char>(),
+            owner.len(),
+        );
     }
 }
 
@@ -346,8 +562,11 @@ fn digest(md: *mut raw::RedisModuleDigest, holds: &Holds) {
             if limit.is_some() {
                 add_ll(md, c_longlong::from(hold.count));
             }
-            if let Some(owner) = hold.owner.get() {
+            if let Some(owner) = hold.tags.owner() {
                 add_buffer(md, owner.as_ptr().cast::<c_char>(), owner.len());
+            }
+            if let Some(lease) = hold.tags.lease() {
+                add_ll(md, lease as c_longlong);
             }
         }
         end(md);
@@ -401,6 +620,11 @@ unsafe extern "C" fn unlink<T: Storage>(ctx: *mut raw::RedisModuleKeyOptCtx, val
         return;
     }
     let holds = stored.holds();
+    for hold in holds.all() {
+        if let Some(number) = hold.tags.lease() {
+            guarded(|| (hooks.lease_unlinked)(hold.fence, number));
+        }
+    }
     let Some(removal) = guarded(|| (hooks.removed)(&holds)).flatten() else {
         return;
     };
@@ -440,21 +664,29 @@ unsafe fn unlinked_key<'a>(ctx: *mut raw::RedisModuleKeyOptCtx) -> Option<(i32, 
 unsafe extern "C" fn aux_save(rdb: *mut raw::RedisModuleIO, _when: c_int) {
     let high_water = HOOKS.get().map_or(0, |hooks| (hooks.high_water)());
     raw::save_unsigned(rdb, high_water);
+    let leases = HOOKS.get().map_or_else(Vec::new, |hooks| (hooks.leases)());
+    save_leases(rdb, &leases);
 }
 
 unsafe extern "C" fn aux_load(rdb: *mut raw::RedisModuleIO, encver: c_int, _when: c_int) -> c_int {
     if encver > LOCK_ENCODING {
         return raw::Status::Err as c_int;
     }
-    match raw::load_unsigned(rdb) {
-        Ok(high_water) => {
-            if let Some(hooks) = HOOKS.get() {
-                guarded(|| (hooks.observe_fence)(high_water));
-            }
-            raw::Status::Ok as c_int
-        }
-        Err(_) => raw::Status::Err as c_int,
+    let Ok(high_water) = raw::load_unsigned(rdb) else {
+        return raw::Status::Err as c_int;
+    };
+    let Some(hooks) = HOOKS.get() else {
+        return raw::Status::Err as c_int;
+    };
+    guarded(|| (hooks.observe_fence)(high_water));
+    // The lease groups, from version 4.
+    if encver >= 4 {
+        let Some(leases) = load_leases(rdb) else {
+            return raw::Status::Err as c_int;
+        };
+        guarded(|| (hooks.load_leases)(leases));
     }
+    raw::Status::Ok as c_int
 }
 
 /// Every callback of the type `OF`, storing `T`; the aux field (the fence

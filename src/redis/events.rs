@@ -22,6 +22,8 @@ pub enum ServerEvent<'a> {
     ClientClosed { client: u64 },
     /// `CONFIG SET` changed these settings.
     ConfigChanged { names: Vec<&'a CStr> },
+    /// The server's cron ran (`hz` times a second).
+    Cron,
 }
 
 pub type Handler = fn(&Context, ServerEvent);
@@ -114,6 +116,7 @@ fn decode<'a>(id: u64, subevent: u64, data: *mut c_void) -> Option<ServerEvent<'
                 .collect();
             Some(ServerEvent::ConfigChanged { names })
         }
+        raw::REDISMODULE_EVENT_CRON_LOOP => Some(ServerEvent::Cron),
         _ => None,
     }
 }

@@ -23,6 +23,15 @@ use redis_module::{raw, Context, RedisString};
 
 use super::datatype::{self, Storage, Stored};
 
+/// A hold taken off a key ([`LockKey::take`]).
+pub struct Taken {
+    /// The key went with it.
+    pub gone: bool,
+    pub fence: u64,
+    /// The lease group it was attached to.
+    pub lease: Option<u64>,
+}
+
 pub struct LockKey {
     key: *mut raw::RedisModuleKey,
     writable: bool,
@@ -168,7 +177,7 @@ impl LockKey {
             hold.deadline_ms = deadline_ms;
             hold.extends = extends;
             if owner.is_some() {
-                hold.owner = redis_lock_core::hold::OwnerLabel::new(owner);
+                hold.tags.set_owner(owner);
             }
         };
         if let Some(stored) = self.packed_mut() {
@@ -192,18 +201,29 @@ impl LockKey {
 
     /// Take `token`'s hold off the key, as the caller decided it may: a
     /// lock's key goes; one of several holds goes (its TTL then follows the
-    /// latest of the others). `Some(true)` when the key went with it,
-    /// `Some(false)` when others hold it still, `None` when it held nothing.
-    pub fn take(&mut self, token: &[u8]) -> Option<bool> {
-        if self.packed_mut().is_some() {
+    /// latest of the others). What went, or `None` when it held nothing.
+    pub fn take(&mut self, token: &[u8]) -> Option<Taken> {
+        if let Some(stored) = self.packed_mut() {
+            let hold = stored.get();
+            let taken = Taken {
+                gone: true,
+                fence: hold.fence,
+                lease: hold.tags.lease(),
+            };
             self.delete();
-            return Some(true);
+            return Some(taken);
         }
         let holders = self.list_mut()?;
-        holders.remove(token)?;
+        let hold = holders.remove(token)?;
+        let mut taken = Taken {
+            gone: false,
+            fence: hold.fence,
+            lease: hold.tags.lease(),
+        };
         if holders.list.is_empty() {
             self.delete();
-            return Some(true);
+            taken.gone = true;
+            return Some(taken);
         }
         // The TTL follows the latest lease: set again only if it differs,
         // which a replica's and the AOF's `LOCK.DELHOLDER` also make sure of.
@@ -211,7 +231,28 @@ impl LockKey {
         if self.deadline() != latest {
             self.set_ttl(latest);
         }
-        Some(false)
+        Some(taken)
+    }
+
+    /// The hold with `fence`, attached to a lease group that ended at
+    /// `deadline_ms`, ends there too: its deadline (and a lock's TTL)
+    /// becomes that, so that opening the key again expires it as any lease
+    /// that ran out. `None` if there is no such hold.
+    pub fn end_lease(&mut self, fence: u64, deadline_ms: i64) -> Option<()> {
+        let end = |hold: &mut Hold| hold.deadline_ms = deadline_ms;
+        if let Some(stored) = self.packed_mut() {
+            if stored.get().fence != fence {
+                return None;
+            }
+            stored.update(end);
+            self.set_ttl(Some(deadline_ms));
+            return Some(());
+        }
+        let holders = self.list_mut()?;
+        let hold = holders.list.iter_mut().find(|h| h.fence == fence)?;
+        end(hold);
+        self.follow_latest();
+        Some(())
     }
 
     /// Take out the holds of a key with several whose lease ran out by

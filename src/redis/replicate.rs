@@ -97,6 +97,8 @@ pub struct HoldState<'a> {
     pub granted_ms: i64,
     pub extends: u32,
     pub owner: Option<&'a [u8]>,
+    /// The number of the lease group it is attached to.
+    pub lease: Option<u64>,
 }
 
 /// A hold on a key of `kind`, with every value explicit and packed into one
@@ -121,6 +123,7 @@ pub fn hold(ctx: &Context, key: &RedisString, kind: Kind, hold: &HoldState) {
             granted_ms: hold.granted_ms,
             extends: hold.extends,
             owner: hold.owner,
+            lease: hold.lease,
         },
     );
     let command = match permits {
@@ -174,6 +177,76 @@ pub fn expire_at(ctx: &Context, key: &RedisString, at_ms: i64) {
                 c"sl".as_ptr(),
                 key.inner,
                 at_ms as std::os::raw::c_longlong,
+            );
+        }
+    }
+}
+
+/// `LOCK.LEASESET id number ttl-ms deadline-ms [OWNER label]`: a lease
+/// group's whole state (granted, or kept alive), its deadline absolute.
+pub fn lease_set(
+    ctx: &Context,
+    id: &[u8],
+    number: u64,
+    ttl_ms: i64,
+    deadline_ms: i64,
+    owner: Option<&[u8]>,
+) {
+    if unread(ctx) {
+        return count_only(ctx);
+    }
+    let (id_ptr, id_len) = (id.as_ptr().cast::<c_char>(), id.len());
+    let (number, ttl, deadline) = (
+        number as std::os::raw::c_longlong,
+        ttl_ms as std::os::raw::c_longlong,
+        deadline_ms as std::os::raw::c_longlong,
+    );
+    unsafe {
+        if let Some(replicate) = raw::RedisModule_Replicate {
+            let command = c"LOCK.LEASESET".as_ptr();
+            match owner {
+                None => replicate(
+                    ctx.get_raw(),
+                    command,
+                    c"blll".as_ptr(),
+                    id_ptr,
+                    id_len,
+                    number,
+                    ttl,
+                    deadline,
+                ),
+                Some(owner) => replicate(
+                    ctx.get_raw(),
+                    command,
+                    c"blllcb".as_ptr(),
+                    id_ptr,
+                    id_len,
+                    number,
+                    ttl,
+                    deadline,
+                    c"OWNER".as_ptr(),
+                    owner.as_ptr().cast::<c_char>(),
+                    owner.len(),
+                ),
+            };
+        }
+    }
+}
+
+/// `LOCK.LEASEDEL id`: a lease group is gone (expired or revoked; its holds
+/// went by their own effects before this).
+pub fn lease_del(ctx: &Context, id: &[u8]) {
+    if unread(ctx) {
+        return count_only(ctx);
+    }
+    unsafe {
+        if let Some(replicate) = raw::RedisModule_Replicate {
+            replicate(
+                ctx.get_raw(),
+                c"LOCK.LEASEDEL".as_ptr(),
+                c"b".as_ptr(),
+                id.as_ptr().cast::<c_char>(),
+                id.len(),
             );
         }
     }

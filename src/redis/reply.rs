@@ -22,6 +22,15 @@ pub fn grant(ctx: &Context, token: &[u8], fence: u64) {
     }
 }
 
+/// A bulk string.
+pub fn bytes(ctx: &Context, value: &[u8]) {
+    unsafe {
+        if let Some(buffer) = raw::RedisModule_ReplyWithStringBuffer {
+            buffer(ctx.get_raw(), value.as_ptr().cast::<c_char>(), value.len());
+        }
+    }
+}
+
 pub fn null(ctx: &Context) {
     unsafe {
         if let Some(null) = raw::RedisModule_ReplyWithNull {
@@ -69,6 +78,8 @@ pub enum Field<'a> {
     Bytes(&'a [u8]),
     /// An array of maps (`LOCK.INFO`'s `holds`).
     Maps(&'a [Vec<(&'static CStr, Field<'a>)>]),
+    /// An array of strings (`LOCK.LEASE INFO`'s `keys`).
+    List(&'a [&'a [u8]]),
 }
 
 /// A map of names to values: a RESP3 map, or a flat name/value array on
@@ -91,6 +102,13 @@ pub fn map(ctx: &Context, fields: &[(&CStr, Field)]) {
                         array(ctx, maps.len());
                         for fields in maps.iter() {
                             map(ctx, fields);
+                        }
+                        0
+                    }
+                    Field::List(items) => {
+                        array(ctx, items.len());
+                        for item in items.iter() {
+                            buffer(ctx.get_raw(), item.as_ptr().cast::<c_char>(), item.len());
                         }
                         0
                     }

@@ -86,13 +86,14 @@ pub fn lock_payload(con: &mut Connection, token: &str, fence: u64) -> Vec<u8> {
     PayloadKit::learn(con).lock(token.as_bytes(), fence)
 }
 
-/// Builds lock payloads the way this server DUMPs them (encoding 3):
+/// Builds lock payloads the way this server DUMPs them (encoding 4):
 /// `[type][0x81 module-id (8 bytes, encver in the low 10 bits)]`
 /// `[0x05 len token][0x02 0x81 fence (8 bytes BE)]`
 /// `[0x02 0x81 granted-ms][0x02 0x81 deadline-ms][0x02 len extends]`
-/// `[0x05 len owner (empty: none)]`
+/// `[0x05 len owner (empty: none)][0x02 0x00 no lease group]`
 /// `[0x00 EOF][rdb version (2 bytes LE)][crc64 (8 bytes LE)]`;
-/// encoding 2 has no owner, encoding 1 stops after the fence.
+/// encoding 3 has no lease group, encoding 2 no owner either, encoding 1
+/// stops after the fence.
 pub struct PayloadKit {
     /// Type byte, 0x81, module id: the first 10 bytes of a real DUMP.
     pub header: [u8; 10],
@@ -116,10 +117,11 @@ impl PayloadKit {
         assert_eq!(&real[35..37], &[0x02, 0x81], "deadline opcode: {real:02x?}");
         assert_eq!(&real[45..47], &[0x02, 0x00], "extends: {real:02x?}");
         assert_eq!(&real[47..49], &[0x05, 0x00], "no owner: {real:02x?}");
-        assert_eq!(real[49], 0x00, "EOF opcode: {real:02x?}");
-        assert_eq!(n, 50 + 10);
+        assert_eq!(&real[49..51], &[0x02, 0x00], "no lease group: {real:02x?}");
+        assert_eq!(real[51], 0x00, "EOF opcode: {real:02x?}");
+        assert_eq!(n, 52 + 10);
         let id = u64::from_be_bytes(real[2..10].try_into().unwrap());
-        assert_eq!(id & 1023, 3, "encoding version: {real:02x?}");
+        assert_eq!(id & 1023, 4, "encoding version: {real:02x?}");
         assert_eq!(fence_in_payload(&real), real_fence, "{real:02x?}");
         assert_eq!(
             crc64(&real[..n - 8]).to_le_bytes(),
@@ -142,15 +144,19 @@ impl PayloadKit {
 
     /// The payload body up to and including the EOF opcode, laid out as
     /// encoding 1 (token, fence), encoding 3 (then granted now, deadline
-    /// unknown, no extensions, no owner) or, for any other `encver`, as
-    /// encoding 2 (encoding 3 without the owner).
+    /// unknown, no extensions, no owner), encoding 4 (then no lease group)
+    /// or, for any other `encver`, as encoding 2 (encoding 3 without the
+    /// owner).
     pub fn body(&self, encver: u64, token: &[u8], fence: u64) -> Vec<u8> {
         let mut body = self.fields(encver, token, fence);
         if encver != 1 {
             body.extend(self.v2_tail(now_ms() as u64, u64::MAX, 0));
         }
-        if encver == 3 {
+        if encver == 3 || encver == 4 {
             body.extend(owner_field(b""));
+        }
+        if encver == 4 {
+            body.extend([0x02, 0x00]);
         }
         body.push(0x00);
         body
@@ -190,7 +196,7 @@ impl PayloadKit {
 
     /// A valid payload of a lock held by `token` with fence `fence`.
     pub fn lock(&self, token: &[u8], fence: u64) -> Vec<u8> {
-        self.seal(&self.body(3, token, fence))
+        self.seal(&self.body(4, token, fence))
     }
 }
 

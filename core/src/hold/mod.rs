@@ -39,8 +39,9 @@ pub struct Hold {
     pub extends: u32,
     /// Permits held (`SEM.ACQUIRE … COUNT`); 1 for a lock or a reader.
     pub count: u32,
-    /// The holder's public label (`OWNER`), if it gave one.
-    pub owner: OwnerLabel,
+    /// The holder's public label (`OWNER`) and its lease group (`LEASE`),
+    /// if any.
+    pub tags: Tags,
 }
 
 impl Hold {
@@ -57,13 +58,19 @@ impl Hold {
             deadline_ms,
             extends,
             count: 1,
-            owner: OwnerLabel::default(),
+            tags: Tags::default(),
         }
     }
 
     /// The same hold, labelled `owner`.
     pub fn with_owner(mut self, owner: Option<&[u8]>) -> Self {
-        self.owner = OwnerLabel::new(owner);
+        self.tags.set_owner(owner);
+        self
+    }
+
+    /// The same hold, attached to the lease group numbered `lease`.
+    pub fn with_lease(mut self, lease: Option<u64>) -> Self {
+        self.tags.set_lease(lease);
         self
     }
 
@@ -96,7 +103,7 @@ impl Hold {
 
     /// Bytes kept outside the hold itself.
     pub fn heap_len(&self) -> usize {
-        self.holder_token.heap_len() + self.owner.heap_len()
+        self.holder_token.heap_len() + self.tags.heap_len()
     }
 
     /// Whether a hold read from an RDB payload is whole: a grant time, and
@@ -106,26 +113,57 @@ impl Hold {
     }
 }
 
-/// A holder's public label: one pointer wide inside the hold, so a hold
-/// without one (most) costs no more than before labels existed, and a
-/// lock's value stays in the same allocator size class.
+/// What a few holds carry besides their lease: a public label (`OWNER`) and
+/// the number of the lease group they are attached to (`LEASE`). One pointer
+/// wide inside the hold, so a hold with neither (most) costs no more than
+/// before labels and lease groups existed, and a lock's value stays in the
+/// same allocator size class.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct OwnerLabel(Option<Box<Box<[u8]>>>);
+pub struct Tags(Option<Box<TagValues>>);
 
-impl OwnerLabel {
-    pub fn new(label: Option<&[u8]>) -> Self {
-        OwnerLabel(label.map(|l| Box::new(Box::from(l))))
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+struct TagValues {
+    owner: Option<Box<[u8]>>,
+    lease: Option<u64>,
+}
+
+impl Tags {
+    /// The holder's label.
+    pub fn owner(&self) -> Option<&[u8]> {
+        self.0.as_ref()?.owner.as_deref()
     }
 
-    pub fn get(&self) -> Option<&[u8]> {
-        self.0.as_deref().map(|l| &**l)
+    /// The number of the lease group the hold is attached to.
+    pub fn lease(&self) -> Option<u64> {
+        self.0.as_ref()?.lease
+    }
+
+    pub fn set_owner(&mut self, owner: Option<&[u8]>) {
+        self.change(|t| t.owner = owner.map(Box::from));
+    }
+
+    pub fn set_lease(&mut self, lease: Option<u64>) {
+        self.change(|t| t.lease = lease);
+    }
+
+    fn change(&mut self, change: impl FnOnce(&mut TagValues)) {
+        let mut values = self.0.take().map_or_else(TagValues::default, |b| *b);
+        change(&mut values);
+        if values.owner.is_some() || values.lease.is_some() {
+            self.0 = Some(Box::new(values));
+        }
+    }
+
+    /// Whether there is anything: a hold with tags is kept whole.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_none()
     }
 
     /// Bytes kept outside the hold itself.
     pub fn heap_len(&self) -> usize {
-        self.0
-            .as_ref()
-            .map_or(0, |l| l.len() + std::mem::size_of::<Box<[u8]>>())
+        self.0.as_ref().map_or(0, |t| {
+            std::mem::size_of::<TagValues>() + t.owner.as_ref().map_or(0, |o| o.len())
+        })
     }
 }
 
@@ -230,6 +268,8 @@ impl Kind {
             (Event::Expired, true) => c"sem.expired",
             (Event::Handoff, false) => c"lock.handoff",
             (Event::Handoff, true) => c"sem.handoff",
+            (Event::Revoked, false) => c"lock.revoked",
+            (Event::Revoked, true) => c"sem.revoked",
         }
     }
 }
@@ -242,6 +282,8 @@ pub enum Event {
     Released,
     Expired,
     Handoff,
+    /// Taken away by `LOCK.REVOKE` or `LOCK.LEASE REVOKE`.
+    Revoked,
 }
 
 /// Which commands touch a key: `LOCK.*` (exclusive and shared locks) or
@@ -296,6 +338,9 @@ pub struct MyHold {
     pub fence: u64,
     pub granted_ms: i64,
     pub extends: u32,
+    /// The lease group it is attached to (`LEASE`), if any: its life is
+    /// the lease's, which an extension does not move.
+    pub lease: Option<u64>,
 }
 
 /// What a key holds, over either storage.
@@ -359,6 +404,7 @@ impl<'a> Holds<'a> {
             fence: hold.fence,
             granted_ms: hold.granted_ms,
             extends: hold.extends,
+            lease: hold.tags.lease(),
         })
     }
 
@@ -438,9 +484,13 @@ mod tests {
     #[test]
     fn a_label_costs_one_pointer_and_a_hold_stays_within_64_bytes() {
         let labelled = Hold::granted(b"me", 7, 1, 2).with_owner(Some(b"pod-7"));
-        assert_eq!(labelled.owner.get(), Some(&b"pod-7"[..]));
-        assert_eq!(Hold::granted(b"me", 7, 1, 2).owner.get(), None);
-        assert_eq!(std::mem::size_of::<OwnerLabel>(), 8);
+        assert_eq!(labelled.tags.owner(), Some(&b"pod-7"[..]));
+        assert_eq!(labelled.tags.lease(), None);
+        assert_eq!(Hold::granted(b"me", 7, 1, 2).tags.owner(), None);
+        assert_eq!(std::mem::size_of::<Tags>(), 8);
+        let leased = labelled.with_lease(Some(9)).with_owner(None);
+        assert_eq!((leased.tags.owner(), leased.tags.lease()), (None, Some(9)));
+        assert!(leased.with_lease(None).tags.is_empty());
         assert!(std::mem::size_of::<Hold>() <= 64);
     }
 
@@ -470,7 +520,8 @@ mod tests {
                 want: Want::Exclusive,
                 fence: 9,
                 granted_ms: 0,
-                extends: 0
+                extends: 0,
+                lease: None,
             })
         );
         assert_eq!(one.mine(Some(b"b"), 50), None);

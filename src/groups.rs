@@ -1,0 +1,363 @@
+//! Lease groups' state (`LOCK.LEASE`): the leases this server knows, and
+//! the holds attached to each. What happens when one is granted, kept
+//! alive, revoked or runs out is `leases.rs`; what the core decides about
+//! them (the id, the key horizon) is `redis_lock_core::group`.
+//!
+//! Module-wide state, touched only here (main thread only, hence a
+//! thread-local; nothing here calls into Redis but the RDB's reads and
+//! writes): the leases by number (the public one `LOCK.INFO` shows) and by
+//! id (the secret the client holds), each with its ttl, its deadline, its
+//! label and its attached holds, by the key horizon each runs to; and all
+//! leases' deadlines, earliest first.
+//!
+//! An attached hold is known here by its fence (fences never repeat) and
+//! its key. Each path that adds or removes a leased hold tells this file:
+//! a grant, the master's effects, an RDB load ([`attached`]); a release, an
+//! expiry, a `DEL` or an overwrite ([`detached`]); a flush ([`flushed`]).
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use redis_lock_core::decide::Attach;
+use redis_lock_core::errors::LockError;
+use redis_lock_core::group::{self, LeaseId};
+use redis_lock_core::hold::{Holds, MyHold};
+
+use crate::fence;
+
+/// A hold attached to a lease: its key, by database. Its fence names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Attached {
+    pub db: i32,
+    pub key: Box<[u8]>,
+}
+
+struct Lease {
+    id: LeaseId,
+    ttl_ms: i64,
+    deadline_ms: i64,
+    owner: Option<Box<[u8]>>,
+    /// Attached holds by the horizon their key's TTL runs to, then fence:
+    /// the first ones come due first.
+    holds: BTreeMap<(i64, u64), Attached>,
+    /// Each attached hold's horizon, by fence.
+    horizons: HashMap<u64, i64>,
+}
+
+#[derive(Default)]
+struct Registry {
+    leases: HashMap<u64, Lease>,
+    numbers: HashMap<LeaseId, u64>,
+    /// Every lease's deadline, then number.
+    deadlines: BTreeSet<(i64, u64)>,
+}
+
+thread_local! {
+    static LEASES: RefCell<Registry> = RefCell::new(Registry::default());
+}
+
+fn with<R>(f: impl FnOnce(&mut Registry) -> R) -> R {
+    LEASES.with(|l| f(&mut l.borrow_mut()))
+}
+
+/// A lease's own state, as `LOCK.LEASESET` replicates it.
+pub struct LeaseState {
+    pub id: LeaseId,
+    pub ttl_ms: i64,
+    pub deadline_ms: i64,
+    pub owner: Option<Box<[u8]>>,
+}
+
+/// A lease that ended, taken out of the registry with its holds.
+pub struct Ended {
+    pub id: LeaseId,
+    pub deadline_ms: i64,
+    /// Each attached hold: its fence and its key.
+    pub holds: Vec<(u64, Attached)>,
+}
+
+/// `token`'s live hold on a key: a hold attached to a lease group that ran
+/// out is nobody's, even in the instant before the lease's timer ends it.
+pub fn live_mine(holds: &Holds, token: Option<&[u8]>, now_ms: i64) -> Option<MyHold> {
+    holds
+        .mine(token, now_ms)
+        .filter(|mine| mine.lease.is_none_or(|n| is_live(n, now_ms)))
+}
+
+/// Lease `number`'s own state.
+pub fn state(number: u64) -> Option<LeaseState> {
+    with(|r| {
+        let l = r.leases.get(&number)?;
+        Some(LeaseState {
+            id: l.id,
+            ttl_ms: l.ttl_ms,
+            deadline_ms: l.deadline_ms,
+            owner: l.owner.clone(),
+        })
+    })
+}
+
+/// Lease `number` now ends at `deadline_ms` (a keepalive).
+pub fn move_deadline(number: u64, deadline_ms: i64) {
+    with(|r| {
+        if let Some(lease) = r.leases.get_mut(&number) {
+            r.deadlines.remove(&(lease.deadline_ms, number));
+            lease.deadline_ms = deadline_ms;
+            r.deadlines.insert((deadline_ms, number));
+        }
+    });
+}
+
+/// The first hold of lease `number` whose key's horizon its deadline
+/// (`deadline_ms`, with ttls of `ttl_ms`) may reach before the next
+/// keepalive: its fence, its key, and the horizon it moves to.
+pub fn first_due(number: u64, deadline_ms: i64, ttl_ms: i64) -> Option<(u64, Attached, i64)> {
+    with(|r| {
+        let lease = r.leases.get(&number)?;
+        let (&(horizon, fence), at) = lease.holds.iter().next()?;
+        group::due(horizon, deadline_ms, ttl_ms).then(|| {
+            let until = deadline_ms.saturating_add(group::horizon(ttl_ms, lease.holds.len()));
+            (fence, at.clone(), until)
+        })
+    })
+}
+
+/// Take lease `number` out, with its holds (it ends).
+pub fn take(number: u64) -> Option<Ended> {
+    with(|r| {
+        let lease = r.leases.remove(&number)?;
+        r.numbers.remove(&lease.id);
+        r.deadlines.remove(&(lease.deadline_ms, number));
+        Some(Ended {
+            id: lease.id,
+            deadline_ms: lease.deadline_ms,
+            holds: lease
+                .holds
+                .into_iter()
+                .map(|((_, f), at)| (f, at))
+                .collect(),
+        })
+    })
+}
+
+/// When the earliest lease ends (unix ms), if any lease lives.
+pub fn earliest_deadline() -> Option<i64> {
+    with(|r| r.deadlines.iter().next().map(|(d, _)| *d))
+}
+
+/// A lease that no longer runs at `now_ms`, if any.
+pub fn first_over(now_ms: i64) -> Option<u64> {
+    with(|r| {
+        r.deadlines
+            .iter()
+            .next()
+            .filter(|(d, _)| !group::is_live(*d, now_ms))
+            .map(|(_, n)| *n)
+    })
+}
+
+/// Lease groups that live now (`INFO lock`).
+pub fn live() -> usize {
+    with(|r| r.leases.len())
+}
+
+/// Whether the lease numbered `number` still runs at `now_ms`. A hold
+/// attached to a lease that does not is held by nobody, even in the instant
+/// before the lease's timer ends it.
+pub fn is_live(number: u64, now_ms: i64) -> bool {
+    deadline(number).is_some_and(|d| group::is_live(d, now_ms))
+}
+
+/// When the lease numbered `number` ends (unix ms), if it exists.
+pub fn deadline(number: u64) -> Option<i64> {
+    with(|r| r.leases.get(&number).map(|l| l.deadline_ms))
+}
+
+/// Add or update a lease (a grant, the master's `LOCK.LEASESET`, an RDB),
+/// keeping its attached holds.
+pub fn set(id: LeaseId, number: u64, ttl_ms: i64, deadline_ms: i64, owner: Option<&[u8]>) {
+    with(|r| {
+        if let Some(lease) = r.leases.get_mut(&number) {
+            r.deadlines.remove(&(lease.deadline_ms, number));
+            lease.ttl_ms = ttl_ms;
+            lease.deadline_ms = deadline_ms;
+            lease.owner = owner.map(Box::from);
+        } else {
+            // A number belongs to one id: an id seen under another number
+            // (an inconsistent stream) loses its old lease's entry.
+            if let Some(old) = r.numbers.insert(id, number) {
+                if let Some(lease) = r.leases.remove(&old) {
+                    r.deadlines.remove(&(lease.deadline_ms, old));
+                }
+            }
+            r.leases.insert(
+                number,
+                Lease {
+                    id,
+                    ttl_ms,
+                    deadline_ms,
+                    owner: owner.map(Box::from),
+                    holds: BTreeMap::new(),
+                    horizons: HashMap::new(),
+                },
+            );
+        }
+        r.deadlines.insert((deadline_ms, number));
+    });
+    fence::observe(number);
+}
+
+/// The lease named by `id`, if it lives: its number.
+pub fn number_of(id: &LeaseId) -> Option<u64> {
+    with(|r| r.numbers.get(id).copied())
+}
+
+/// `LEASE id` on an acquire: where a hold attached to the lease now runs
+/// to, or `NOLEASE` if it is gone (or never was, here).
+pub fn attach_to(id: &LeaseId, now_ms: i64) -> Result<Attach, LockError> {
+    with(|r| {
+        let number = *r.numbers.get(id).ok_or(LockError::NoLease)?;
+        let lease = r.leases.get(&number).ok_or(LockError::NoLease)?;
+        if !group::is_live(lease.deadline_ms, now_ms) {
+            return Err(LockError::NoLease);
+        }
+        let until_ms = lease
+            .deadline_ms
+            .saturating_add(group::horizon(lease.ttl_ms, lease.holds.len() + 1));
+        Ok(Attach { number, until_ms })
+    })
+}
+
+/// A hold with `fence` on `key` in `db`, running to `horizon_ms`, is
+/// attached to lease `number` now (granted, applied from the master, loaded
+/// from an RDB). Whether that lease exists here.
+pub fn attached(db: i32, key: &[u8], fence: u64, number: u64, horizon_ms: i64) -> bool {
+    with(|r| {
+        let Some(lease) = r.leases.get_mut(&number) else {
+            return false;
+        };
+        if let Some(old) = lease.horizons.insert(fence, horizon_ms) {
+            lease.holds.remove(&(old, fence));
+        }
+        let at = Attached {
+            db,
+            key: key.into(),
+        };
+        lease.holds.insert((horizon_ms, fence), at);
+        true
+    })
+}
+
+/// The hold with `fence`, attached to lease `number`, is gone (released,
+/// expired, revoked, deleted).
+pub fn detached(fence: u64, number: u64) {
+    with(|r| {
+        if let Some(lease) = r.leases.get_mut(&number) {
+            if let Some(horizon) = lease.horizons.remove(&fence) {
+                lease.holds.remove(&(horizon, fence));
+            }
+        }
+    });
+}
+
+/// A hold attached to lease `number` left the keyspace by Redis' hand
+/// (`DEL`, an overwrite, an eviction; a replica applying its master's
+/// `DEL`): [`detached`].
+pub fn detached_unlinked(fence: u64, number: u64) {
+    detached(fence, number);
+}
+
+/// `FLUSHDB`/`FLUSHALL` (`None`: every db): the holds there are gone.
+pub fn flushed(db: Option<i32>) {
+    with(|r| {
+        for lease in r.leases.values_mut() {
+            let gone: Vec<(i64, u64)> = lease
+                .holds
+                .iter()
+                .filter(|(_, at)| db.is_none_or(|db| at.db == db))
+                .map(|(k, _)| *k)
+                .collect();
+            for (horizon, fence) in gone {
+                lease.holds.remove(&(horizon, fence));
+                lease.horizons.remove(&fence);
+            }
+        }
+    });
+}
+
+/// What `LOCK.LEASE INFO` shows of a lease.
+pub struct Shown {
+    pub number: u64,
+    pub ttl_ms: i64,
+    pub deadline_ms: i64,
+    pub owner: Option<Box<[u8]>>,
+    pub holds: usize,
+    /// Up to `max_keys` of its keys, each with its database (in the order
+    /// their TTLs come due).
+    pub keys: Vec<(i32, Box<[u8]>)>,
+}
+
+/// The lease named by `id`, as `LOCK.LEASE INFO` shows it, if it lives.
+pub fn shown(id: &LeaseId, max_keys: usize) -> Option<Shown> {
+    with(|r| {
+        let number = *r.numbers.get(id)?;
+        let lease = r.leases.get(&number)?;
+        let mut keys: Vec<(i32, Box<[u8]>)> = Vec::new();
+        for at in lease.holds.values() {
+            if keys.len() >= max_keys {
+                break;
+            }
+            if !keys.iter().any(|(db, key)| *db == at.db && *key == at.key) {
+                keys.push((at.db, at.key.clone()));
+            }
+        }
+        Some(Shown {
+            number,
+            ttl_ms: lease.ttl_ms,
+            deadline_ms: lease.deadline_ms,
+            owner: lease.owner.clone(),
+            holds: lease.holds.len(),
+            keys,
+        })
+    })
+}
+
+/// The master's `LOCK.LEASEDEL id`: the lease is gone (its holds went by
+/// their own effects).
+pub fn apply_del(id: &LeaseId) {
+    with(|r| {
+        if let Some(number) = r.numbers.remove(id) {
+            if let Some(lease) = r.leases.remove(&number) {
+                r.deadlines.remove(&(lease.deadline_ms, number));
+            }
+        }
+    });
+}
+
+/// Every lease: its number and state (an RDB's aux field saves them).
+pub fn all() -> Vec<(u64, LeaseState)> {
+    let numbers: Vec<u64> = with(|r| r.leases.keys().copied().collect());
+    numbers
+        .into_iter()
+        .filter_map(|n| state(n).map(|s| (n, s)))
+        .collect()
+}
+
+/// This server's leases are these now (a full load replaces the dataset);
+/// their holds attach as the keyspace loads.
+pub fn replace_all(leases: Vec<(u64, LeaseState)>) {
+    with(|r| {
+        r.leases.clear();
+        r.numbers.clear();
+        r.deadlines.clear();
+    });
+    for (number, lease) in leases {
+        set(
+            lease.id,
+            number,
+            lease.ttl_ms,
+            lease.deadline_ms,
+            lease.owner.as_deref(),
+        );
+    }
+}
