@@ -133,16 +133,15 @@ def server(tmp_path: Path) -> Iterator[Server]:
     started.stop()
 
 
-@pytest.fixture
-def replica(server: Server, tmp_path: Path) -> Iterator[Server]:
-    """A replica of `server` (with the module too), synced and acknowledging:
-    for `sync`. `stop()` takes it away (the master sees its link close)."""
+def attach_replica(server: Server, directory: Path) -> Server:
+    """A new server in `directory` (with the module too), made a replica of
+    `server`, synced and acknowledging: for `sync`. `stop()` takes it away
+    (the master sees its link close)."""
     import redis
 
     master = redis.Redis(port=server.port, socket_timeout=5)
     master.config_set("repl-diskless-sync-delay", 0)  # the full sync starts at once
-    directory = tmp_path / "replica"
-    directory.mkdir()
+    directory.mkdir(exist_ok=True)
     started = Server(directory)
     follower = redis.Redis(port=started.port, socket_timeout=5)
     follower.replicaof("127.0.0.1", server.port)
@@ -161,6 +160,13 @@ def replica(server: Server, tmp_path: Path) -> Iterator[Server]:
     assert master.wait(1, 20000) == 1
     master.close()
     follower.close()
+    return started
+
+
+@pytest.fixture
+def replica(server: Server, tmp_path: Path) -> Iterator[Server]:
+    """A replica of `server`: `attach_replica`."""
+    started = attach_replica(server, tmp_path / "replica")
     yield started
     started.stop()
 
