@@ -19,7 +19,7 @@ import valkey
 from conftest import Server, wait_until
 from test_asyncio import run
 
-from redis_lock_client import Locks, LostReason, NotReplicated, ReplicaSync
+from redis_lock_client import Election, Locks, LostReason, NotReplicated, ReplicaSync
 from redis_lock_client import asyncio as aio
 
 TTL = 30.0
@@ -93,6 +93,8 @@ def test_without_enough_replicas_nothing_is_held_and_the_error_says_what_stands(
         pytest.fail("not acquired")
     with pytest.raises(NotReplicated), locks.semaphore("renders", 2).permit(TTL, sync=UNMET):
         pytest.fail("not acquired")
+    with pytest.raises(NotReplicated):  # granted from the queue (WAIT), then undone
+        Election(locks, "leader", TTL, sync=UNMET).campaign(timeout=1)
     assert admin.dbsize() == 0  # undone by the server
     assert "cmdstat_lock.release" not in admin.info("commandstats")  # nothing given back
     assert "cmdstat_sem.release" not in admin.info("commandstats")

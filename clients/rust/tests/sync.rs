@@ -13,7 +13,7 @@ mod common;
 use std::time::Duration;
 
 use common::{info, info_field, pair, LocksOn, Server};
-use redis_lock_client::{Error, Locks, LostReason, ReplicaSync};
+use redis_lock_client::{Election, Error, Locks, LostReason, ReplicaSync};
 
 const SEC: Duration = Duration::from_secs(1);
 const TTL: Duration = Duration::from_secs(30);
@@ -150,6 +150,15 @@ async fn without_enough_replicas_nothing_is_held_and_the_error_says_what_stands(
         permits,
         Err(Error::NotReplicated { undone: true, .. })
     ));
+    // Granted from the queue (WAIT), then undone.
+    let campaign = Election::new(locks.clone(), "leader", TTL)
+        .sync(1, UNMET)
+        .campaign_timeout(SEC)
+        .await;
+    assert!(
+        matches!(campaign, Err(Error::NotReplicated { undone: true, .. })),
+        "got {campaign:?}"
+    );
     assert_eq!(dbsize(&mut admin), 0, "undone by the server");
     let stats = info_field(&mut admin, "commandstats", "cmdstat_lock.release")
         + &info_field(&mut admin, "commandstats", "cmdstat_sem.release");
