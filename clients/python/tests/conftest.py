@@ -133,6 +133,44 @@ def server(tmp_path: Path) -> Iterator[Server]:
     started.stop()
 
 
+def attach_replica(server: Server, directory: Path) -> Server:
+    """A new server in `directory` (with the module too), made a replica of
+    `server`, synced and acknowledging: for `sync`. `stop()` takes it away
+    (the master sees its link close)."""
+    import redis
+
+    master = redis.Redis(port=server.port, socket_timeout=5)
+    master.config_set("repl-diskless-sync-delay", 0)  # the full sync starts at once
+    directory.mkdir(exist_ok=True)
+    started = Server(directory)
+    follower = redis.Redis(port=started.port, socket_timeout=5)
+    follower.replicaof("127.0.0.1", server.port)
+
+    def online() -> bool:
+        link = follower.info("replication").get("master_link_status") == "up"
+        return link and master.info("replication").get("slave0", {}).get("state") == "online"
+
+    wait_until(online, timeout=20)
+    # Redis 7.0 streams writes to a replica after a diskless sync only once
+    # it acknowledged (~1 s): a write acknowledged (`WAIT`, which asks the
+    # replica at once) shows the stream flowing, so that the tests' short
+    # sync timeouts hold.
+    master.set("replica:probe", 1)
+    master.delete("replica:probe")
+    assert master.wait(1, 20000) == 1
+    master.close()
+    follower.close()
+    return started
+
+
+@pytest.fixture
+def replica(server: Server, tmp_path: Path) -> Iterator[Server]:
+    """A replica of `server`: `attach_replica`."""
+    started = attach_replica(server, tmp_path / "replica")
+    yield started
+    started.stop()
+
+
 @pytest.fixture(params=["redis", "valkey"])
 def lib(request: pytest.FixtureRequest) -> ModuleType:
     """The client library: redis-py or valkey-py (same API, own classes)."""

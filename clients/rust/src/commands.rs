@@ -8,7 +8,7 @@ use std::time::Duration;
 use redis::{Arg, Cmd, RedisError};
 
 use crate::error::{Error, Result};
-use crate::options::{ttl_ms, wait_ms};
+use crate::options::{ttl_ms, wait_ms, ReplicaSync};
 
 /// What a lease holds on one node, and so which commands take, extend and
 /// give it back.
@@ -34,8 +34,8 @@ pub(crate) enum Wait {
 }
 
 impl Kind {
-    /// `LOCK.ACQUIRE` / `SEM.ACQUIRE` with the client's token, the wait and
-    /// the owner label.
+    /// `LOCK.ACQUIRE` / `SEM.ACQUIRE` with the client's token, the wait,
+    /// the owner label and the sync.
     pub(crate) fn acquire_cmd(
         self,
         key: &[u8],
@@ -43,6 +43,7 @@ impl Kind {
         token: &str,
         wait: Wait,
         owner: Option<&str>,
+        sync: Option<ReplicaSync>,
     ) -> Result<Cmd> {
         let mut cmd = match self {
             Kind::Exclusive | Kind::Shared => {
@@ -76,16 +77,24 @@ impl Kind {
         if self == Kind::Shared {
             cmd.arg("SHARED");
         }
+        sync_args(&mut cmd, sync)?;
         Ok(cmd)
     }
 
-    pub(crate) fn extend_cmd(self, key: &[u8], token: &str, ttl: Duration) -> Result<Cmd> {
+    pub(crate) fn extend_cmd(
+        self,
+        key: &[u8],
+        token: &str,
+        ttl: Duration,
+        sync: Option<ReplicaSync>,
+    ) -> Result<Cmd> {
         let name = match self {
             Kind::Exclusive | Kind::Shared => "LOCK.EXTEND",
             Kind::Permits { .. } => "SEM.EXTEND",
         };
         let mut cmd = redis::cmd(name);
         cmd.arg(key).arg(token).arg(ttl_ms(ttl)?);
+        sync_args(&mut cmd, sync)?;
         Ok(cmd)
     }
 
@@ -100,6 +109,15 @@ impl Kind {
     }
 }
 
+/// `SYNC numreplicas timeout-ms`, when there is a sync (of at least one
+/// replica) to send.
+fn sync_args(cmd: &mut Cmd, sync: Option<ReplicaSync>) -> Result<()> {
+    if let Some(sync) = ReplicaSync::checked(sync)? {
+        cmd.arg("SYNC").arg(sync.replicas()).arg(sync.timeout_ms());
+    }
+    Ok(())
+}
+
 /// What an extend's reply says about the lease.
 pub(crate) enum Extended {
     /// `1`: the lease now ends ttl after the send.
@@ -110,6 +128,9 @@ pub(crate) enum Extended {
     /// `LIMIT …`: the hold policy refuses; the lease ends at its current
     /// deadline.
     Limit(RedisError),
+    /// `NOSYNC …`: extended on the master, but fewer replicas than asked
+    /// acknowledged it in time.
+    NotReplicated { acked: u32, wanted: u32 },
     /// No answer to act on: a connection error, or a server error that may
     /// pass (`OOM`, `LOADING`, `TRYAGAIN`, …).
     Failed(Error),
@@ -122,7 +143,24 @@ impl Extended {
             Ok(_) => Extended::NotHeld,
             Err(e) if e.code() == Some("WRONGTYPE") => Extended::NotHeld,
             Err(e) if e.code() == Some("LIMIT") => Extended::Limit(e),
-            Err(e) => Extended::Failed(e.into()),
+            Err(e) => match Error::from(e) {
+                Error::NotReplicated { acked, wanted, .. } => {
+                    Extended::NotReplicated { acked, wanted }
+                }
+                e => Extended::Failed(e),
+            },
+        }
+    }
+
+    /// [`Extended::of`] for a reply already read as this crate's error.
+    pub(crate) fn of_result(reply: Result<i64>) -> Extended {
+        match reply {
+            Ok(n) => Extended::of(Ok(n)),
+            Err(Error::Server(e)) => Extended::of(Err(e)),
+            Err(Error::NotReplicated { acked, wanted, .. }) => {
+                Extended::NotReplicated { acked, wanted }
+            }
+            Err(e) => Extended::Failed(e),
         }
     }
 }
@@ -133,13 +171,20 @@ pub(crate) fn new_token() -> String {
     uuid::Uuid::new_v4().to_string()
 }
 
-/// `LOCK.GUARD key token` followed by `cmd`'s name and arguments.
-pub(crate) fn guard_cmd(key: &[u8], token: &str, cmd: &Cmd) -> Result<Cmd> {
+/// `LOCK.GUARD key token [SYNC n ms]` followed by `cmd`'s name and
+/// arguments.
+pub(crate) fn guard_cmd(
+    key: &[u8],
+    token: &str,
+    cmd: &Cmd,
+    sync: Option<ReplicaSync>,
+) -> Result<Cmd> {
     if cmd.args_iter().len() == 0 {
         return Err(Error::InvalidArgument("guarded needs a command to run"));
     }
     let mut guarded = redis::cmd("LOCK.GUARD");
     guarded.arg(key).arg(token);
+    sync_args(&mut guarded, sync)?;
     for arg in cmd.args_iter() {
         match arg {
             Arg::Simple(bytes) => guarded.arg(bytes),

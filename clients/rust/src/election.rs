@@ -15,6 +15,7 @@ use crate::error::{timed_out, LostReason, Result};
 use crate::info::Fields;
 use crate::lease::LostSignal;
 use crate::locks::{Guard, Locks, Spec};
+use crate::options::ReplicaSync;
 
 /// How long one `LOCK.OBSERVE` blocks on the server before it answers with
 /// the holder as it is (and [`Observer::next`] asks again).
@@ -58,6 +59,7 @@ pub struct Election {
     key: Vec<u8>,
     ttl: Duration,
     owner: Option<String>,
+    sync: Option<ReplicaSync>,
 }
 
 impl Election {
@@ -72,7 +74,18 @@ impl Election {
             key: key.as_ref().to_vec(),
             ttl,
             owner,
+            sync: None,
         }
+    }
+
+    /// Lead only once `replicas` replicas hold the grant (`SYNC`), within
+    /// `timeout`, as [`LockRequest::sync`](crate::LockRequest::sync): the
+    /// leader's extends carry the same sync, and a grant the replicas did
+    /// not acknowledge in time is undone ([`Error::NotReplicated`](crate::Error::NotReplicated)
+    /// from the campaign).
+    pub fn sync(mut self, replicas: u32, timeout: Duration) -> Election {
+        self.sync = Some(ReplicaSync::new(replicas, timeout));
+        self
     }
 
     /// The label this candidate shows as leader and while it waits
@@ -113,10 +126,11 @@ impl Election {
             ttl: self.ttl,
             wait: timeout.map_or(Wait::Forever, Wait::For),
             owner: self.owner.clone(),
+            sync: self.sync,
         };
         let grant = self.locks.acquire_spec(&spec).await?;
         Ok(Leadership {
-            guard: Guard::of(self.locks.connection().clone(), grant, false),
+            guard: Guard::of(self.locks.connection().clone(), grant, false, self.sync),
             owner: self.owner.clone(),
         })
     }

@@ -31,6 +31,12 @@ pub enum LostReason {
     /// watchdog stops at once and the loss is signalled at once, so that
     /// nobody works on past the deadline believing the watchdog keeps it.
     Limit,
+    /// A lease acquired with a [`ReplicaSync`](crate::ReplicaSync): its
+    /// extends went on being answered `NOSYNC` (fewer replicas than asked
+    /// acknowledged them) until the deadline that the last replicated
+    /// extend set, minus the safety margin. The master may still hold it;
+    /// a failover to a replica would not.
+    NotReplicated,
 }
 
 impl fmt::Display for LostReason {
@@ -45,6 +51,9 @@ impl fmt::Display for LostReason {
             ),
             LostReason::Limit => f.write_str(
                 "the server's hold limit refused to extend the lease: it ends at its current deadline",
+            ),
+            LostReason::NotReplicated => f.write_str(
+                "the lease's extends were not acknowledged by enough replicas before its deadline",
             ),
         }
     }
@@ -87,6 +96,27 @@ pub enum Error {
     /// `OOM`, `LIMIT lock.max-waiters …`, or an unknown command if the
     /// module is not loaded), or a reply this client cannot read.
     Server(redis::RedisError),
+    /// A request made with a [`ReplicaSync`](crate::ReplicaSync) was
+    /// answered `NOSYNC`: fewer than `wanted` replicas acknowledged it
+    /// within the sync's timeout (`acked` did).
+    ///
+    /// - From an acquire: not acquired, and nothing is held (`undone`): the
+    ///   server undid the grant as a release would (after a wait, the
+    ///   client gave the grant back when its pinning extend was not
+    ///   replicated). Nothing to release.
+    /// - From an extend: the extension stands on the master but not on
+    ///   enough replicas, so the lease's deadline is not moved (it stays
+    ///   where the last replicated extend put it); the lease is not lost.
+    /// - From a guarded command: it ran on the master (its reply is lost),
+    ///   and may not be on enough replicas.
+    NotReplicated {
+        /// Replicas that acknowledged in time.
+        acked: u32,
+        /// Replicas asked for.
+        wanted: u32,
+        /// Whether nothing is held because of it (an acquire).
+        undone: bool,
+    },
     /// An argument this client refuses before sending anything (a ttl out of
     /// range, a safety margin too large for the ttl, a wait without a way
     /// to open a dedicated connection).
@@ -107,6 +137,19 @@ impl fmt::Display for Error {
                 f,
                 "no majority: {granted} granted, {refused} refused, {failed} failed or timed out"
             ),
+            Error::NotReplicated {
+                acked,
+                wanted,
+                undone,
+            } => write!(
+                f,
+                "not replicated: {acked} of {wanted} replicas acknowledged in time; {}",
+                if *undone {
+                    "not acquired (the grant was undone)"
+                } else {
+                    "it stands on the master only"
+                }
+            ),
             Error::Connection(e) => write!(f, "connection error: {e}"),
             Error::Server(e) => write!(f, "server error: {e}"),
             Error::InvalidArgument(what) => write!(f, "invalid argument: {what}"),
@@ -125,6 +168,9 @@ impl std::error::Error for Error {
 
 impl From<redis::RedisError> for Error {
     fn from(e: redis::RedisError) -> Error {
+        if e.code() == Some("NOSYNC") {
+            return not_replicated(&e);
+        }
         if e.is_io_error()
             || e.is_timeout()
             || e.is_connection_dropped()
@@ -136,6 +182,19 @@ impl From<redis::RedisError> for Error {
         } else {
             Error::Server(e)
         }
+    }
+}
+
+/// A `NOSYNC <acked> of <wanted> replicas acknowledged; <what stands>`
+/// error reply, read.
+fn not_replicated(e: &redis::RedisError) -> Error {
+    let detail = e.detail().unwrap_or("");
+    let words: Vec<&str> = detail.split(' ').collect();
+    let number = |at: usize| words.get(at).and_then(|w| w.parse().ok()).unwrap_or(0);
+    Error::NotReplicated {
+        acked: number(0),
+        wanted: number(2),
+        undone: detail.ends_with("the grant was undone"),
     }
 }
 

@@ -43,8 +43,12 @@
 //!   ([`Election::campaign`], [`Observer::next`]).
 //! - [`Redlock`]: one lock across N independent masters (or clusters), with
 //!   per-node fences, a combined fence, and the same watchdog.
-//! - [`Error`]: not acquired, timed out, lost, connection and server errors
-//!   are distinct variants.
+//! - [`LockRequest::sync`] (and [`PermitRequest::sync`], [`Election::sync`],
+//!   [`Guard::guarded_synced`]): the module's `SYNC`, a grant answered only
+//!   once that many replicas hold it, undone otherwise
+//!   ([`Error::NotReplicated`]).
+//! - [`Error`]: not acquired, timed out, lost, not replicated, connection
+//!   and server errors are distinct variants.
 //!
 //! # The `redis` crate
 //!
@@ -84,6 +88,8 @@ pub use error::{Error, LostReason, Result};
 pub use info::{LockInfo, LockMode, SemaphoreInfo, Waiter, WaiterMode};
 pub use lease::LostSignal;
 pub use locks::{Guard, Held, LockRequest, Locks};
-pub use options::{LockOptions, DEFAULT_TTL, MAX_OWNER_LEN, MAX_TTL, MAX_WAIT};
+pub use options::{
+    LockOptions, ReplicaSync, DEFAULT_TTL, MAX_OWNER_LEN, MAX_SYNC_REPLICAS, MAX_TTL, MAX_WAIT,
+};
 pub use redlock::{FenceCheck, Redlock, RedlockGuard, RedlockOptions};
 pub use semaphore::{Permit, PermitRequest, Semaphore, MAX_LIMIT};

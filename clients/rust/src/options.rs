@@ -19,6 +19,89 @@ pub const MAX_WAIT: Duration = Duration::from_millis(31_536_000_000);
 /// The longest owner label the module accepts, in bytes.
 pub const MAX_OWNER_LEN: usize = 128;
 
+/// The most replicas a [`ReplicaSync`] may wait for (the module's bound).
+pub const MAX_SYNC_REPLICAS: u32 = 1000;
+
+/// `SYNC numreplicas timeout-ms`: a request answered only once `replicas`
+/// replicas have acknowledged what it did (a grant, an extension, a guarded
+/// command), and [`Error::NotReplicated`] when fewer did within `timeout`
+/// (a grant is then undone by the server).
+///
+/// `replicas` is 0 to [`MAX_SYNC_REPLICAS`] (0: no `SYNC`, as the server
+/// takes it); `timeout` is sent in whole milliseconds, 1 ms to 365 days.
+/// Checked when a request is made ([`Error::InvalidArgument`]).
+///
+/// ```
+/// use std::time::Duration;
+/// use redis_lock_client::ReplicaSync;
+///
+/// let one_replica = ReplicaSync::new(1, Duration::from_secs(2));
+/// assert_eq!(one_replica.replicas(), 1);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReplicaSync {
+    replicas: u32,
+    timeout: Duration,
+}
+
+impl ReplicaSync {
+    /// Wait for `replicas` replicas, at most `timeout`.
+    pub fn new(replicas: u32, timeout: Duration) -> ReplicaSync {
+        ReplicaSync { replicas, timeout }
+    }
+
+    /// How many replicas must acknowledge.
+    pub fn replicas(&self) -> u32 {
+        self.replicas
+    }
+
+    /// How long the server waits for them.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// The sync to send, checked: `None` for 0 replicas (no `SYNC`).
+    pub(crate) fn checked(sync: Option<ReplicaSync>) -> Result<Option<ReplicaSync>> {
+        let Some(sync) = sync else {
+            return Ok(None);
+        };
+        if sync.replicas > MAX_SYNC_REPLICAS {
+            return Err(Error::InvalidArgument(
+                "a sync's replicas must be 0 to 1000",
+            ));
+        }
+        if sync.timeout < Duration::from_millis(1) || sync.timeout > MAX_WAIT {
+            return Err(Error::InvalidArgument(
+                "a sync's timeout must be 1 ms to 365 days",
+            ));
+        }
+        Ok((sync.replicas > 0).then_some(sync))
+    }
+
+    /// The timeout as the whole milliseconds sent.
+    pub(crate) fn timeout_ms(&self) -> u64 {
+        self.timeout.as_millis() as u64
+    }
+
+    /// A sync must be answered before the lease it is about would be taken
+    /// as lost (`ttl` less `margin`): an answer that came later would be of
+    /// a lease already given up.
+    pub(crate) fn check_fits(
+        sync: Option<ReplicaSync>,
+        ttl: Duration,
+        margin: Duration,
+    ) -> Result<()> {
+        match sync {
+            Some(sync) if sync.timeout >= ttl.saturating_sub(margin) => {
+                Err(Error::InvalidArgument(
+                    "a sync's timeout must be shorter than the ttl less the safety margin",
+                ))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
 /// How a guard's watchdog behaves, and the owner label the acquires carry.
 ///
 /// ```

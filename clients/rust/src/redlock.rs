@@ -177,7 +177,7 @@ impl Redlock {
                 tokio::time::sleep(half + Duration::from_micros(jitter)).await;
             }
             let token = new_token();
-            let cmd = Kind::Exclusive.acquire_cmd(key, ttl, &token, Wait::No, owner)?;
+            let cmd = Kind::Exclusive.acquire_cmd(key, ttl, &token, Wait::No, owner, None)?;
             let sent = Instant::now();
             let answers = self
                 .on_all_nodes(ttl, |conn| {
@@ -216,7 +216,7 @@ impl Redlock {
                     ttl,
                     margin,
                 };
-                let lease = Lease::start(renew, term, &self.options.lock);
+                let lease = Lease::start(renew, term, &self.options.lock, None);
                 return Ok(RedlockGuard {
                     key: key.to_vec(),
                     token,
@@ -413,7 +413,7 @@ impl RedlockGuard {
     /// [`Guard::extend`](crate::Guard::extend); failures that leave the
     /// majority unknown are [`Error::NoQuorum`].
     pub async fn extend(&self, ttl: Duration) -> Result<()> {
-        self.lease.extend(ttl).await
+        self.lease.extend(ttl, None).await
     }
 
     /// Stop the watchdog and release on every node. `Ok(true)` when a
@@ -488,7 +488,7 @@ impl RedlockLease {
 impl Renew for RedlockLease {
     fn renew(&self, ttl: Duration) -> BoxFuture<'_, Renewal> {
         Box::pin(async move {
-            let cmd = match Kind::Exclusive.extend_cmd(&self.key, &self.token, ttl) {
+            let cmd = match Kind::Exclusive.extend_cmd(&self.key, &self.token, ttl, None) {
                 Ok(cmd) => cmd,
                 Err(e) => return Renewal::Failed(e),
             };

@@ -11,7 +11,7 @@ use crate::error::{Error, LostReason, Result};
 use crate::info::SemaphoreInfo;
 use crate::lease::{Lease, LostSignal};
 use crate::locks::{run_guarded, Grant, Held, Locks, Spec};
-use crate::options::DEFAULT_TTL;
+use crate::options::{ReplicaSync, DEFAULT_TTL};
 
 /// The largest limit the module accepts for a semaphore.
 pub const MAX_LIMIT: u32 = 1_000_000;
@@ -95,6 +95,7 @@ impl Semaphore {
                 ttl: DEFAULT_TTL,
                 wait: Wait::No,
                 owner: None,
+                sync: None,
             },
         }
     }
@@ -130,6 +131,7 @@ impl std::fmt::Debug for PermitRequest {
             .field("count", &self.count)
             .field("ttl", &self.spec.ttl)
             .field("wait", &self.spec.wait)
+            .field("sync", &self.spec.sync)
             .finish()
     }
 }
@@ -159,6 +161,14 @@ impl PermitRequest {
     /// options' label.
     pub fn owner(mut self, label: impl Into<String>) -> Self {
         self.spec.owner = Some(label.into());
+        self
+    }
+
+    /// Grant the permits only once `replicas` replicas hold them
+    /// (`SEM.ACQUIRE … SYNC`), as [`LockRequest::sync`](crate::LockRequest::sync)
+    /// does for a lock: the permits' extends carry the same sync.
+    pub fn sync(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.spec.sync = Some(ReplicaSync::new(replicas, timeout));
         self
     }
 
@@ -309,10 +319,16 @@ impl Permit {
         self.lease.lost_signal().deadline()
     }
 
-    /// Extend the permits' lease now (`SEM.EXTEND`); see
-    /// [`Guard::extend`](crate::Guard::extend).
+    /// Extend the permits' lease now (`SEM.EXTEND`, with the permits'
+    /// sync if any); see [`Guard::extend`](crate::Guard::extend).
     pub async fn extend(&self, ttl: Duration) -> Result<()> {
-        self.lease.extend(ttl).await
+        self.lease.extend(ttl, None).await
+    }
+
+    /// [`Permit::extend`] with `sync` instead of the permits' own; see
+    /// [`Guard::extend_synced`](crate::Guard::extend_synced).
+    pub async fn extend_synced(&self, ttl: Duration, sync: ReplicaSync) -> Result<()> {
+        self.lease.extend(ttl, Some(sync)).await
     }
 
     /// Stop the watchdog and release every permit of this token:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from ._errors import LimitReached, LockError, Lost, LostReason, ServerError
+from ._errors import LimitReached, LockError, Lost, LostReason, NotReplicated, ServerError
 
 Key = str | bytes
 
@@ -29,6 +29,8 @@ MAX_WAIT_MS = 31_536_000_000
 MAX_OWNER_BYTES = 128
 # The largest limit the server accepts for a semaphore.
 MAX_SEMAPHORE_LIMIT = 1_000_000
+# The most replicas `SYNC` may wait for; its timeout has WAIT's bounds.
+MAX_SYNC_REPLICAS = 1000
 # How long one LOCK.OBSERVE of an election's observer blocks on the server.
 OBSERVE_TIMEOUT_S = 30.0
 # A dedicated WAIT connection reads for this much longer than the wait, so that
@@ -37,7 +39,7 @@ WAIT_READ_SLACK_S = 5.0
 # Codes the client libraries leave at the front of the message: everything
 # else they strip (and then `status_code` or the exception class tells it).
 _UNSTRIPPED_CODES = frozenset(
-    {"LIMIT", "LOST", "WRONGTYPE", "UNBLOCKED", "BUSY", "MISCONF", "NOREPLICAS"}
+    {"LIMIT", "LOST", "NOSYNC", "WRONGTYPE", "UNBLOCKED", "BUSY", "MISCONF", "NOREPLICAS"}
 )
 _CLASS_CODES = {
     "OutOfMemoryError": "OOM",
@@ -53,6 +55,8 @@ _CLASS_CODES = {
     "TryAgainError": "TRYAGAIN",
 }
 _CODE = re.compile(r"^([A-Z]+) (.*)$", re.DOTALL)
+# The rest of a `NOSYNC` error: `<acked> of <wanted> replicas acknowledged; <what stands>`.
+_NOSYNC = re.compile(r"^(\d+) of (\d+) replicas acknowledged; (.*)$", re.DOTALL)
 
 
 @dataclass(frozen=True)
@@ -187,6 +191,64 @@ def wait_to_ms(wait: object) -> int | None:
     return ms
 
 
+@dataclass(frozen=True)
+class ReplicaSync:
+    """`SYNC numreplicas timeout-ms`: the request is answered only once
+    `replicas` replicas have acknowledged what it did (a grant, an extension,
+    a guarded command), and fails with `NotReplicated` when fewer did within
+    `timeout` seconds (a grant is then undone by the server).
+
+    `replicas` is 0 to 1000 (0: no `SYNC`, as the server takes it); `timeout`
+    is seconds (int or float, rounded to milliseconds), 1 ms to 365 days.
+    Checked when made: `TypeError` or `ValueError`."""
+
+    replicas: int
+    timeout: float
+
+    def __post_init__(self) -> None:
+        if isinstance(self.replicas, bool) or not isinstance(self.replicas, int):
+            raise TypeError(f"replicas must be an int, not {type(self.replicas).__name__}")
+        if not 0 <= self.replicas <= MAX_SYNC_REPLICAS:
+            raise ValueError(f"replicas must be 0 to {MAX_SYNC_REPLICAS}, not {self.replicas}")
+        if seconds_to_ms("sync timeout", self.timeout, minimum_ms=1) > MAX_WAIT_MS:
+            raise ValueError(f"the sync timeout must be at most {MAX_WAIT_MS // 1000} s (365 days)")
+
+    @property
+    def timeout_ms(self) -> int:
+        return round(self.timeout * 1000)
+
+
+def sync_of(sync: object) -> ReplicaSync | None:
+    """A `sync=` argument: None (or 0 replicas) for no `SYNC`."""
+    if sync is None:
+        return None
+    if not isinstance(sync, ReplicaSync):
+        raise TypeError(f"sync must be a ReplicaSync, not {type(sync).__name__}")
+    return sync if sync.replicas > 0 else None
+
+
+def sync_args(sync: ReplicaSync | None) -> list[object]:
+    return [] if sync is None else ["SYNC", sync.replicas, sync.timeout_ms]
+
+
+def check_sync_fits(sync: ReplicaSync | None, ttl_ms: int, margin: float | None) -> None:
+    """A sync timeout must end before the lease would be taken as lost: an
+    answer that came later would be of a lease already given up."""
+    if sync is None:
+        return
+    usable_ms = ttl_ms * (1 - (0.1 if margin is None else margin))
+    if sync.timeout_ms >= usable_ms:
+        raise ValueError(
+            f"the sync timeout ({sync.timeout} s) must be shorter than the ttl less the "
+            f"safety margin ({usable_ms / 1000} s)"
+        )
+
+
+def sync_read_timeout(sync: ReplicaSync) -> float:
+    """The read timeout of a connection that waits for a synced reply."""
+    return sync.timeout_ms / 1000 + WAIT_READ_SLACK_S
+
+
 def check_owner(owner: object) -> Key | None:
     """An OWNER label: None, or 1 to 128 bytes (str is sent as UTF-8)."""
     if owner is None:
@@ -242,8 +304,9 @@ class Permits:
 class Acquire:
     """One `LOCK.ACQUIRE` (or, with `permits`, `SEM.ACQUIRE`), checked: its
     arguments, the client's token, and the connection of its own it needs for
-    a wait or a session. `wait_ms` 0 is the server's `WAIT 0`, no limit (an
-    election's campaign). `shared` asks for a read lease."""
+    a wait, a session or a sync. `wait_ms` 0 is the server's `WAIT 0`, no
+    limit (an election's campaign). `shared` asks for a read lease; `sync`
+    for an answer only once that many replicas hold the grant."""
 
     key: Key
     ttl_ms: int
@@ -253,6 +316,7 @@ class Acquire:
     owner: Key | None = None
     shared: bool = False
     permits: Permits | None = None
+    sync: ReplicaSync | None = None
 
     @classmethod
     def of(
@@ -265,6 +329,7 @@ class Acquire:
         *,
         shared: bool = False,
         permits: Permits | None = None,
+        sync: object = None,
     ) -> Acquire:
         return cls(
             check_key(key),
@@ -275,13 +340,24 @@ class Acquire:
             check_owner(owner),
             bool(shared),
             permits,
+            sync_of(sync),
         )
 
     @classmethod
-    def campaign(cls, key: object, ttl: object, timeout: object, owner: object) -> Acquire:
+    def campaign(
+        cls, key: object, ttl: object, timeout: object, owner: object, sync: object = None
+    ) -> Acquire:
         """A candidate's wait in the queue: up to `timeout` seconds, or no limit."""
         wait_ms = 0 if timeout is None else wait_to_ms(timeout)
-        return cls(check_key(key), ttl_to_ms(ttl), wait_ms, False, new_token(), check_owner(owner))
+        return cls(
+            check_key(key),
+            ttl_to_ms(ttl),
+            wait_ms,
+            False,
+            new_token(),
+            check_owner(owner),
+            sync=sync_of(sync),
+        )
 
     @property
     def args(self) -> list[object]:
@@ -300,7 +376,7 @@ class Acquire:
             args.append("SESSION")
         if self.owner is not None:
             args += ["OWNER", self.owner]
-        return args
+        return args + sync_args(self.sync)
 
     @property
     def commands(self) -> Commands:
@@ -308,17 +384,21 @@ class Acquire:
 
     @property
     def needs_own_connection(self) -> bool:
-        return self.wait_ms is not None or self.session
+        """A wait and a sync block the connection they run on: a connection
+        of its own, with retries off (a retried request would queue again,
+        or be granted twice), and a session's lock ends with its own."""
+        return self.wait_ms is not None or self.session or self.sync is not None
 
     def read_timeout(self, client: Any) -> float | None:
-        """The own connection's: longer than the wait, none for a wait without
-        limit, else the client's own."""
-        if self.wait_ms is None:
-            timeout: float | None = client.connection_pool.connection_kwargs.get("socket_timeout")
-            return timeout
+        """The own connection's: longer than the wait and the sync together,
+        none for a wait without limit, else the client's own."""
         if self.wait_ms == 0:
             return None
-        return self.wait_ms / 1000 + WAIT_READ_SLACK_S
+        if self.wait_ms is None and self.sync is None:
+            timeout: float | None = client.connection_pool.connection_kwargs.get("socket_timeout")
+            return timeout
+        waits = (self.wait_ms or 0) + (0 if self.sync is None else self.sync.timeout_ms)
+        return waits / 1000 + WAIT_READ_SLACK_S
 
 
 def fence_of(reply: object) -> int | None:
@@ -395,15 +475,18 @@ class ElectionFacts:
     """What a sync and an asyncio election share: the key, the lease's ttl, the
     candidate's label, and how long each observe blocks. Each adds its I/O."""
 
-    def __init__(self, key: object, ttl: float, owner: object, observe_timeout: object) -> None:
+    def __init__(
+        self, key: object, ttl: float, owner: object, observe_timeout: object, sync: object
+    ) -> None:
         self.key = check_key(key)
         self.ttl = ttl
         self.owner = check_owner(owner)
         ttl_to_ms(ttl)
         self._observe_ms = seconds_to_ms("observe_timeout", observe_timeout, minimum_ms=1)
+        self.sync = sync_of(sync)
 
     def _campaign_request(self, timeout: float | None) -> Acquire:
-        return Acquire.campaign(self.key, self.ttl, timeout, self.owner)
+        return Acquire.campaign(self.key, self.ttl, timeout, self.owner, self.sync)
 
     def _observe_args(self, leader: Leader | None) -> list[object]:
         return ["LOCK.OBSERVE", self.key, fence_seen(leader), self._observe_ms]
@@ -423,10 +506,16 @@ class SemaphoreFacts:
         self.limit = check_limit(limit)
 
     def _request(
-        self, ttl: object, count: object, wait: object, session: bool, owner: object
+        self,
+        ttl: object,
+        count: object,
+        wait: object,
+        session: bool,
+        owner: object,
+        sync: object,
     ) -> Acquire:
         permits = Permits(self.limit, check_count(count, self.limit))
-        return Acquire.of(self.key, ttl, wait, session, owner, permits=permits)
+        return Acquire.of(self.key, ttl, wait, session, owner, permits=permits, sync=sync)
 
     def _not_acquired(self, request: Acquire, wait: float | None) -> str:
         assert request.permits is not None
@@ -447,6 +536,11 @@ def lock_error(error: Exception) -> LockError:
         return LimitReached(f"LIMIT {message}")
     if code == "LOST":
         return Lost(LostReason.REFUSED, f"LOST {message}")
+    if code == "NOSYNC":
+        counts = _NOSYNC.match(message)
+        acked, wanted = (int(counts[1]), int(counts[2])) if counts else (0, 0)
+        undone = message.endswith("the grant was undone")
+        return NotReplicated(acked, wanted, f"NOSYNC {message}", undone=undone)
     return ServerError(code, message)
 
 
@@ -466,6 +560,8 @@ class LeaseClock:
         self.valid_until = sent + ttl_ms / 1000
         self.next_extend_at = sent + self.interval
         self.limit_reached = False
+        # The last extend was answered NOSYNC: not counted, tried again.
+        self.unreplicated = False
 
     @property
     def ttl(self) -> float:
@@ -498,16 +594,30 @@ class LeaseClock:
         self.sent_at = sent
         self.valid_until = sent + ttl_ms / 1000
         self.next_extend_at = sent + self.interval
+        self.unreplicated = False
 
     def failed(self, now: float) -> None:
         self.next_extend_at = now + self.retry_delay
 
+    def not_replicated(self, now: float) -> None:
+        """An extend was answered NOSYNC: it stands on the master only, so the
+        deadline stays where the last replicated one put it; tried again."""
+        self.unreplicated = True
+        self.failed(now)
+
     def expiry_reason(self) -> LostReason:
-        return LostReason.LIMIT if self.limit_reached else LostReason.EXPIRED
+        if self.limit_reached:
+            return LostReason.LIMIT
+        return LostReason.NOT_REPLICATED if self.unreplicated else LostReason.EXPIRED
 
     def expiry_message(self) -> str:
         if self.limit_reached:
             return "the server's hold limit refused to extend the lease, and it is about to end"
+        if self.unreplicated:
+            return (
+                "the lease is about to end: its extends were not acknowledged by enough "
+                "replicas (NOSYNC), so a failover would lose it"
+            )
         return "the lease is about to end and no extend succeeded (server down or unreachable?)"
 
 
@@ -518,6 +628,7 @@ class Renewal(enum.Enum):
     REFUSED = "refused"  # 0: the token no longer holds the lock: lost now
     OVERWRITTEN = "overwritten"  # WRONGTYPE: the key holds another type now: lost now
     LIMIT = "limit"  # LIMIT: no more extends; the lease ends at its deadline
+    UNREPLICATED = "unreplicated"  # NOSYNC: on the master only; try again until the deadline
     FAILED = "failed"  # no answer, or another error: try again until the deadline
 
 
@@ -526,6 +637,8 @@ def renewal_of(reply: object) -> Renewal:
     exception it came as (this package's, or a connection error)."""
     if isinstance(reply, LimitReached):
         return Renewal.LIMIT
+    if isinstance(reply, NotReplicated):
+        return Renewal.UNREPLICATED
     if isinstance(reply, ServerError) and reply.code == "WRONGTYPE":
         return Renewal.OVERWRITTEN
     if isinstance(reply, BaseException):
@@ -552,8 +665,11 @@ class Renewing:
         ]
 
     def due(self, now: float) -> list[tuple[LeaseFacts, int]]:
-        """The leases to extend now, each with the ttl to extend it by."""
-        return [(lease, lease._clock.ttl_ms) for lease in self.leases if lease._extend_due(now)]
+        """The leases to extend now, each with the ttl to extend it by; those
+        acquired with `sync` last (see `commands`)."""
+        due = [(lease, lease._clock.ttl_ms) for lease in self.leases if lease._extend_due(now)]
+        due.sort(key=lambda item: item[0]._sync is not None)  # stable
+        return due
 
     def next_wake(self, now: float, *, extending: bool) -> float:
         """The next deadline or (when `extending`) next extend of any lease."""
@@ -568,7 +684,23 @@ class Renewing:
 
     @staticmethod
     def commands(batch: list[tuple[LeaseFacts, int]]) -> list[tuple[object, ...]]:
-        return [(lease._commands.extend, lease.key, lease.token, ttl_ms) for lease, ttl_ms in batch]
+        """One extend a lease, in the batch's order. The synced leases come
+        last, and only the last extend carries `SYNC`: a connection's writes
+        replicate in order, so the offset it waits for covers every extend
+        before it, and one wait serves the batch (a wait each would add up:
+        Redis 7.0's replicas acknowledge once a second). It asks for the most
+        replicas any of them wants, within the shortest of their timeouts;
+        `renewals` reads each lease's outcome from its answer."""
+        commands: list[tuple[object, ...]] = [
+            (lease._commands.extend, lease.key, lease.token, ttl_ms) for lease, ttl_ms in batch
+        ]
+        syncs = [lease._sync for lease, _ in batch if lease._sync is not None]
+        if syncs:
+            barrier = ReplicaSync(
+                max(sync.replicas for sync in syncs), min(sync.timeout for sync in syncs)
+            )
+            commands[-1] += tuple(sync_args(barrier))
+        return commands
 
     @staticmethod
     def shortest_interval(batch: list[tuple[LeaseFacts, int]]) -> float:
@@ -578,8 +710,36 @@ class Renewing:
     @staticmethod
     def patience(batch: list[tuple[LeaseFacts, int]]) -> float:
         """How long to wait for a batch's replies before giving up on its
-        connection: the longest interval of its leases (each would be due again)."""
-        return max(lease._clock.interval for lease, _ in batch)
+        connection: the longest interval of its leases (each would be due
+        again), or its sync timeout and a second, if longer."""
+        waits = [lease._clock.interval for lease, _ in batch]
+        waits += [
+            lease._sync.timeout_ms / 1000 + 1.0 for lease, _ in batch if lease._sync is not None
+        ]
+        return max(waits)
+
+    @staticmethod
+    def settleable(batch: list[tuple[LeaseFacts, int]], answered: int) -> int:
+        """How many of a batch's first `answered` replies can be applied now:
+        the leases without `sync` as their replies come, the synced ones (the
+        batch's tail) only with the last reply, whose `SYNC` vouches for them."""
+        if answered >= len(batch):
+            return len(batch)
+        return min(answered, sum(1 for lease, _ in batch if lease._sync is None))
+
+    @staticmethod
+    def renewals(batch: list[tuple[LeaseFacts, int]], replies: list[object]) -> list[Renewal]:
+        """What the first replies of a batch (as many as `settleable` allows)
+        mean for their leases: a synced lease's extend counts once the last
+        extend's `SYNC` was answered with enough replicas for this lease."""
+        last = replies[-1] if replies and len(replies) == len(batch) else None
+        renewals = []
+        for (lease, _), reply in zip(batch, replies, strict=False):
+            renewal = renewal_of(reply)
+            if lease._sync is not None and renewal in (Renewal.EXTENDED, Renewal.UNREPLICATED):
+                renewal = _vouched(lease._sync, last)
+            renewals.append(renewal)
+        return renewals
 
     @staticmethod
     def apply(
@@ -596,9 +756,20 @@ class Renewing:
             return LostReason.REFUSED, OVERWRITTEN_MESSAGE
         elif renewal is Renewal.LIMIT:
             lease._clock.limit_reached = True  # it ends at its deadline
+        elif renewal is Renewal.UNREPLICATED:
+            lease._clock.not_replicated(now)
         else:
             lease._clock.failed(now)
         return None
+
+
+def _vouched(sync: ReplicaSync, last: object) -> Renewal:
+    """A synced lease's extend, by the answer to the batch's last extend (the
+    one with `SYNC`): enough replicas acknowledged it for this lease, or not,
+    or nothing is known (that extend failed or was refused at once)."""
+    if isinstance(last, NotReplicated):
+        return Renewal.EXTENDED if last.acked >= sync.replicas else Renewal.UNREPLICATED
+    return Renewal.EXTENDED if renewal_of(last) is Renewal.EXTENDED else Renewal.FAILED
 
 
 class LeaseFacts:
@@ -617,6 +788,7 @@ class LeaseFacts:
         self.shared = request.shared
         self.count = None if request.permits is None else request.permits.count
         self._commands = request.commands
+        self._sync = request.sync  # the watchdog's extends and extend() carry it
         self._lost_reason: LostReason | None = None
         self._lost_message: str | None = None
         self._clock = clock
@@ -698,6 +870,18 @@ def extend_error(lease: LeaseFacts, error: LockError) -> Lost | None:
         lease._mark_lost(LostReason.REFUSED, OVERWRITTEN_MESSAGE)
         return Lost(LostReason.REFUSED, OVERWRITTEN_MESSAGE)
     return None
+
+
+def confirm_not_replicated(error: NotReplicated) -> NotReplicated:
+    """The error of a waited grant whose confirming extend was answered
+    NOSYNC: the grant is given back (its deadline on the replicas is unknown)."""
+    return NotReplicated(
+        error.acked,
+        error.wanted,
+        f"NOSYNC {error.acked} of {error.wanted} replicas acknowledged the extend that "
+        "confirms a waited grant; the grant was given back",
+        undone=True,
+    )
 
 
 def forked_error() -> Lost:

@@ -33,6 +33,11 @@ class LostReason(str, enum.Enum):
     FORKED = "forked"
     """Seen in a forked child: the lease is its parent's, no watchdog runs for it
     there, and the child must neither use it nor release it."""
+    NOT_REPLICATED = "not_replicated"
+    """A lease acquired with `sync`: its extends went on being answered
+    `NOSYNC` (fewer replicas than asked acknowledged them), and the deadline
+    that the last replicated extend set, less the margin, came. The master may
+    still hold it; a failover to a replica would not."""
 
 
 class Lost(LockError):
@@ -47,6 +52,28 @@ class LimitReached(LockError):
     """A `LIMIT …` reply: `lock.max-hold-ms`, `lock.max-extends` or
     `lock.max-waiters`. After an extend, the lease still holds until its
     current deadline."""
+
+
+class NotReplicated(LockError):
+    """A `NOSYNC …` reply to a request made with `sync`: fewer than `wanted`
+    replicas acknowledged it within the sync timeout (`acked` did).
+
+    - From an acquire (`acquire()`, `lock()`, `permit()`, `campaign()`): not
+      acquired, and nothing is held (`undone` is True): the server undid the
+      grant as a release would (after a `wait`, the package gave the grant
+      back when its confirming extend was not replicated).
+    - From `extend()`: the extension stands on the master but not on enough
+      replicas, so the lease's deadline is not moved (it stays where the last
+      replicated extend put it); the lease is not lost.
+    - From `guard()`: the guarded command ran on the master (its reply is
+      lost), and may not be on enough replicas.
+    """
+
+    def __init__(self, acked: int, wanted: int, message: str, *, undone: bool) -> None:
+        super().__init__(message)
+        self.acked = acked
+        self.wanted = wanted
+        self.undone = undone
 
 
 class ServerError(LockError):

@@ -20,8 +20,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from . import _common as common
-from ._common import Leader
-from ._errors import LimitReached, LockError, Lost, LostReason, NotAcquired
+from ._common import Leader, ReplicaSync
+from ._errors import LimitReached, LockError, Lost, LostReason, NotAcquired, NotReplicated
 
 # While a batch of extends is in flight, the watchdog looks at its leases'
 # deadlines (and at leases added meanwhile) at least this often.
@@ -46,17 +46,20 @@ class _Dedicated:
 
 
 class _Batch:
-    """Extends sent together on the watchdog's connection, awaiting replies."""
+    """Extends sent together on the watchdog's connection, awaiting replies
+    (those of synced leases are applied with the last one: see
+    `Renewing.commands`)."""
 
     def __init__(self, leases: list[tuple[common.LeaseFacts, int]], sent: float) -> None:
         self.leases = leases
         self.sent = sent
-        self.answered = 0
+        self.replies: list[object] = []
+        self.settled = 0
         self.give_up_at = sent + common.Renewing.patience(leases)
 
     @property
     def missing(self) -> int:
-        return len(self.leases) - self.answered
+        return len(self.leases) - len(self.replies)
 
 
 class _Link:
@@ -192,19 +195,26 @@ class _Watchdog:
             link.close()  # replies that came later would be read as the next batch's
             lost = TimeoutError("no reply to the watchdog's extend")
             replies += [lost] * (batch.missing - len(replies))
-        self._settle(
-            batch.leases[batch.answered : batch.answered + len(replies)], replies, batch.sent
-        )
-        batch.answered += len(replies)
+        batch.replies += replies
+        ready = common.Renewing.settleable(batch.leases, len(batch.replies))
+        self._settle(batch.leases[:ready], batch.replies[:ready], batch.sent, batch.settled)
+        batch.settled = ready
         return batch if batch.missing else None
 
     def _settle(
-        self, leases: list[tuple[common.LeaseFacts, int]], replies: list[object], sent: float
+        self,
+        leases: list[tuple[common.LeaseFacts, int]],
+        replies: list[object],
+        sent: float,
+        start: int = 0,
     ) -> None:
+        """Applies the replies to their leases, from the `start`th on (those
+        before were applied already)."""
+        renewals = common.Renewing.renewals(leases, replies)
         with self.lock:
             now = common.now()
-            for (lease, ttl_ms), reply in zip(leases, replies, strict=True):
-                loss = common.Renewing.apply(lease, common.renewal_of(reply), sent, ttl_ms, now)
+            for (lease, ttl_ms), renewal in list(zip(leases, renewals, strict=True))[start:]:
+                loss = common.Renewing.apply(lease, renewal, sent, ttl_ms, now)
                 if loss is not None:
                     lease._mark_lost(*loss)
 
@@ -244,6 +254,7 @@ class Locks:
         watchdog: bool = True,
         owner: str | bytes | None = None,
         shared: bool = False,
+        sync: ReplicaSync | None = None,
     ) -> Lease | None:
         """The lease on `key` for `ttl` seconds, or None when another holds it.
 
@@ -260,22 +271,35 @@ class Locks:
         a writer holds the key or anyone waits for it. Its `guard()` runs
         read-only commands only.
 
+        With `sync` (`ReplicaSync(replicas, timeout)`), the grant is answered
+        only once that many replicas hold it (`SYNC`), on a connection of its
+        own; when fewer did within the timeout, the server undoes it and this
+        raises `NotReplicated` (nothing is held). The lease's extends (the
+        watchdog's and `extend()`) then carry the same `SYNC`. The timeout
+        must be shorter than the ttl less the safety margin.
+
         Whatever interrupts it (a connection error, an exception, a signal)
         after the server may have granted the lock, it releases the token
         before raising: a grant never outlives the call without its lease.
         """
-        request = common.Acquire.of(key, ttl, wait, session, owner, shared=shared)
+        request = common.Acquire.of(key, ttl, wait, session, owner, shared=shared, sync=sync)
         return self._acquire(request, watchdog)
 
     def _acquire(self, request: common.Acquire, watchdog: bool) -> Lease | None:
+        common.check_sync_fits(request.sync, request.ttl_ms, self.safety_margin)
         dedicated = None
         if request.needs_own_connection:
             dedicated = _Dedicated(self, request.read_timeout(self.client))
         sent = common.now()
+        undone = False  # NOSYNC: the server undid the grant, nothing to give back
         try:
-            reply = self._call(
-                self.client if dedicated is None else dedicated.client, *request.args
-            )
+            try:
+                reply = self._call(
+                    self.client if dedicated is None else dedicated.client, *request.args
+                )
+            except NotReplicated:
+                undone = True
+                raise
             fence = common.fence_of(reply)
             if dedicated is not None and (fence is None or not request.session):
                 dedicated.close()
@@ -295,7 +319,8 @@ class Locks:
             # this token may hold.
             if dedicated is not None:
                 dedicated.close()
-            self._release_quietly(request)
+            if not undone:
+                self._release_quietly(request)
             raise
 
     def lock(
@@ -308,14 +333,17 @@ class Locks:
         watchdog: bool = True,
         owner: str | bytes | None = None,
         shared: bool = False,
+        sync: ReplicaSync | None = None,
     ) -> contextlib.AbstractContextManager[Lease]:
         """`acquire` as a context manager: yields the lease, releases it on exit.
 
-        Raises `NotAcquired` when the lock is held (or the wait ran out), and
-        `Lost` on exit when the lease was lost before the block ended (also
-        when the server went away: the release's error is its `__cause__`).
+        Raises `NotAcquired` when the lock is held (or the wait ran out),
+        `NotReplicated` when a `sync` grant was not acknowledged by enough
+        replicas (nothing is held), and `Lost` on exit when the lease was lost
+        before the block ended (also when the server went away: the
+        release's error is its `__cause__`).
         """
-        request = common.Acquire.of(key, ttl, wait, session, owner, shared=shared)
+        request = common.Acquire.of(key, ttl, wait, session, owner, shared=shared, sync=sync)
         return _holding(
             lambda: self._acquire(request, watchdog), common.not_acquired_message(key, wait)
         )
@@ -334,6 +362,19 @@ class Locks:
             return client.execute_command(*args)
         except self.family.response_error as error:
             raise common.lock_error(error) from error
+
+    def _call_synced(self, sync: ReplicaSync | None, *args: object) -> Any:
+        """`args` (which carry `sync`'s `SYNC`, if any): with a sync, on a
+        connection of its own, retries off, that reads for longer than the
+        sync waits (the request blocks until the replicas acknowledge, and a
+        retried one would run twice)."""
+        if sync is None:
+            return self._call(self.client, *args)
+        dedicated = _Dedicated(self, common.sync_read_timeout(sync))
+        try:
+            return self._call(dedicated.client, *args)
+        finally:
+            dedicated.close()
 
     def _release_quietly(self, request: common.Acquire) -> None:
         with contextlib.suppress(Exception):  # else it ends at its ttl
@@ -406,22 +447,33 @@ class Lease(common.LeaseFacts):
         self._lock = self._watchdog.lock
         self.lost: threading.Event = _LostEvent(self)
 
-    def extend(self, ttl: float | None = None) -> None:
+    def extend(self, ttl: float | None = None, *, sync: ReplicaSync | None = None) -> None:
         """Sets the lease to end `ttl` seconds from now (default: the current ttl).
 
         Raises `Lost` when the token no longer holds the lock (the key was
         deleted, expired, taken, or overwritten with another type), and
         `LimitReached` when the server's hold policy refuses (the lease then
         still holds until its current deadline).
+
+        `sync` (default: the lease's own, from the acquire) waits for that
+        many replicas (`SYNC`). `NotReplicated` when fewer acknowledged it in
+        time: the extension stands on the master, but the lease's deadline
+        stays where the last replicated extend put it (a failover to a
+        replica would keep only that one); the lease is not lost.
         """
         if self._forked:
             raise common.forked_error()
         ttl_ms = self._clock.ttl_ms if ttl is None else common.ttl_to_ms(ttl)
+        synced = self._sync if sync is None else common.sync_of(sync)
+        common.check_sync_fits(synced, ttl_ms, self._locks.safety_margin)
+        args = [self._commands.extend, self.key, self.token, ttl_ms, *common.sync_args(synced)]
         sent = common.now()
         try:
-            reply = self._locks._call(
-                self._locks.client, self._commands.extend, self.key, self.token, ttl_ms
-            )
+            reply = self._locks._call_synced(synced, *args)
+        except NotReplicated:
+            with self._lock:
+                self._clock.not_replicated(common.now())
+            raise
         except LockError as error:
             lost = common.extend_error(self, error)
             if lost is None:
@@ -455,16 +507,23 @@ class Lease(common.LeaseFacts):
         self._released = True
         return bool(reply == 1)
 
-    def guard(self, *command: object) -> Any:
+    def guard(self, *command: object, sync: ReplicaSync | None = None) -> Any:
         """Runs `command` only while this lease holds the lock (`LOCK.GUARD`), and
         returns its reply. Raises `Lost` (and sets `lost`) when it does not hold.
         A read lease runs read-only commands only (others: `ServerError`); a
-        semaphore's permits guard nothing (`TypeError`)."""
+        semaphore's permits guard nothing (`TypeError`).
+
+        With `sync` (never the lease's own: a guarded write is your data),
+        the reply comes once that many replicas hold the command's effect;
+        `NotReplicated` when fewer did in time: the command ran on the master
+        (its reply is lost) and the lease is kept."""
         guard = common.check_command(self._commands, command)
         if self._forked:
             raise common.forked_error()
+        synced = common.sync_of(sync)
+        args = [guard, self.key, self.token, *common.sync_args(synced), *command]
         try:
-            return self._locks._call(self._locks.client, guard, self.key, self.token, *command)
+            return self._locks._call_synced(synced, *args)
         except Lost as lost:
             self._mark_lost(LostReason.REFUSED, str(lost))
             raise
@@ -477,6 +536,8 @@ class Lease(common.LeaseFacts):
             self._clock.limit_reached = True
         except Lost:
             pass  # `lost` is set: the caller sees it
+        except NotReplicated as error:  # the caller gives the grant back
+            raise common.confirm_not_replicated(error) from error
 
     def _start(self) -> None:
         if not self._stopped:
@@ -495,7 +556,10 @@ class Election(common.ElectionFacts):
     Candidates wait in the server's queue (`campaign`) and lead with a
     `Lease` of `ttl` seconds that its watchdog extends; `lease.release()`
     resigns and hands the lock to the next candidate. Followers iterate over
-    `observe()`. The recipe and its failure cases: docs/leader-election.md.
+    `observe()`. With `sync`, a candidate leads only once that many replicas
+    hold its grant, and its lease's extends carry the same `SYNC` (see
+    `Locks.acquire`). The recipe and its failure cases:
+    docs/leader-election.md.
     """
 
     def __init__(
@@ -506,8 +570,9 @@ class Election(common.ElectionFacts):
         *,
         owner: str | bytes | None = None,
         observe_timeout: float = common.OBSERVE_TIMEOUT_S,
+        sync: ReplicaSync | None = None,
     ) -> None:
-        super().__init__(key, ttl, owner, observe_timeout)
+        super().__init__(key, ttl, owner, observe_timeout, sync)
         self.locks = locks
 
     def campaign(self, *, timeout: float | None = None, watchdog: bool = True) -> Lease:
@@ -568,10 +633,11 @@ class Semaphore(common.SemaphoreFacts):
         session: bool = False,
         watchdog: bool = True,
         owner: str | bytes | None = None,
+        sync: ReplicaSync | None = None,
     ) -> Lease | None:
         """`count` permits for `ttl` seconds, or None when fewer are free (or
         the `wait` ran out). The options are those of `Locks.acquire`."""
-        request = self._request(ttl, count, wait, session, owner)
+        request = self._request(ttl, count, wait, session, owner, sync)
         return self.locks._acquire(request, watchdog)
 
     def permit(
@@ -583,12 +649,14 @@ class Semaphore(common.SemaphoreFacts):
         session: bool = False,
         watchdog: bool = True,
         owner: str | bytes | None = None,
+        sync: ReplicaSync | None = None,
     ) -> contextlib.AbstractContextManager[Lease]:
         """`acquire` as a context manager: yields the permits' lease, releases
         them on exit. Raises `NotAcquired` when they are not free (or the wait
-        ran out), and `Lost` on exit when they were lost before the block ended.
+        ran out), `NotReplicated` as `Locks.lock`, and `Lost` on exit when
+        they were lost before the block ended.
         """
-        request = self._request(ttl, count, wait, session, owner)
+        request = self._request(ttl, count, wait, session, owner, sync)
         return _holding(
             lambda: self.locks._acquire(request, watchdog), self._not_acquired(request, wait)
         )

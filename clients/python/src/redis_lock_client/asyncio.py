@@ -17,8 +17,16 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any, Literal
 
 from . import _common as common
-from ._common import Leader
-from ._errors import LimitReached, LockError, Lost, LostReason, NotAcquired, ServerError
+from ._common import Leader, ReplicaSync
+from ._errors import (
+    LimitReached,
+    LockError,
+    Lost,
+    LostReason,
+    NotAcquired,
+    NotReplicated,
+    ServerError,
+)
 
 __all__ = [
     "Election",
@@ -30,6 +38,8 @@ __all__ = [
     "Lost",
     "LostReason",
     "NotAcquired",
+    "NotReplicated",
+    "ReplicaSync",
     "Semaphore",
     "ServerError",
 ]
@@ -49,7 +59,12 @@ class _Dedicated:
 
 
 class _Watchdog:
-    """The task that keeps every lease of one `Locks` (see the module's doc)."""
+    """The task that keeps every lease of one `Locks` (see the module's doc).
+
+    A batch with synced leases blocks its connection until the replicas
+    acknowledge: it goes through a connection of the watchdog's own (retries
+    off, no read timeout: the batch is bounded in time), not the client's
+    pool, whose read timeout may be shorter than the sync's."""
 
     def __init__(self, locks: Locks) -> None:
         self.locks = locks
@@ -57,6 +72,7 @@ class _Watchdog:
         self._task: asyncio.Task[None] | None = None
         self._batch: asyncio.Task[None] | None = None
         self._wake: asyncio.Event | None = None
+        self._synced: _Dedicated | None = None
 
     def add(self, lease: Lease) -> None:
         self._renewing.leases.add(lease)
@@ -94,14 +110,25 @@ class _Watchdog:
         finally:
             if self._batch is not None:
                 self._batch.cancel()
+            if self._synced is not None:
+                synced, self._synced = self._synced, None
+                with contextlib.suppress(Exception):
+                    await synced.close()
 
     async def _renew(self, due: list[tuple[common.LeaseFacts, int]]) -> None:
         """Extends `due` in one pipeline, for at most the longest interval of
-        its leases; settles each reply (a failure: a retry before the deadline)."""
+        its leases (or its sync timeout); settles each reply (a failure: a
+        retry before the deadline)."""
         sent = common.now()
         replies: list[object]
+        synced = any(lease._sync is not None for lease, _ in due)
         try:
-            pipeline = self.locks.client.pipeline(transaction=False)
+            client = self.locks.client
+            if synced:
+                if self._synced is None:
+                    self._synced = _Dedicated(self.locks, None)
+                client = self._synced.client
+            pipeline = client.pipeline(transaction=False)
             for command in common.Renewing.commands(due):
                 pipeline.execute_command(*command)
             answers = await asyncio.wait_for(
@@ -110,12 +137,17 @@ class _Watchdog:
             replies = [self._reply(answer) for answer in answers]
         except Exception as error:  # a timeout too: redis-py then drops that connection
             replies = [error] * len(due)
+            if synced and self._synced is not None:  # a reply may still come: not on it
+                dropped, self._synced = self._synced, None
+                with contextlib.suppress(Exception):
+                    await dropped.close()
         finally:
             self._batch = None
             self._notify()
         now = common.now()
-        for (lease, ttl_ms), reply in zip(due, replies, strict=True):
-            loss = common.Renewing.apply(lease, common.renewal_of(reply), sent, ttl_ms, now)
+        renewals = common.Renewing.renewals(due, replies)
+        for (lease, ttl_ms), renewal in zip(due, renewals, strict=True):
+            loss = common.Renewing.apply(lease, renewal, sent, ttl_ms, now)
             if loss is not None:
                 lease._mark_lost(*loss)
 
@@ -151,24 +183,33 @@ class Locks:
         watchdog: bool = True,
         owner: str | bytes | None = None,
         shared: bool = False,
+        sync: ReplicaSync | None = None,
     ) -> Lease | None:
         """The lease on `key` for `ttl` seconds, or None when another holds it
         (or the `wait` ran out); with `shared`, a read lease beside other
-        readers. As `redis_lock_client.Locks.acquire`: cancelled (or
-        `asyncio.timeout()`) after the server may have granted the lock, it
-        releases the token, shielded from a second cancellation."""
-        request = common.Acquire.of(key, ttl, wait, session, owner, shared=shared)
+        readers; with `sync`, answered once that many replicas hold the grant
+        (`NotReplicated`: undone, nothing held). As
+        `redis_lock_client.Locks.acquire`: cancelled (or `asyncio.timeout()`)
+        after the server may have granted the lock, it releases the token,
+        shielded from a second cancellation."""
+        request = common.Acquire.of(key, ttl, wait, session, owner, shared=shared, sync=sync)
         return await self._acquire(request, watchdog)
 
     async def _acquire(self, request: common.Acquire, watchdog: bool) -> Lease | None:
+        common.check_sync_fits(request.sync, request.ttl_ms, self.safety_margin)
         dedicated = None
         if request.needs_own_connection:
             dedicated = _Dedicated(self, request.read_timeout(self.client))
         sent = common.now()
+        undone = False  # NOSYNC: the server undid the grant, nothing to give back
         try:
-            reply = await self._call(
-                self.client if dedicated is None else dedicated.client, *request.args
-            )
+            try:
+                reply = await self._call(
+                    self.client if dedicated is None else dedicated.client, *request.args
+                )
+            except NotReplicated:
+                undone = True
+                raise
             fence = common.fence_of(reply)
             if dedicated is not None and (fence is None or not request.session):
                 await dedicated.close()
@@ -186,14 +227,18 @@ class Locks:
             # The reply may be lost after a grant, or the grant was not handed
             # over (the task was cancelled, the confirming extend failed):
             # give back what this token may hold, even if cancelled again.
-            await self._give_back(request, dedicated)
+            await self._give_back(request, dedicated, release=not undone)
             raise
 
-    async def _give_back(self, request: common.Acquire, dedicated: _Dedicated | None) -> None:
+    async def _give_back(
+        self, request: common.Acquire, dedicated: _Dedicated | None, *, release: bool
+    ) -> None:
         async def give_back() -> None:
             if dedicated is not None:
                 with contextlib.suppress(Exception):
                     await dedicated.close()
+            if not release:
+                return
             with contextlib.suppress(Exception):  # else it ends at its ttl
                 await self.client.execute_command(
                     request.commands.release, request.key, request.token
@@ -214,11 +259,13 @@ class Locks:
         watchdog: bool = True,
         owner: str | bytes | None = None,
         shared: bool = False,
+        sync: ReplicaSync | None = None,
     ) -> contextlib.AbstractAsyncContextManager[Lease]:
         """`acquire` as an async context manager: yields the lease, releases it on
-        exit. Raises `NotAcquired`, and `Lost` on exit if the lease was lost
-        (its cause the release's error when the server went away)."""
-        request = common.Acquire.of(key, ttl, wait, session, owner, shared=shared)
+        exit. Raises `NotAcquired`, `NotReplicated` (a `sync` grant undone),
+        and `Lost` on exit if the lease was lost (its cause the release's
+        error when the server went away)."""
+        request = common.Acquire.of(key, ttl, wait, session, owner, shared=shared, sync=sync)
         return _holding(
             lambda: self._acquire(request, watchdog), common.not_acquired_message(key, wait)
         )
@@ -237,6 +284,18 @@ class Locks:
             return await client.execute_command(*args)
         except self.family.response_error as error:
             raise common.lock_error(error) from error
+
+    async def _call_synced(self, sync: ReplicaSync | None, *args: object) -> Any:
+        """`args` (which carry `sync`'s `SYNC`, if any): with a sync, on a
+        connection of its own, retries off, that reads for longer than the
+        sync waits; see `redis_lock_client.Locks`."""
+        if sync is None:
+            return await self._call(self.client, *args)
+        dedicated = _Dedicated(self, common.sync_read_timeout(sync))
+        try:
+            return await self._call(dedicated.client, *args)
+        finally:
+            await dedicated.close()
 
 
 @contextlib.asynccontextmanager
@@ -300,17 +359,22 @@ class Lease(common.LeaseFacts):
         self._session: _Dedicated | None = None
         self.lost: asyncio.Event = _LostEvent(self)
 
-    async def extend(self, ttl: float | None = None) -> None:
+    async def extend(self, ttl: float | None = None, *, sync: ReplicaSync | None = None) -> None:
         """Sets the lease to end `ttl` seconds from now (default: the current ttl).
-        Raises `Lost` or `LimitReached`, as `redis_lock_client.Lease.extend`."""
+        Raises `Lost`, `LimitReached` or `NotReplicated` (`sync`: by default
+        the lease's own), as `redis_lock_client.Lease.extend`."""
         if self._forked:
             raise common.forked_error()
         ttl_ms = self._clock.ttl_ms if ttl is None else common.ttl_to_ms(ttl)
+        synced = self._sync if sync is None else common.sync_of(sync)
+        common.check_sync_fits(synced, ttl_ms, self._locks.safety_margin)
+        args = [self._commands.extend, self.key, self.token, ttl_ms, *common.sync_args(synced)]
         sent = common.now()
         try:
-            reply = await self._locks._call(
-                self._locks.client, self._commands.extend, self.key, self.token, ttl_ms
-            )
+            reply = await self._locks._call_synced(synced, *args)
+        except NotReplicated:
+            self._clock.not_replicated(common.now())
+            raise
         except LockError as error:
             lost = common.extend_error(self, error)
             if lost is None:
@@ -339,17 +403,18 @@ class Lease(common.LeaseFacts):
         self._released = True
         return bool(reply == 1)
 
-    async def guard(self, *command: object) -> Any:
+    async def guard(self, *command: object, sync: ReplicaSync | None = None) -> Any:
         """Runs `command` only while this lease holds the lock (`LOCK.GUARD`), and
-        returns its reply. Raises `Lost` (and sets `lost`) when it does not hold;
-        as `redis_lock_client.Lease.guard`."""
+        returns its reply. Raises `Lost` (and sets `lost`) when it does not hold,
+        and `NotReplicated` when `sync` was not met (the command ran); as
+        `redis_lock_client.Lease.guard`."""
         guard = common.check_command(self._commands, command)
         if self._forked:
             raise common.forked_error()
+        synced = common.sync_of(sync)
+        args = [guard, self.key, self.token, *common.sync_args(synced), *command]
         try:
-            return await self._locks._call(
-                self._locks.client, guard, self.key, self.token, *command
-            )
+            return await self._locks._call_synced(synced, *args)
         except Lost as lost:
             self._mark_lost(LostReason.REFUSED, str(lost))
             raise
@@ -362,6 +427,8 @@ class Lease(common.LeaseFacts):
             self._clock.limit_reached = True
         except Lost:
             pass  # `lost` is set: the caller sees it
+        except NotReplicated as error:  # the caller gives the grant back
+            raise common.confirm_not_replicated(error) from error
 
     def _start(self) -> None:
         if not self._stopped:
@@ -385,8 +452,9 @@ class Election(common.ElectionFacts):
         *,
         owner: str | bytes | None = None,
         observe_timeout: float = common.OBSERVE_TIMEOUT_S,
+        sync: ReplicaSync | None = None,
     ) -> None:
-        super().__init__(key, ttl, owner, observe_timeout)
+        super().__init__(key, ttl, owner, observe_timeout, sync)
         self.locks = locks
 
     async def campaign(self, *, timeout: float | None = None, watchdog: bool = True) -> Lease:
@@ -439,10 +507,11 @@ class Semaphore(common.SemaphoreFacts):
         session: bool = False,
         watchdog: bool = True,
         owner: str | bytes | None = None,
+        sync: ReplicaSync | None = None,
     ) -> Lease | None:
         """`count` permits for `ttl` seconds, or None when fewer are free (or
         the `wait` ran out)."""
-        request = self._request(ttl, count, wait, session, owner)
+        request = self._request(ttl, count, wait, session, owner, sync)
         return await self.locks._acquire(request, watchdog)
 
     def permit(
@@ -454,11 +523,12 @@ class Semaphore(common.SemaphoreFacts):
         session: bool = False,
         watchdog: bool = True,
         owner: str | bytes | None = None,
+        sync: ReplicaSync | None = None,
     ) -> contextlib.AbstractAsyncContextManager[Lease]:
         """`acquire` as an async context manager: yields the permits' lease,
         releases them on exit. Raises `NotAcquired`, and `Lost` on exit if they
         were lost."""
-        request = self._request(ttl, count, wait, session, owner)
+        request = self._request(ttl, count, wait, session, owner, sync)
         return _holding(
             lambda: self.locks._acquire(request, watchdog), self._not_acquired(request, wait)
         )

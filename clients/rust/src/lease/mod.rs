@@ -19,7 +19,7 @@ pub(crate) use state::Term;
 use state::{LeaseCell, Status, View};
 
 use crate::error::{timed_out, Error, LostReason, Result};
-use crate::options::{sent_ttl, LockOptions};
+use crate::options::{sent_ttl, LockOptions, ReplicaSync};
 
 pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
@@ -33,14 +33,26 @@ pub(crate) enum Renewal {
     /// The server's hold policy refused (`LIMIT`): the lease ends at its
     /// current deadline.
     Limit,
+    /// Extended on the master, but answered `NOSYNC`: fewer replicas than
+    /// asked acknowledged it, so the lease's term stays; try again.
+    NotReplicated { acked: u32, wanted: u32 },
     /// No answer to act on (connection error, timeout): try again.
     Failed(Error),
 }
 
 /// A lease that can be extended and released: one node or a Redlock set.
 pub(crate) trait Renew: Send + Sync + 'static {
-    /// Extend to `ttl` from now.
+    /// Extend to `ttl` from now, with the lease's own sync (if any).
     fn renew(&self, ttl: Duration) -> BoxFuture<'_, Renewal>;
+    /// Extend to `ttl` from now with `sync` instead (`None`: no `SYNC`).
+    fn renew_with_sync(&self, ttl: Duration, sync: Option<ReplicaSync>) -> BoxFuture<'_, Renewal> {
+        let _ = (ttl, sync);
+        Box::pin(async {
+            Renewal::Failed(Error::InvalidArgument(
+                "a sync is for a lease on one server",
+            ))
+        })
+    }
     /// `Ok(true)` when released (by a majority, for Redlock).
     fn release(&self) -> BoxFuture<'_, Result<bool>>;
 }
@@ -142,12 +154,20 @@ pub(crate) struct Lease {
     stop: Option<watch::Sender<()>>,
     /// The safety margin's rule and the release timeout.
     options: LockOptions,
+    /// The sync its extends carry (the acquire's), if any.
+    sync: Option<ReplicaSync>,
     released: bool,
 }
 
 impl Lease {
-    /// Start keeping a lease just acquired: `term` is what the grant bought.
-    pub(crate) fn start(renew: Arc<dyn Renew>, term: Term, options: &LockOptions) -> Lease {
+    /// Start keeping a lease just acquired: `term` is what the grant bought;
+    /// `sync` is what `renew`'s extends carry.
+    pub(crate) fn start(
+        renew: Arc<dyn Renew>,
+        term: Term,
+        options: &LockOptions,
+        sync: Option<ReplicaSync>,
+    ) -> Lease {
         let cell = LeaseCell::new(term);
         let (stop, stop_rx) = watch::channel(());
         watchdog::spawn(renew.clone(), cell.clone(), stop_rx);
@@ -156,6 +176,7 @@ impl Lease {
             cell,
             stop: Some(stop),
             options: options.clone(),
+            sync,
             released: false,
         }
     }
@@ -175,10 +196,16 @@ impl Lease {
     /// Extend now to `ttl` from the send; the keeper then extends with this
     /// ttl, and the safety margin follows it (the options' rule). The reply
     /// must come before the current term's loss; a refusal or a `LIMIT` is
-    /// a loss, signalled as the keeper would.
-    pub(crate) async fn extend(&self, ttl: Duration) -> Result<()> {
+    /// a loss, signalled as the keeper would. `sync` replaces the lease's
+    /// own for this extend (a sync of 0 replicas: none). A `NOSYNC` leaves
+    /// the term as it was: [`Error::NotReplicated`].
+    pub(crate) async fn extend(&self, ttl: Duration, sync: Option<ReplicaSync>) -> Result<()> {
         let ttl = sent_ttl(ttl)?;
         let margin = self.options.margin_for(ttl)?;
+        let once = sync
+            .map(|sync| ReplicaSync::checked(Some(sync)))
+            .transpose()?;
+        ReplicaSync::check_fits(once.unwrap_or(self.sync), ttl, margin)?;
         let view = self.cell.view();
         match view.status {
             Status::Held => {}
@@ -187,7 +214,11 @@ impl Lease {
                 return Err(Error::InvalidArgument("the lease was released"));
             }
         }
-        let outcome = tokio::time::timeout_at(view.term.lost_at(), self.renew.renew(ttl)).await;
+        let renewal = match once {
+            Some(sync) => self.renew.renew_with_sync(ttl, sync),
+            None => self.renew.renew(ttl),
+        };
+        let outcome = tokio::time::timeout_at(view.term.lost_at(), renewal).await;
         match outcome {
             Ok(Renewal::Extended { sent, valid_until }) => {
                 self.cell.extended(Term {
@@ -200,6 +231,14 @@ impl Lease {
             }
             Ok(Renewal::Refused) => self.lost(LostReason::Refused),
             Ok(Renewal::Limit) => self.lost(LostReason::Limit),
+            Ok(Renewal::NotReplicated { acked, wanted }) => {
+                self.cell.unreplicated();
+                Err(Error::NotReplicated {
+                    acked,
+                    wanted,
+                    undone: false,
+                })
+            }
             Ok(Renewal::Failed(e)) => Err(e),
             Err(_) => {
                 self.cell.expire_if_due();

@@ -63,6 +63,9 @@ impl Term {
 pub(crate) struct View {
     pub(crate) status: Status,
     pub(crate) term: Term,
+    /// The last extend was answered `NOSYNC`: not counted (the term stays
+    /// the last replicated one's); the loss, if it comes, says so.
+    pub(crate) unreplicated: bool,
 }
 
 impl View {
@@ -95,6 +98,7 @@ impl LeaseCell {
         let (view, _) = watch::channel(View {
             status: Status::Held,
             term,
+            unreplicated: false,
         });
         LeaseCell {
             view: Arc::new(view),
@@ -116,6 +120,7 @@ impl LeaseCell {
         self.view.send_if_modified(|view| {
             if view.status == Status::Held && term.sent >= view.term.sent {
                 view.term = term;
+                view.unreplicated = false;
                 true
             } else {
                 false
@@ -136,14 +141,29 @@ impl LeaseCell {
         });
     }
 
-    /// Lost as [`LostReason::Expired`] if the term in force has reached its
-    /// loss by now (an extend may have moved it since the caller looked).
-    /// True when the lease is not held any more.
+    /// An extend was answered `NOSYNC`: it stands on the master only, so
+    /// the term stays; a loss at its end is [`LostReason::NotReplicated`].
+    pub(crate) fn unreplicated(&self) {
+        self.view.send_if_modified(|view| {
+            let changed = view.status == Status::Held && !view.unreplicated;
+            view.unreplicated |= changed;
+            changed
+        });
+    }
+
+    /// Lost as [`LostReason::Expired`] (or [`LostReason::NotReplicated`],
+    /// when the last extend was not replicated) if the term in force has
+    /// reached its loss by now (an extend may have moved it since the
+    /// caller looked). True when the lease is not held any more.
     pub(crate) fn expire_if_due(&self) -> bool {
         let now = Instant::now();
         self.view.send_if_modified(|view| {
             if view.status == Status::Held && now >= view.term.lost_at() {
-                view.status = Status::Lost(LostReason::Expired);
+                view.status = Status::Lost(if view.unreplicated {
+                    LostReason::NotReplicated
+                } else {
+                    LostReason::Expired
+                });
                 true
             } else {
                 false

@@ -13,7 +13,10 @@
 //! a `LIMIT` ([`LostReason::Limit`]): no extend will be tried again. A
 //! failed one (connection error, timeout, `OOM`) is tried again after a
 //! pause, so a reconnect in between is survived, until `valid_until −
-//! margin` comes on the monotonic clock ([`LostReason::Expired`]). Every
+//! margin` comes on the monotonic clock ([`LostReason::Expired`]). So is
+//! one answered `NOSYNC` (a lease acquired with a sync: the extension is
+//! on the master only, and the term stays the last replicated one's); a
+//! loss after it is [`LostReason::NotReplicated`]. Every
 //! wait is raced against `stop` (the guard released or dropped), against
 //! that deadline, and against a change of the term (a manual extend).
 
@@ -59,6 +62,9 @@ async fn run(renew: Arc<dyn Renew>, cell: LeaseCell, mut stop: watch::Receiver<(
             }
             outcome = renew.renew(term.ttl) => outcome,
         };
+        if matches!(outcome, Renewal::NotReplicated { .. }) {
+            cell.unreplicated();
+        }
         match outcome {
             Renewal::Extended { sent, valid_until } => cell.extended(super::state::Term {
                 sent,
@@ -67,7 +73,9 @@ async fn run(renew: Arc<dyn Renew>, cell: LeaseCell, mut stop: watch::Receiver<(
             }),
             Renewal::Refused => return cell.lose(LostReason::Refused),
             Renewal::Limit => return cell.lose(LostReason::Limit),
-            Renewal::Failed(_) => {
+            // Extended on the master only: not counted; tried again, and a
+            // loss at the term's end says why.
+            Renewal::NotReplicated { .. } | Renewal::Failed(_) => {
                 // The next round starts at once (its extend time has
                 // passed), after this pause.
                 tokio::select! {

@@ -1,15 +1,17 @@
 //! A held lock ([`Guard`]) and what the work of
 //! [`LockRequest::run`](crate::LockRequest::run) gets ([`Held`]).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use redis::{Cmd, FromRedisValue};
 
-use super::Grant;
+use super::{Grant, NO_LANE};
 use crate::commands::guard_cmd;
-use crate::conn::LockConnection;
+use crate::conn::{LockConnection, SyncLane, WAIT_REPLY_SLACK};
 use crate::error::{Error, LostReason, Result};
 use crate::lease::{Lease, LostSignal};
+use crate::options::ReplicaSync;
 
 /// What the work inside [`LockRequest::run`](crate::LockRequest::run) gets.
 #[derive(Clone, Debug)]
@@ -54,6 +56,10 @@ pub struct Guard {
     fence: u64,
     shared: bool,
     lease: Lease,
+    /// The sync of the acquire, which its extends carry.
+    sync: Option<ReplicaSync>,
+    /// The connection of its own for synced requests.
+    lane: Option<Arc<SyncLane>>,
 }
 
 impl std::fmt::Debug for Guard {
@@ -68,7 +74,12 @@ impl std::fmt::Debug for Guard {
 }
 
 impl Guard {
-    pub(crate) fn of(conn: LockConnection, grant: Grant, shared: bool) -> Guard {
+    pub(crate) fn of(
+        conn: LockConnection,
+        grant: Grant,
+        shared: bool,
+        sync: Option<ReplicaSync>,
+    ) -> Guard {
         Guard {
             conn,
             key: grant.key,
@@ -76,6 +87,8 @@ impl Guard {
             fence: grant.fence,
             shared,
             lease: grant.lease,
+            sync: sync.filter(|sync| sync.replicas() > 0),
+            lane: grant.lane,
         }
     }
 
@@ -101,6 +114,12 @@ impl Guard {
     /// ([`LockRequest::shared`](crate::LockRequest::shared)).
     pub fn is_shared(&self) -> bool {
         self.shared
+    }
+
+    /// The sync its grant was answered with and its extends carry
+    /// ([`LockRequest::sync`](crate::LockRequest::sync)), if any.
+    pub fn sync(&self) -> Option<ReplicaSync> {
+        self.sync
     }
 
     /// Resolves when the lease is lost: an extend was refused (the key was
@@ -160,12 +179,26 @@ impl Guard {
     ///   refuses; the lease ends at its current deadline
     ///   ([`Guard::remaining`]), the loss is signalled and the watchdog
     ///   stops.
+    /// - [`Error::NotReplicated`]: a guard acquired with a
+    ///   [`sync`](crate::LockRequest::sync), whose extend (which carries the
+    ///   same sync) fewer replicas acknowledged in time: the extension
+    ///   stands on the master, but the deadline this client counts stays
+    ///   where the last replicated extend put it. Not a loss.
     /// - [`Error::Lost`] with the earlier reason if the loss was signalled
     ///   before; [`Error::Connection`] if no reply came (before the current
     ///   deadline less the margin); [`Error::InvalidArgument`] for a ttl out
     ///   of range.
     pub async fn extend(&self, ttl: Duration) -> Result<()> {
-        self.lease.extend(ttl).await
+        self.lease.extend(ttl, None).await
+    }
+
+    /// [`Guard::extend`] with `sync` instead of the guard's own sync for
+    /// this extend (a sync of 0 replicas: none), on the guard's connection
+    /// of its own for synced requests. [`Error::NotReplicated`] as for
+    /// `extend`; `sync`'s timeout must be shorter than `ttl` less the
+    /// safety margin.
+    pub async fn extend_synced(&self, ttl: Duration, sync: ReplicaSync) -> Result<()> {
+        self.lease.extend(ttl, Some(sync)).await
     }
 
     /// Run `cmd` on the server only if this lease is still live there, in
@@ -214,7 +247,7 @@ impl Guard {
     /// # Ok(()) }
     /// ```
     pub async fn guarded<T: FromRedisValue>(&self, cmd: &Cmd) -> Result<T> {
-        let guarded = guard_cmd(&self.key, &self.token, cmd)?;
+        let guarded = guard_cmd(&self.key, &self.token, cmd, None)?;
         match self.conn.query(&guarded).await {
             Ok(reply) => Ok(reply),
             Err(e) if e.code() == Some("LOST") => {
@@ -222,6 +255,60 @@ impl Guard {
                 Err(Error::Lost(LostReason::NotHeld))
             }
             Err(e) => Err(e.into()),
+        }
+    }
+
+    /// [`Guard::guarded`], answered only once `sync`'s replicas hold the
+    /// command's effect (`LOCK.GUARD key token SYNC n ms cmd…`). A guarded
+    /// write is your data, not the lease: the guard's own sync does not
+    /// apply here, only this one.
+    ///
+    /// - [`Error::NotReplicated`]: the command ran on the master (its reply
+    ///   is lost), but fewer replicas than asked acknowledged it in time.
+    ///   The lease is kept.
+    /// - [`Error::Lost`], [`Error::Server`]: as for `guarded`.
+    /// - [`Error::Connection`]: no reply within the sync's timeout plus 2 s
+    ///   (the command may or may not have run).
+    ///
+    /// It runs on the guard's connection of its own for synced requests
+    /// (it blocks its connection until the replicas acknowledge).
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use redis_lock_client::{redis, Error, ReplicaSync};
+    ///
+    /// # async fn demo(guard: redis_lock_client::Guard) -> Result<(), Error> {
+    /// let one_replica = ReplicaSync::new(1, Duration::from_secs(1));
+    /// match guard
+    ///     .guarded_synced::<i64>(redis::cmd("INCRBY").arg("{billing}:total").arg(1200), one_replica)
+    ///     .await
+    /// {
+    ///     Ok(total) => println!("total {total}, on a replica too"),
+    ///     Err(Error::NotReplicated { .. }) => println!("written on the master only"),
+    ///     Err(e) => return Err(e),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn guarded_synced<T: FromRedisValue>(
+        &self,
+        cmd: &Cmd,
+        sync: ReplicaSync,
+    ) -> Result<T> {
+        let guarded = guard_cmd(&self.key, &self.token, cmd, Some(sync))?;
+        let Some(sync) = ReplicaSync::checked(Some(sync))? else {
+            return self.guarded(cmd).await;
+        };
+        let lane = self.lane.as_ref().ok_or(Error::InvalidArgument(NO_LANE))?;
+        let reply = lane
+            .query::<T>(&guarded, sync.timeout() + WAIT_REPLY_SLACK)
+            .await;
+        match reply {
+            Ok(reply) => Ok(reply),
+            Err(Error::Server(e)) if e.code() == Some("LOST") => {
+                self.lease.mark_lost(LostReason::NotHeld);
+                Err(Error::Lost(LostReason::NotHeld))
+            }
+            Err(e) => Err(e),
         }
     }
 

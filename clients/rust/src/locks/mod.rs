@@ -19,11 +19,11 @@ pub(crate) use request::run_guarded;
 pub use request::LockRequest;
 
 use crate::commands::{info_cmd, new_token, queue_cmd, Extended, Kind, Wait};
-use crate::conn::{LockConnection, Opener, WAIT_REPLY_SLACK};
+use crate::conn::{LockConnection, Opener, SyncLane, WAIT_REPLY_SLACK};
 use crate::error::{timed_out, Error, Result};
 use crate::info::{LockInfo, Waiter};
 use crate::lease::{BoxFuture, Lease, Renew, Renewal, Term};
-use crate::options::{check_owner, sent_ttl, LockOptions};
+use crate::options::{check_owner, sent_ttl, LockOptions, ReplicaSync};
 
 /// A handle on the lock commands of one Redis server or one Redis Cluster.
 /// Cheap to clone; clones share the connection.
@@ -175,8 +175,9 @@ impl Locks {
 
     /// The one acquire path: one try, or a wait in the server's queue.
     /// [`Error::NotAcquired`] when one try found the key held,
-    /// [`Error::TimedOut`] when the wait ran out. The lease's watchdog runs
-    /// from the grant on.
+    /// [`Error::TimedOut`] when the wait ran out,
+    /// [`Error::NotReplicated`] when a synced grant was undone. The lease's
+    /// watchdog runs from the grant on.
     pub(crate) async fn acquire_spec(&self, spec: &Spec) -> Result<Grant> {
         let ttl = sent_ttl(spec.ttl)?;
         let margin = self.options.margin_for(ttl)?;
@@ -184,9 +185,17 @@ impl Locks {
             Some(owner) => Some(check_owner(owner)?),
             None => self.options.owner_label()?,
         };
+        let sync = ReplicaSync::checked(spec.sync)?;
+        ReplicaSync::check_fits(sync, ttl, margin)?;
+        let how = How {
+            ttl,
+            margin,
+            owner,
+            sync,
+        };
         match spec.wait {
-            Wait::No => self.acquire_once(spec, ttl, margin, owner).await,
-            wait => self.acquire_queued(spec, wait, ttl, margin, owner).await,
+            Wait::No => self.acquire_once(spec, &how).await,
+            wait => self.acquire_queued(spec, wait, &how).await,
         }
     }
 
@@ -195,39 +204,42 @@ impl Locks {
     /// [`Error::Connection`] and releases in the background, in case the
     /// grant happened. Dropping this future after the command was sent can
     /// leave a grant nobody holds a guard for: it then lasts until its ttl
-    /// runs out.
-    async fn acquire_once(
-        &self,
-        spec: &Spec,
-        ttl: Duration,
-        margin: Duration,
-        owner: Option<&str>,
-    ) -> Result<Grant> {
+    /// runs out (a synced one waiting for its replicas is undone by the
+    /// server when its connection closes).
+    ///
+    /// A synced acquire blocks its connection until the replicas
+    /// acknowledge: it goes on a connection of its own, which the lease
+    /// then keeps for its synced extends.
+    async fn acquire_once(&self, spec: &Spec, how: &How<'_>) -> Result<Grant> {
         let token = new_token();
-        let cmd = spec
-            .kind
-            .acquire_cmd(&spec.key, ttl, &token, Wait::No, owner)?;
+        let cmd =
+            spec.kind
+                .acquire_cmd(&spec.key, how.ttl, &token, Wait::No, how.owner, how.sync)?;
+        let limit = how.ttl - how.margin;
+        let lane = match how.sync {
+            Some(_) => Some(Arc::new(SyncLane::new(self.opener()?))),
+            None => None,
+        };
         let sent = Instant::now();
-        let reply = tokio::time::timeout(
-            ttl - margin,
-            self.conn.query::<Option<(Vec<u8>, u64)>>(&cmd),
-        )
-        .await;
+        let reply = match &lane {
+            Some(lane) => lane.query::<Option<(Vec<u8>, u64)>>(&cmd, limit).await,
+            None => match tokio::time::timeout(limit, self.conn.query(&cmd)).await {
+                Ok(reply) => reply.map_err(Error::from),
+                Err(_) => Err(timed_out(
+                    "no reply to the acquire before the lease would end",
+                )),
+            },
+        };
         match reply {
-            Ok(Ok(Some((_, fence)))) => Ok(self.grant(spec, token, fence, ttl, margin, sent)),
-            Ok(Ok(None)) => Err(Error::NotAcquired),
-            Ok(Err(e)) => {
-                let e = Error::from(e);
+            Ok(Some((_, fence))) => Ok(self.grant(spec, how, token, fence, sent, lane)),
+            Ok(None) => Err(Error::NotAcquired),
+            // Undone by the server: nothing to give back.
+            Err(e @ Error::NotReplicated { .. }) => Err(e),
+            Err(e) => {
                 if matches!(e, Error::Connection(_)) {
                     self.release_in_background(spec, &token);
                 }
                 Err(e)
-            }
-            Err(_) => {
-                self.release_in_background(spec, &token);
-                Err(timed_out(
-                    "no reply to the acquire before the lease would end",
-                ))
             }
         }
     }
@@ -244,20 +256,21 @@ impl Locks {
     /// lease is then extended once on the shared connection: the watchdog's
     /// deadline counts from that extend. Should the grant have expired
     /// already (a reply delayed by more than the ttl), this waits again.
-    async fn acquire_queued(
-        &self,
-        spec: &Spec,
-        wait: Wait,
-        ttl: Duration,
-        margin: Duration,
-        owner: Option<&str>,
-    ) -> Result<Grant> {
+    ///
+    /// With a sync, the grant is answered once the replicas hold it, and
+    /// the pinning extend carries the sync too (on the wait's connection,
+    /// which the lease then keeps for its synced extends): a replica
+    /// without it would end the lease earlier than this client counts. If
+    /// that extend is not replicated the grant is given back, and the
+    /// error is [`Error::NotReplicated`].
+    async fn acquire_queued(&self, spec: &Spec, wait: Wait, how: &How<'_>) -> Result<Grant> {
         let opener = self.opener()?;
         let token = new_token();
         let end = match wait {
             Wait::For(wait) => Some(Instant::now() + wait),
             _ => None,
         };
+        let synced = how.sync.map_or(Duration::ZERO, |sync| sync.timeout());
         loop {
             let left = end.map(|end| end.saturating_duration_since(Instant::now()));
             // WAIT 0 would mean "no limit" to the server.
@@ -265,23 +278,27 @@ impl Locks {
                 return Err(Error::TimedOut);
             }
             let wait = left.map_or(Wait::Forever, Wait::For);
-            let cmd = spec.kind.acquire_cmd(&spec.key, ttl, &token, wait, owner)?;
+            let cmd = spec
+                .kind
+                .acquire_cmd(&spec.key, how.ttl, &token, wait, how.owner, how.sync)?;
             let query = async {
                 let dedicated = opener.open().await?;
-                dedicated.query::<Option<(Vec<u8>, u64)>>(&cmd).await
+                let reply = dedicated.query::<Option<(Vec<u8>, u64)>>(&cmd).await?;
+                Ok::<_, redis::RedisError>((dedicated, reply))
             };
             let waited = match left {
-                Some(left) => tokio::time::timeout(left + WAIT_REPLY_SLACK, query).await,
+                Some(left) => tokio::time::timeout(left + synced + WAIT_REPLY_SLACK, query).await,
                 None => Ok(query.await),
             };
-            let fence = match waited {
-                Ok(Ok(Some((_, fence)))) => fence,
-                Ok(Ok(None)) => return Err(Error::TimedOut),
+            let (dedicated, fence) = match waited {
+                Ok(Ok((dedicated, Some((_, fence))))) => (dedicated, fence),
+                Ok(Ok((_, None))) => return Err(Error::TimedOut),
                 Ok(Err(e)) => {
                     let e = Error::from(e);
                     if matches!(e, Error::Connection(_)) {
                         self.release_in_background(spec, &token);
                     }
+                    // NOSYNC: undone by the server, nothing to give back.
                     return Err(e);
                 }
                 Err(_) => {
@@ -292,60 +309,82 @@ impl Locks {
                 }
             };
             // Pin the deadline down: extend now, and count from this send.
+            let lane = how
+                .sync
+                .map(|_| Arc::new(SyncLane::with(opener.clone(), dedicated)));
             let sent = Instant::now();
-            let extend = spec.kind.extend_cmd(&spec.key, &token, ttl)?;
-            let reply = tokio::time::timeout(ttl - margin, self.conn.query::<i64>(&extend)).await;
-            match reply.map(Extended::of) {
-                Ok(Extended::Yes) => {
-                    return Ok(self.grant(spec, token, fence, ttl, margin, sent));
+            let extend = spec.kind.extend_cmd(&spec.key, &token, how.ttl, how.sync)?;
+            let limit = how.ttl - how.margin;
+            let reply = match &lane {
+                Some(lane) => lane.query::<i64>(&extend, limit).await,
+                None => match tokio::time::timeout(limit, self.conn.query::<i64>(&extend)).await {
+                    Ok(reply) => reply.map_err(Error::from),
+                    Err(_) => Err(timed_out("no reply to the extend after a waited grant")),
+                },
+            };
+            match Extended::of_result(reply) {
+                Extended::Yes => {
+                    return Ok(self.grant(spec, how, token, fence, sent, lane));
                 }
-                Ok(Extended::NotHeld) => continue,
-                Ok(Extended::Limit(e)) => {
+                Extended::NotHeld => continue,
+                Extended::Limit(e) => {
                     // Granted moments ago: only a lock.max-hold-ms barely
                     // above the ttl refuses this first extend, and without
                     // it the deadline of the grant is unknown. Give it back.
                     self.release_in_background(spec, &token);
                     return Err(Error::Server(e));
                 }
-                Ok(Extended::Failed(e)) => {
+                Extended::NotReplicated { acked, wanted } => {
+                    // The replicas hold the grant with a deadline this
+                    // client cannot know: give it back.
+                    self.release_in_background(spec, &token);
+                    return Err(Error::NotReplicated {
+                        acked,
+                        wanted,
+                        undone: true,
+                    });
+                }
+                Extended::Failed(e) => {
                     self.release_in_background(spec, &token);
                     return Err(e);
-                }
-                Err(_) => {
-                    self.release_in_background(spec, &token);
-                    return Err(timed_out("no reply to the extend after a waited grant"));
                 }
             }
         }
     }
 
-    /// Start the watchdog of a lease just granted.
+    /// Start the watchdog of a lease just granted. `lane` is the
+    /// connection of its own a synced lease's extends go on; a lease
+    /// without a sync gets one that opens when a synced request needs it.
     fn grant(
         &self,
         spec: &Spec,
+        how: &How<'_>,
         token: String,
         fence: u64,
-        ttl: Duration,
-        margin: Duration,
         sent: Instant,
+        lane: Option<Arc<SyncLane>>,
     ) -> Grant {
+        let lane = lane.or_else(|| self.opener.clone().map(|o| Arc::new(SyncLane::new(o))));
         let renew = Arc::new(SingleLease {
             conn: self.conn.clone(),
+            lane: lane.clone(),
+            sync: how.sync,
             kind: spec.kind,
             key: spec.key.clone(),
             token: token.clone(),
         });
         let term = Term {
             sent,
-            valid_until: sent + ttl,
-            ttl,
-            margin,
+            valid_until: sent + how.ttl,
+            ttl: how.ttl,
+            margin: how.margin,
         };
         Grant {
             key: spec.key.clone(),
             token,
             fence,
-            lease: Lease::start(renew, term, &self.options),
+            lease: Lease::start(renew, term, &self.options, how.sync),
+            lane,
         }
     }
 
@@ -370,6 +409,18 @@ pub(crate) struct Spec {
     pub(crate) wait: Wait,
     /// The owner label; `None`: the options' label, if any.
     pub(crate) owner: Option<String>,
+    /// Answer the grant (and extend the lease) only once that many
+    /// replicas hold it.
+    pub(crate) sync: Option<ReplicaSync>,
+}
+
+/// A [`Spec`]'s arguments, checked.
+struct How<'a> {
+    ttl: Duration,
+    margin: Duration,
+    owner: Option<&'a str>,
+    /// `None` also for a sync of 0 replicas.
+    sync: Option<ReplicaSync>,
 }
 
 /// A lease just granted, before it is wrapped in the guard of its kind.
@@ -378,34 +429,64 @@ pub(crate) struct Grant {
     pub(crate) token: String,
     pub(crate) fence: u64,
     pub(crate) lease: Lease,
+    /// Where its synced requests go (`None`: no way to open a connection
+    /// of its own, as from [`Locks::from_connection`]).
+    pub(crate) lane: Option<Arc<SyncLane>>,
 }
 
 /// One node's lease, as the watchdog sees it.
 struct SingleLease {
     conn: LockConnection,
+    /// The connection of its own for synced extends.
+    lane: Option<Arc<SyncLane>>,
+    /// The sync its extends carry, if any.
+    sync: Option<ReplicaSync>,
     kind: Kind,
     key: Vec<u8>,
     token: String,
 }
 
+impl SingleLease {
+    /// Extend to `ttl`, with `sync` (checked) if any: then on the lane, as
+    /// it blocks its connection until the replicas acknowledge.
+    async fn extend(&self, ttl: Duration, sync: Option<ReplicaSync>) -> Renewal {
+        let cmd = match self.kind.extend_cmd(&self.key, &self.token, ttl, sync) {
+            Ok(cmd) => cmd,
+            Err(e) => return Renewal::Failed(e),
+        };
+        let sent = Instant::now();
+        let reply = match (sync, &self.lane) {
+            (None, _) => self.conn.query::<i64>(&cmd).await.map_err(Error::from),
+            (Some(sync), Some(lane)) => {
+                lane.query::<i64>(&cmd, sync.timeout() + WAIT_REPLY_SLACK)
+                    .await
+            }
+            (Some(_), None) => Err(Error::InvalidArgument(NO_LANE)),
+        };
+        match Extended::of_result(reply) {
+            Extended::Yes => Renewal::Extended {
+                sent,
+                valid_until: sent + ttl,
+            },
+            Extended::NotHeld => Renewal::Refused,
+            Extended::Limit(_) => Renewal::Limit,
+            Extended::NotReplicated { acked, wanted } => Renewal::NotReplicated { acked, wanted },
+            Extended::Failed(e) => Renewal::Failed(e),
+        }
+    }
+}
+
+/// Why a synced request cannot be sent.
+pub(crate) const NO_LANE: &str = "a synced request needs a connection of its own: use \
+    Locks::connect, Locks::connect_cluster or Locks::wait_client";
+
 impl Renew for SingleLease {
     fn renew(&self, ttl: Duration) -> BoxFuture<'_, Renewal> {
-        Box::pin(async move {
-            let cmd = match self.kind.extend_cmd(&self.key, &self.token, ttl) {
-                Ok(cmd) => cmd,
-                Err(e) => return Renewal::Failed(e),
-            };
-            let sent = Instant::now();
-            match Extended::of(self.conn.query::<i64>(&cmd).await) {
-                Extended::Yes => Renewal::Extended {
-                    sent,
-                    valid_until: sent + ttl,
-                },
-                Extended::NotHeld => Renewal::Refused,
-                Extended::Limit(_) => Renewal::Limit,
-                Extended::Failed(e) => Renewal::Failed(e),
-            }
-        })
+        Box::pin(self.extend(ttl, self.sync))
+    }
+
+    fn renew_with_sync(&self, ttl: Duration, sync: Option<ReplicaSync>) -> BoxFuture<'_, Renewal> {
+        Box::pin(self.extend(ttl, sync))
     }
 
     fn release(&self) -> BoxFuture<'_, Result<bool>> {

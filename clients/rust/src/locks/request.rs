@@ -10,7 +10,7 @@ use super::{Locks, Spec};
 use crate::commands::{Kind, Wait};
 use crate::error::{Error, Result};
 use crate::lease::Lease;
-use crate::options::DEFAULT_TTL;
+use crate::options::{ReplicaSync, DEFAULT_TTL};
 
 /// A request for a lock, from [`Locks::lock`]. Nothing is sent until
 /// [`LockRequest::acquire`] or [`LockRequest::run`].
@@ -21,6 +21,7 @@ use crate::options::DEFAULT_TTL;
 /// | [`wait`](LockRequest::wait) | no wait | wait up to this long in the server's FIFO queue |
 /// | [`shared`](LockRequest::shared) | exclusive | a read lease beside other readers |
 /// | [`owner`](LockRequest::owner) | the [`LockOptions`](crate::LockOptions)' label | a public label for `LOCK.INFO`/`LOCK.QUEUE` |
+/// | [`sync`](LockRequest::sync) | none | granted only once that many replicas hold it |
 ///
 /// ```no_run
 /// use std::time::Duration;
@@ -62,6 +63,7 @@ impl std::fmt::Debug for LockRequest {
             .field("wait", &self.spec.wait)
             .field("shared", &(self.spec.kind == Kind::Shared))
             .field("owner", &self.spec.owner)
+            .field("sync", &self.spec.sync)
             .finish()
     }
 }
@@ -76,6 +78,7 @@ impl LockRequest {
                 ttl: DEFAULT_TTL,
                 wait: Wait::No,
                 owner: None,
+                sync: None,
             },
         }
     }
@@ -137,11 +140,40 @@ impl LockRequest {
         self
     }
 
+    /// Answer the grant only once `replicas` replicas have acknowledged it
+    /// (`SYNC replicas timeout-ms`), within `timeout`; when fewer did, the
+    /// server undoes it as a release would, and the acquire fails with
+    /// [`Error::NotReplicated`] (nothing is held, nothing to release).
+    ///
+    /// - The lease's extends (the watchdog's and [`Guard::extend`]) carry
+    ///   the same sync, so the replicas keep up with the lease: one
+    ///   answered `NOSYNC` is not counted (the lease's deadline stays where
+    ///   the last replicated extend put it) and is tried again, and if none
+    ///   is replicated before the deadline minus the safety margin the lease
+    ///   is lost with [`LostReason::NotReplicated`](crate::LostReason::NotReplicated).
+    /// - A synced request blocks its connection until the replicas
+    ///   acknowledge (a few ms on Redis 7.2+ and Valkey, up to about a
+    ///   second on Redis 7.0, whose replicas acknowledge once a second): the
+    ///   guard keeps a connection of its own for them (as a wait does:
+    ///   [`Locks::from_connection`] needs [`Locks::wait_client`]).
+    /// - `timeout` must be shorter than the ttl less the safety margin
+    ///   ([`Error::InvalidArgument`]); `replicas` is 0 to 1000 (0: no sync).
+    ///
+    /// With [`wait`](LockRequest::wait), the grant from the queue is
+    /// answered once synced, and its pinning extend is synced too (if that
+    /// one is not replicated, the grant is given back: `NotReplicated`).
+    pub fn sync(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.spec.sync = Some(ReplicaSync::new(replicas, timeout));
+        self
+    }
+
     /// Take the lock: a [`Guard`] whose watchdog runs from the grant on.
     ///
     /// - [`Error::NotAcquired`]: held by someone else (or others wait), and
     ///   no wait was asked for.
     /// - [`Error::TimedOut`]: the wait ran out.
+    /// - [`Error::NotReplicated`]: with [`sync`](LockRequest::sync), fewer
+    ///   replicas acknowledged the grant in time; it was undone.
     /// - [`Error::Server`]: `WRONGTYPE` (the key is not a lock), `ERR this
     ///   token holds the lock in the other mode` (tokens are drawn anew
     ///   for each acquire, so only with tokens of your own), `LIMIT
@@ -158,7 +190,12 @@ impl LockRequest {
     pub async fn acquire(self) -> Result<Guard> {
         let shared = self.spec.kind == Kind::Shared;
         let grant = self.locks.acquire_spec(&self.spec).await?;
-        Ok(Guard::of(self.locks.connection().clone(), grant, shared))
+        Ok(Guard::of(
+            self.locks.connection().clone(),
+            grant,
+            shared,
+            self.spec.sync,
+        ))
     }
 
     /// Run `work` under the lock: acquire, keep the lease alive while

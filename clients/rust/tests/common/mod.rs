@@ -99,3 +99,55 @@ impl Cluster {
         self.nodes.iter().map(|n| n.url()).collect()
     }
 }
+
+/// A master and a replica (both with the module), the replica synced and
+/// acknowledging: for `sync`. Dropping (or `kill`ing) the replica takes it
+/// away; the master sees its link close.
+pub fn pair() -> (Server, Server) {
+    // The full sync starts at once (Redis waits 5 s by default, for more
+    // replicas to join the same transfer).
+    let master = Server::start_with(&["--repl-diskless-sync-delay", "0"]);
+    let replica = Server::start();
+    let mut follower = replica.admin();
+    let _: () = redis::cmd("REPLICAOF")
+        .arg("127.0.0.1")
+        .arg(master.port)
+        .query(&mut follower)
+        .expect("REPLICAOF");
+    let mut admin = master.admin();
+    wait_until(Duration::from_secs(20), || {
+        info_field(&mut follower, "replication", "master_link_status") == "up"
+            && info_field(&mut admin, "replication", "slave0").contains("state=online")
+    });
+    // Redis 7.0 streams writes to a replica after a diskless sync only once
+    // it acknowledged (~1 s): a write acknowledged (`WAIT`, which asks the
+    // replica at once) shows the stream flowing, so that the tests' short
+    // sync timeouts hold.
+    let _: () = redis::cmd("SET")
+        .arg("replica:probe")
+        .arg(1)
+        .query(&mut admin)
+        .expect("SET");
+    let _: i64 = redis::cmd("DEL")
+        .arg("replica:probe")
+        .query(&mut admin)
+        .expect("DEL");
+    let acked: i64 = redis::cmd("WAIT")
+        .arg(1)
+        .arg(20_000)
+        .query(&mut admin)
+        .expect("WAIT");
+    assert_eq!(acked, 1, "the replica acknowledges");
+    (master, replica)
+}
+
+/// One `field:value` line of `INFO section` ("" when absent).
+pub fn info_field(con: &mut redis::Connection, section: &str, field: &str) -> String {
+    let text: String = redis::cmd("INFO").arg(section).query(con).expect("INFO");
+    let prefix = format!("{field}:");
+    text.lines()
+        .find_map(|line| line.strip_prefix(&prefix))
+        .unwrap_or("")
+        .trim()
+        .to_string()
+}
