@@ -457,3 +457,30 @@ fn synced_grants_end_the_same_on_the_replica_and_after_an_aof_reload() {
     assert_eq!(digest(&mut m), state);
     assert!(lock_info(&mut m, "c").is_none());
 }
+
+#[test]
+fn a_guarded_command_that_fails_or_only_reads_answers_at_once() {
+    // No replica at all: anything that waited would end in NOSYNC.
+    let server = Server::start();
+    let mut con = server.conn();
+    let _: () = redis::cmd("SET").arg("s").arg("v").query(&mut con).unwrap();
+    grant(&mut con, &["LOCK.ACQUIRE", "k", "60000", "TOKEN", "t"]).unwrap();
+    fn guard<'a>(cmd: &[&'a str]) -> Vec<&'a str> {
+        let mut parts = vec!["LOCK.GUARD", "k", "t", "SYNC", "1", SYNCED];
+        parts.extend_from_slice(cmd);
+        parts
+    }
+    let wrong = run(&mut con, &guard(&["LPUSH", "s", "x"])).unwrap_err();
+    assert_eq!(wrong.code(), Some("WRONGTYPE"), "{wrong}");
+    let unknown = run(&mut con, &guard(&["NOSUCHCMD", "a"])).unwrap_err();
+    assert_eq!(unknown.code(), Some("ERR"), "{unknown}");
+    let read = run(&mut con, &guard(&["GET", "s"])).unwrap();
+    assert_eq!(read, Value::BulkString(b"v".to_vec()));
+    assert_eq!(counter(&mut con, "sync_timeouts"), 0);
+    // A write still waits, and says what stands.
+    let write = run(
+        &mut con,
+        &["LOCK.GUARD", "k", "t", "SYNC", "1", "50", "SET", "o", "1"],
+    );
+    assert_eq!(write.unwrap_err().code(), Some("NOSYNC"));
+}

@@ -482,6 +482,17 @@ pub struct CommandFlags {
     /// `noscript`: Redis refuses it in scripts (`MULTI`, `EXEC`, `WATCH`,
     /// `SUBSCRIBE`, …, and the script commands themselves).
     pub noscript: bool,
+    /// `readonly`: it never writes (`GET`, `LRANGE`, …).
+    pub readonly: bool,
+}
+
+/// `LOCK.GUARD … SYNC`: whether the reply waits for replicas, after the
+/// guarded command ran (its flags, and whether it replied an error). A
+/// command that failed, or that never writes (not a script, which may),
+/// replicated nothing: its own reply goes back at once.
+pub fn guard_sync_waits(flags: Option<CommandFlags>, run: &GuardedRun, failed: bool) -> bool {
+    let reads_only = flags.is_some_and(|f| f.readonly) && run.script_mode;
+    !failed && !reads_only
 }
 
 /// How a guarded command is run.
@@ -1159,6 +1170,7 @@ mod tests {
         let blocking = Some(CommandFlags {
             blocking: true,
             noscript: false,
+            readonly: false,
         });
         assert_eq!(
             guarded_command(b"BLPOP", &NO_ARGS, blocking, false),
@@ -1167,6 +1179,7 @@ mod tests {
         let noscript = Some(CommandFlags {
             blocking: false,
             noscript: true,
+            readonly: false,
         });
         for name in [&b"MULTI"[..], b"exec", b"WATCH", b"SUBSCRIBE"] {
             assert_eq!(
@@ -1210,6 +1223,7 @@ mod tests {
         let blocking = Some(CommandFlags {
             blocking: true,
             noscript: false,
+            readonly: false,
         });
         let run = Ok(GuardedRun {
             script_mode: true,
@@ -1320,5 +1334,31 @@ mod tests {
         );
         assert_eq!(grant_deadline(70, None), 70);
         assert_eq!(grant_deadline(70, Some(attach)), 1_000_000);
+    }
+
+    #[test]
+    fn a_guarded_sync_waits_only_for_a_command_that_may_have_written() {
+        let plain = GuardedRun {
+            script_mode: true,
+            read_only_twin: None,
+        };
+        let script = GuardedRun {
+            script_mode: false,
+            read_only_twin: Some(c"EVAL_RO"),
+        };
+        let reads = Some(CommandFlags {
+            readonly: true,
+            ..CommandFlags::default()
+        });
+        assert!(guard_sync_waits(None, &plain, false));
+        assert!(guard_sync_waits(
+            Some(CommandFlags::default()),
+            &plain,
+            false
+        ));
+        assert!(!guard_sync_waits(reads, &plain, false));
+        assert!(!guard_sync_waits(None, &plain, true));
+        // A script may write whatever its command's flags say.
+        assert!(guard_sync_waits(reads, &script, false));
     }
 }

@@ -98,8 +98,13 @@ fn guard(ctx: &Context, args: &[RedisString], access: Access) -> Result<(), Lock
         call::call_and_reply(ctx, command, name, run.script_mode, read_only);
         return Ok(());
     };
-    // Answered once the replicas hold what the command did.
+    // Answered once the replicas hold what the command did; at once if it
+    // failed or only read (it replicated nothing).
     let reply = call::call(ctx, command, name, run.script_mode, read_only)?;
+    if !decide::guard_sync_waits(flags, &run, reply.is_error()) {
+        reply.reply(ctx);
+        return Ok(());
+    }
     let answer = Answer::Call(reply);
     sync::block(ctx, sync, answer, Stands::Guarded, None, waiting::undo)
 }

@@ -119,6 +119,7 @@ fn ask(ctx: &Context, name: &[u8]) -> Option<(CommandFlags, bool)> {
                 match text(element(list, i)) {
                     Some(b"blocking") => flags.blocking = true,
                     Some(b"noscript") => flags.noscript = true,
+                    Some(b"readonly") => flags.readonly = true,
                     _ => {}
                 }
             }
@@ -244,6 +245,14 @@ impl Drop for Guarding {
 pub struct CallReply(*mut raw::RedisModuleCallReply);
 
 impl CallReply {
+    /// Whether it is an error reply.
+    pub fn is_error(&self) -> bool {
+        unsafe {
+            raw::RedisModule_CallReplyType
+                .is_some_and(|kind| kind(self.0) == raw::REDISMODULE_REPLY_ERROR as i32)
+        }
+    }
+
     /// Send it to the client of `ctx`, as it is.
     pub fn reply(&self, ctx: &Context) {
         unsafe {
