@@ -20,6 +20,19 @@ const COMMANDS: &[(&str, &[&str], bool)] = &[
     ("lock.info", &["read", "fast"], false),
     ("lock.queue", &["read", "fast"], false),
     ("lock.observe", &["read", "slow", "blocking"], true),
+    (
+        "lock.revoke",
+        &["write", "slow", "dangerous", "admin"],
+        false,
+    ),
+    ("lock.lease|grant", &["write", "fast"], false),
+    ("lock.lease|keepalive", &["write", "fast"], false),
+    (
+        "lock.lease|revoke",
+        &["write", "slow", "dangerous", "admin"],
+        false,
+    ),
+    ("lock.lease|info", &["read", "fast"], false),
     ("sem.acquire", &["write", "fast", "blocking"], true),
     ("sem.extend", &["write", "fast"], false),
     ("sem.release", &["write", "fast"], false),
@@ -27,10 +40,28 @@ const COMMANDS: &[(&str, &[&str], bool)] = &[
     ("lock.setstate", &["write", "fast", "dangerous"], false),
     ("lock.setholder", &["write", "fast", "dangerous"], false),
     ("lock.delholder", &["write", "fast", "dangerous"], false),
+    ("lock.leaseset", &["write", "fast", "dangerous"], false),
+    ("lock.leasedel", &["write", "fast", "dangerous"], false),
 ];
 
 /// The internal commands (replication and the AOF): never in `@lock`.
-const INTERNAL: [&str; 3] = ["lock.setstate", "lock.setholder", "lock.delholder"];
+const INTERNAL: [&str; 5] = [
+    "lock.setstate",
+    "lock.setholder",
+    "lock.delholder",
+    "lock.leaseset",
+    "lock.leasedel",
+];
+
+/// Where a command's key is: argument 1, or none for the lease groups'
+/// commands (`LOCK.LEASE …`, `LOCK.LEASESET`, `LOCK.LEASEDEL`).
+fn keys_of(name: &str) -> (i64, i64, i64) {
+    if name.starts_with("lock.lease") {
+        (0, 0, 0)
+    } else {
+        (1, 1, 1)
+    }
+}
 
 /// What `COMMAND INFO name` says: its flags, its first key, last key and
 /// step, and its ACL categories (without the `@`).
@@ -108,7 +139,7 @@ fn command_info_shows_each_commands_categories_flags_and_first_key() {
             info.flags
         );
         // The key spec that routes every command in Cluster is unchanged.
-        assert_eq!(info.keys, (1, 1, 1), "{name}");
+        assert_eq!(info.keys, keys_of(name), "{name}");
     }
     // The module category lists exactly the client commands.
     let listed: redis::RedisResult<Vec<String>> =
@@ -203,6 +234,44 @@ fn blocking_and_dangerous_categories_hold_what_they_say() {
     assert!(!noperm(&mut user, &["LOCK.ACQUIRE", "other", "1000"]));
     assert!(!noperm(&mut user, &["LOCK.RELEASE", "k", "t"]));
     assert!(!exists(&mut server.conn(), "k"));
+}
+
+#[test]
+fn a_worker_without_dangerous_cannot_revoke_others_holds() {
+    // The recipe of docs/operations.md: `+@lock -@dangerous` where the server
+    // has `@lock` (Redis 7.4+, Valkey 8+), else `+@write +@read -@dangerous`
+    // (Redis 7.2); on Redis 7.0 commands are granted by name.
+    let (server, mut user, support) = server_with_user("-@all");
+    let mut admin = server.conn();
+    let rules = match support {
+        AclSupport::ModuleCategory => "user +@lock -@dangerous",
+        AclSupport::Standard => "user +@write +@read -@dangerous",
+        AclSupport::None => {
+            "user +lock.acquire +lock.release +lock.extend +lock.lease|grant +lock.lease|keepalive"
+        }
+    };
+    acl_setuser(&mut admin, rules).expect("ACL SETUSER");
+    let id: String = redis::cmd("LOCK.LEASE")
+        .arg("GRANT")
+        .arg(60000)
+        .query(&mut user)
+        .expect("a worker grants a lease");
+    assert!(!noperm(&mut user, &["LOCK.LEASE", "KEEPALIVE", &id]));
+    assert!(!noperm(
+        &mut user,
+        &["LOCK.ACQUIRE", "mine", "60000", "LEASE", &id]
+    ));
+    assert!(noperm(&mut user, &["LOCK.REVOKE", "k"]));
+    assert!(noperm(&mut user, &["LOCK.LEASE", "REVOKE", &id]));
+    assert!(noperm(&mut user, &["LOCK.LEASESET", &id, "1", "1000", "1"]));
+    assert!(exists(&mut admin, "k"), "nothing revoked");
+    assert!(exists(&mut admin, "mine"));
+    // The operator, who has every right, may.
+    let revoked: i64 = redis::cmd("LOCK.REVOKE")
+        .arg("k")
+        .query(&mut admin)
+        .unwrap();
+    assert_eq!(revoked, 1);
 }
 
 #[test]

@@ -1520,3 +1520,76 @@ fn cluster_master_kill_under_load_never_repeats_a_fence() {
         assert!(got.is_some(), "{key} not granted after the failover");
     }
 }
+
+#[test]
+fn cluster_a_lease_lives_on_its_node_and_holds_attach_there_only() {
+    let mut cluster = Cluster::start();
+    let key = "{jobs}:lock";
+    let owner = cluster.owner(get_slot(key.as_bytes()));
+    let other = cluster
+        .masters()
+        .into_iter()
+        .find(|m| m.port != owner.port)
+        .expect("another master");
+    // Granted on the node that serves the key: holds attach there.
+    let mut on_owner = cluster.node(owner.port).conn();
+    let id: String = redis::cmd("LOCK.LEASE")
+        .arg("GRANT")
+        .arg(60_000)
+        .query(&mut on_owner)
+        .unwrap();
+    let granted: Option<(String, u64)> = redis::cmd("LOCK.ACQUIRE")
+        .arg(key)
+        .arg(60_000)
+        .arg("LEASE")
+        .arg(&id)
+        .query(&mut on_owner)
+        .unwrap();
+    assert!(granted.is_some());
+    // Another node: the key is redirected as always; a key it serves, with
+    // a lease it does not have, is NOLEASE and nothing is granted.
+    let mut on_other = cluster.node(other.port).conn();
+    let moved = error_of(
+        &mut on_other,
+        redis::cmd("LOCK.ACQUIRE")
+            .arg(key)
+            .arg(60_000)
+            .arg("LEASE")
+            .arg(&id),
+    );
+    assert!(moved.starts_with("MOVED"), "{moved}");
+    let local = (0..10_000)
+        .map(|i| format!("k{i}"))
+        .find(|k| {
+            let slot = get_slot(k.as_bytes());
+            other.slots.iter().any(|(a, b)| (*a..=*b).contains(&slot))
+        })
+        .expect("a key of the other node");
+    let refused = error_of(
+        &mut on_other,
+        redis::cmd("LOCK.ACQUIRE")
+            .arg(&local)
+            .arg(60_000)
+            .arg("LEASE")
+            .arg(&id),
+    );
+    assert!(refused.starts_with("NOLEASE"), "{refused}");
+    let exists: i64 = redis::cmd("EXISTS")
+        .arg(&local)
+        .query(&mut on_other)
+        .unwrap();
+    assert_eq!(exists, 0);
+    // The keyless commands run on whichever node gets them.
+    let alive: i64 = redis::cmd("LOCK.LEASE")
+        .arg("KEEPALIVE")
+        .arg(&id)
+        .query(&mut on_other)
+        .unwrap();
+    assert_eq!(alive, 0, "another node's lease is unknown here");
+    let revoked: i64 = redis::cmd("LOCK.LEASE")
+        .arg("REVOKE")
+        .arg(&id)
+        .query(&mut on_owner)
+        .unwrap();
+    assert_eq!(revoked, 1);
+}

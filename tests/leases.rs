@@ -83,7 +83,7 @@ fn leased(con: &mut Connection, parts: &[&str], id: &str) -> Option<(String, u64
 fn one_keepalive_keeps_every_kind_of_hold_alive_past_its_own_ttl() {
     let server = Server::start();
     let mut con = server.conn();
-    let id = grant_lease(&mut con, 400, Some("pod-7"));
+    let id = grant_lease(&mut con, 1000, Some("pod-7"));
     assert_eq!(id.len(), 32);
     assert!(id
         .bytes()
@@ -135,8 +135,8 @@ fn one_keepalive_keeps_every_kind_of_hold_alive_past_its_own_ttl() {
     assert_eq!(release(&mut con, "rw", "r"), 1);
     assert_eq!(int(&lease_info(&mut con, &id).unwrap()["holds"]), 2);
     assert!(counter(&mut con, "keepalives") >= 12);
-    // The second lease, never kept alive, ran out long ago.
-    assert_eq!(counter(&mut con, "leases"), 1);
+    // The second lease, never kept alive, runs out.
+    wait_until(Duration::from_secs(10), || counter(&mut con, "leases") == 1);
     // Never the id: not in INFO, LOCK.INFO, SEM.INFO.
     let text: String = redis::cmd("INFO").arg("lock").query(&mut con).unwrap();
     assert!(!text.contains(&id));
@@ -153,38 +153,44 @@ fn one_keepalive_keeps_every_kind_of_hold_alive_past_its_own_ttl() {
 
 #[test]
 fn a_key_attached_for_many_horizons_never_outlives_its_ttl_nor_loses_it() {
-    // A lease of 20 ms: its keys run 64 ttls (1.28 s) ahead, and keepalives
-    // for longer than that must move them, a few at a time.
+    // A lease of 50 ms: its keys run 64 ttls (3.2 s) ahead, and keepalives
+    // for longer than that must move them, a few at a time. A stall of the
+    // test longer than the lease (a loaded machine) ends the lease, as it
+    // must: then the attempt starts again with a new one.
     let server = Server::start();
     let mut con = server.conn();
-    let id = grant_lease(&mut con, 20, None);
-    for i in 0..20 {
-        let key = format!("k{i}");
-        leased(&mut con, &["LOCK.ACQUIRE", &key, "10"], &id).expect("granted");
-    }
-    let start = std::time::Instant::now();
-    while start.elapsed() < Duration::from_millis(2_500) {
-        assert_eq!(lease_cmd(&mut con, "KEEPALIVE", &id), Value::Int(1));
-        let deadline = int(&lease_info(&mut con, &id).unwrap()["deadline"]);
-        for i in 0..20 {
-            let key = format!("k{i}");
-            let expire_at: i64 = redis::cmd("PEXPIRETIME")
-                .arg(&key)
-                .query(&mut con)
-                .unwrap_or(-3);
-            if expire_at == -3 {
-                // Redis 7.0 has PEXPIRETIME; a server without it is checked by PTTL.
-                assert!(pttl(&mut con, &key) > 0, "{key}");
-            } else {
-                assert!(
-                    expire_at >= deadline,
-                    "{key}: TTL {expire_at} behind lease {deadline}"
-                );
-            }
+    let mut kept_alive = false;
+    for attempt in 0..5 {
+        let id = grant_lease(&mut con, 50, None);
+        let keys: Vec<String> = (0..20).map(|i| format!("k{attempt}-{i}")).collect();
+        for key in &keys {
+            leased(&mut con, &["LOCK.ACQUIRE", key, "10"], &id).expect("granted");
         }
-        thread::sleep(Duration::from_millis(5));
+        let start = std::time::Instant::now();
+        let mut checked = 0usize;
+        kept_alive = loop {
+            if start.elapsed() > Duration::from_millis(4_000) {
+                break true;
+            }
+            if lease_cmd(&mut con, "KEEPALIVE", &id) != Value::Int(1) {
+                break false;
+            }
+            let deadline = int(&lease_info(&mut con, &id).unwrap()["deadline"]);
+            let key = &keys[checked % keys.len()];
+            checked += 1;
+            let expire_at: i64 = redis::cmd("PEXPIRETIME").arg(key).query(&mut con).unwrap();
+            assert!(
+                expire_at >= deadline,
+                "{key}: TTL {expire_at} behind its lease {deadline}"
+            );
+        };
+        if kept_alive {
+            assert_eq!(int(&lease_info(&mut con, &id).unwrap()["holds"]), 20);
+            assert!(keys.iter().all(|key| exists(&mut con, key)));
+            break;
+        }
     }
-    assert_eq!(int(&lease_info(&mut con, &id).unwrap()["holds"]), 20);
+    assert!(kept_alive, "no attempt kept its lease alive for 4 s");
 }
 
 #[test]
@@ -663,7 +669,7 @@ fn after_a_restart_or_a_promotion_a_lease_still_runs_out() {
 
     let mut server = Server::start_with(&["--save", "1 1", "--appendonly", "no"]);
     let mut con = server.conn();
-    let id = grant_lease(&mut con, 1500, None);
+    let id = grant_lease(&mut con, 5000, None);
     leased(&mut con, &["LOCK.ACQUIRE", "q", "60000"], &id).unwrap();
     let _: () = redis::cmd("SAVE").query(&mut con).unwrap();
     server.kill();

@@ -616,3 +616,97 @@ fn a_grant_inside_a_lua_script_reaches_the_replica_unchanged() {
     promote(&mut r);
     assert_eq!(release(&mut r, "b", &drawn_token), 1);
 }
+
+/// Lease groups travel as their effects: `LOCK.LEASESET` with the lease's
+/// whole state and an absolute deadline at the grant and at each keepalive,
+/// the attached hold with `LEASE number`, its end as the holds' own effects
+/// then `LOCK.LEASEDEL`; `LOCK.LEASE` and `LOCK.REVOKE` themselves never.
+#[test]
+fn lease_groups_are_replicated_as_their_effects_with_absolute_times() {
+    let master = Server::start();
+    let mut link = ReplicationStream::open(&master);
+    let mut con = master.conn();
+    let t0 = now_ms();
+    let id: String = redis::cmd("LOCK.LEASE")
+        .arg("GRANT")
+        .arg(30_000)
+        .arg("OWNER")
+        .arg("pod")
+        .query(&mut con)
+        .unwrap();
+    let t1 = now_ms();
+    let shown: std::collections::HashMap<String, Value> = redis::cmd("LOCK.LEASE")
+        .arg("INFO")
+        .arg(&id)
+        .query(&mut con)
+        .unwrap();
+    let number = match shown["lease"] {
+        Value::Int(n) => n,
+        ref other => panic!("{other:?}"),
+    };
+    let (_, fence) = redis::cmd("LOCK.ACQUIRE")
+        .arg("lk")
+        .arg(1_000)
+        .arg("TOKEN")
+        .arg("me")
+        .arg("LEASE")
+        .arg(&id)
+        .query::<(String, u64)>(&mut con)
+        .unwrap();
+    let t2 = now_ms();
+    let alive: i64 = redis::cmd("LOCK.LEASE")
+        .arg("KEEPALIVE")
+        .arg(&id)
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(alive, 1);
+    let t3 = now_ms();
+    let revoked: i64 = redis::cmd("LOCK.LEASE")
+        .arg("REVOKE")
+        .arg(&id)
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(revoked, 1);
+    acquire(&mut con, "op", 60_000, Some("o")).unwrap();
+    let _: i64 = redis::cmd("LOCK.REVOKE").arg("op").query(&mut con).unwrap();
+
+    let effects =
+        link.effects_until(|c| c[0] == "DEL" && c.get(1).map(String::as_str) == Some("op"));
+    let names: Vec<&str> = effects.iter().map(|c| c[0].as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "LOCK.LEASESET",
+            "LOCK.SETSTATE",
+            "LOCK.LEASESET",
+            "DEL",
+            "LOCK.LEASEDEL",
+            "LOCK.SETSTATE",
+            "DEL"
+        ],
+        "{effects:?}"
+    );
+    let within = |cmd: &[String], at: usize, from: i64, to: i64| {
+        let d: i64 = cmd[at].parse().unwrap();
+        assert!(d >= from && d <= to, "{cmd:?}: {d} not in [{from}, {to}]");
+    };
+    // `LOCK.LEASESET id number ttl deadline OWNER pod`.
+    assert_eq!(
+        &effects[0][1..4],
+        [id.as_str(), &number.to_string(), "30000"]
+    );
+    within(&effects[0], 4, t0 + 30_000, t1 + 30_000);
+    assert_eq!(&effects[0][5..], ["OWNER", "pod"]);
+    // The hold: its key runs to the lease's horizon, and it names the lease.
+    let hold = &effects[1];
+    assert_eq!(
+        &hold[..4],
+        ["LOCK.SETSTATE", "lk", "me", &fence.to_string()]
+    );
+    let horizon: i64 = hold[4].parse().unwrap();
+    assert!(horizon >= t0 + 30_000 + 64 * 30_000, "{hold:?}");
+    assert_eq!(&hold[hold.len() - 2..], ["LEASE", &number.to_string()]);
+    within(&effects[2], 4, t2 + 30_000, t3 + 30_000);
+    assert_eq!(effects[3], ["DEL", "lk"]);
+    assert_eq!(effects[4], ["LOCK.LEASEDEL", &id]);
+}
