@@ -680,3 +680,73 @@ fn after_a_restart_or_a_promotion_a_lease_still_runs_out() {
     wait_until(Duration::from_secs(20), || !exists(&mut con, "q"));
     assert_eq!(lease_info(&mut con, &id), None);
 }
+
+#[test]
+fn a_waiter_with_a_lease_is_attached_when_it_is_handed_the_key() {
+    let server = Server::start();
+    let mut con = server.conn();
+    let id = grant_lease(&mut con, 60000, Some("waiting-pod"));
+    acquire(&mut con, "q", 60000, Some("first")).unwrap();
+    run(
+        &mut con,
+        &["SEM.ACQUIRE", "permits", "1", "60000", "TOKEN", "p1"],
+    )
+    .unwrap();
+    let waiters: Vec<_> = [
+        vec![
+            "LOCK.ACQUIRE",
+            "q",
+            "10",
+            "TOKEN",
+            "w",
+            "WAIT",
+            "20000",
+            "LEASE",
+        ],
+        vec![
+            "SEM.ACQUIRE",
+            "permits",
+            "1",
+            "10",
+            "TOKEN",
+            "w",
+            "WAIT",
+            "20000",
+            "LEASE",
+        ],
+    ]
+    .into_iter()
+    .map(|parts| {
+        let mut c = server.conn();
+        let mut parts: Vec<String> = parts.into_iter().map(String::from).collect();
+        parts.push(id.clone());
+        thread::spawn(move || {
+            let parts: Vec<&str> = parts.iter().map(String::as_str).collect();
+            run(&mut c, &parts).unwrap()
+        })
+    })
+    .collect();
+    wait_until(Duration::from_secs(10), || {
+        counter(&mut con, "waiters") == 2
+    });
+    assert_eq!(release(&mut con, "q", "first"), 1);
+    let _: i64 = redis::cmd("SEM.RELEASE")
+        .arg("permits")
+        .arg("p1")
+        .query(&mut con)
+        .unwrap();
+    for waiter in waiters {
+        assert!(matches!(waiter.join().unwrap(), Value::Array(_)));
+    }
+    let shown = lease_info(&mut con, &id).unwrap();
+    assert_eq!(int(&shown["holds"]), 2);
+    assert_eq!(
+        int(&lock_info(&mut con, "q").unwrap()["lease"]),
+        int(&shown["lease"])
+    );
+    // Its 10 ms ttl does not end it: the lease does.
+    thread::sleep(Duration::from_millis(200));
+    assert!(exists(&mut con, "q") && exists(&mut con, "permits"));
+    assert_eq!(lease_cmd(&mut con, "REVOKE", &id), Value::Int(2));
+    assert!(!exists(&mut con, "q") && !exists(&mut con, "permits"));
+}

@@ -85,6 +85,18 @@ fuzz_target!(|data: &[u8]| {
                 assert!((1..=MAX_OWNER_LEN).contains(&o.len()));
                 canonical.extend([&b"Owner"[..], o]);
             }
+            if p.shared {
+                canonical.push(&b"Shared"[..]);
+            }
+            let sync = p.sync.map(|s| (s.replicas.to_string(), s.timeout_ms.to_string()));
+            if let Some((n, t)) = &sync {
+                canonical.extend([&b"sync"[..], n.as_bytes(), t.as_bytes()]);
+            }
+            let mut lease_text = [0u8; 32];
+            if let Some(id) = p.lease {
+                // A lease id is 32 lowercase hex digits and reads back as itself.
+                canonical.extend([&b"LEASE"[..], &*id.text(&mut lease_text)]);
+            }
             assert_eq!(parse_acquire(&canonical, DEFAULT_MAX_TTL_MS), Ok(p));
         }
         Err(e) => coded(e),
@@ -99,6 +111,30 @@ fuzz_target!(|data: &[u8]| {
     }
     match parse_release(&args) {
         Ok(p) => assert!((1..=MAX_TOKEN_LEN).contains(&p.token.len())),
+        Err(e) => coded(e),
+    }
+    // Lease groups and revocation: ids read back as themselves, reasons
+    // and labels stay within their bounds.
+    match redis_lock_core::args::parse_lease_grant(&args, DEFAULT_MAX_TTL_MS) {
+        Ok(p) => {
+            assert!((1..=DEFAULT_MAX_TTL_MS).contains(&p.ttl_ms));
+            assert!(p.owner.map_or(true, |o| (1..=MAX_OWNER_LEN).contains(&o.len())));
+        }
+        Err(e) => coded(e),
+    }
+    match redis_lock_core::args::parse_lease_id(&args) {
+        Ok(id) => {
+            let mut text = [0u8; 32];
+            assert_eq!(id.text(&mut text), args[2]);
+        }
+        Err(e) => coded(e),
+    }
+    match redis_lock_core::args::parse_revoke(&args) {
+        Ok(reason) => assert!(reason.map_or(true, |r| (1..=128).contains(&r.len()))),
+        Err(e) => coded(e),
+    }
+    match redis_lock_core::args::parse_leaseset(&args) {
+        Ok(p) => assert!(p.number >= 1 && p.ttl_ms >= 1 && p.deadline_ms >= 0),
         Err(e) => coded(e),
     }
     match parse_info(&args) {
@@ -122,7 +158,7 @@ fuzz_target!(|data: &[u8]| {
             // report: a name with a NUL byte never runs, a lock command
             // never runs, and a script's read-only twin is a script command.
             let (name, rest) = (args[GUARDED_COMMAND], &args[GUARDED_COMMAND + 1..]);
-            for flags in [None, Some(CommandFlags::default()), Some(CommandFlags { blocking: true, noscript: false }), Some(CommandFlags { blocking: false, noscript: true })] {
+            for flags in [None, Some(CommandFlags::default()), Some(CommandFlags { blocking: true, noscript: false, readonly: false }), Some(CommandFlags { blocking: false, noscript: true, readonly: false })] {
                 for in_script in [false, true] {
                     match guarded_command(name, rest, flags, in_script) {
                         Ok(run) => {
