@@ -765,3 +765,25 @@ fn a_waiter_with_a_lease_is_attached_when_it_is_handed_the_key() {
     assert_eq!(lease_cmd(&mut con, "REVOKE", &id), Value::Int(2));
     assert!(!exists(&mut con, "q") && !exists(&mut con, "permits"));
 }
+
+#[test]
+fn a_lease_that_runs_out_starts_the_lock_delay_a_revoked_one_does_not() {
+    let server = Server::start();
+    let mut con = server.conn();
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("lock.expiry-delay-ms")
+        .arg(30_000)
+        .query(&mut con)
+        .unwrap();
+    let id = grant_lease(&mut con, 100, None);
+    leased(&mut con, &["LOCK.ACQUIRE", "delayed", "60000"], &id).unwrap();
+    wait_until(Duration::from_secs(10), || !exists(&mut con, "delayed"));
+    // Expired: nobody gets it during the lock-delay.
+    assert_eq!(acquire(&mut con, "delayed", 1000, None), None);
+    // Revoked: released, so no delay.
+    let id = grant_lease(&mut con, 60_000, None);
+    leased(&mut con, &["LOCK.ACQUIRE", "released", "60000"], &id).unwrap();
+    assert_eq!(lease_cmd(&mut con, "REVOKE", &id), Value::Int(1));
+    assert!(acquire(&mut con, "released", 1000, None).is_some());
+}
