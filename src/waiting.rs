@@ -588,19 +588,7 @@ fn renew_head(
             lease::renew(ctx, lock_key, name, token, &renewal, owner).map(|()| renewal)
         });
     match renewed {
-        Ok(renewal) => {
-            metrics::count(Counter::Renewals);
-            if let Some(client) = waiter.session {
-                sessions::bind(ctx, client, db, key, renewal.fence);
-            }
-            let grant = Grant {
-                db,
-                key: key.into(),
-                token: token.into(),
-                fence: renewal.fence,
-            };
-            answer(ctx, id, waiter.sync, grant, Stands::Extension);
-        }
+        Ok(renewal) => answer_holder(ctx, db, key, id, &waiter, renewal.fence),
         Err(error) => blocked::unblock::<Queue>(id, Outcome::Failed(error)),
     }
 }
@@ -613,6 +601,13 @@ fn held_head(ctx: &Context, db: i32, name: &RedisString, fence: u64) {
         return;
     };
     dismiss(ctx, &waiter);
+    answer_holder(ctx, db, key, id, &waiter, fence);
+}
+
+/// Answer a head whose token holds the key (renewed, or kept by its lease
+/// group) with its grant at `fence`, as a renewal: bound to its SESSION,
+/// with `SYNC` waited for as for an extension.
+fn answer_holder(ctx: &Context, db: i32, key: &[u8], id: BlockedId, waiter: &Waiter, fence: u64) {
     let Some(token) = waiter.token.as_deref() else {
         return blocked::unblock::<Queue>(id, Outcome::Failed(LockError::Internal));
     };

@@ -55,28 +55,14 @@ fn extend(ctx: &Context, args: &[RedisString], family: Family) -> Result<(), Loc
         Ok(Extend::Leased) => {
             // Its lease group keeps it alive: nothing to move.
             drop(key);
-            metrics::count(Counter::Extends);
-            match parsed.sync {
-                Some(sync) => {
-                    let answer = Answer::Integer(1);
-                    sync::block(ctx, sync, answer, Stands::Extension, None, waiting::undo)?;
-                }
-                None => reply::integer(ctx, 1),
-            }
+            extended(ctx, parsed.sync)?;
         }
         Ok(Extend::Renewed(renewal)) => {
             lease::renew(ctx, &mut key, name, parsed.token, &renewal, None)?;
             drop(key);
             // A shorter lease brings the hand-off to waiters forward.
             waiting::wake_at(ctx, server::selected_db(ctx), name, renewal.wake_at_ms());
-            metrics::count(Counter::Extends);
-            match parsed.sync {
-                Some(sync) => {
-                    let answer = Answer::Integer(1);
-                    sync::block(ctx, sync, answer, Stands::Extension, None, waiting::undo)?;
-                }
-                None => reply::integer(ctx, 1),
-            }
+            extended(ctx, parsed.sync)?;
         }
         Err(error @ (LockError::HoldLimit | LockError::ExtendLimit)) => {
             metrics::count(Counter::ExtendsLimited);
@@ -85,4 +71,20 @@ fn extend(ctx: &Context, args: &[RedisString], family: Family) -> Result<(), Loc
         Err(error) => return Err(error),
     }
     Ok(())
+}
+
+/// The holder's extension stands: count it and reply 1, with `SYNC` once
+/// its replicas hold it.
+fn extended(ctx: &Context, sync: Option<redis_lock_core::args::Sync>) -> Result<(), LockError> {
+    metrics::count(Counter::Extends);
+    match sync {
+        Some(sync) => {
+            let answer = Answer::Integer(1);
+            sync::block(ctx, sync, answer, Stands::Extension, None, waiting::undo)
+        }
+        None => {
+            reply::integer(ctx, 1);
+            Ok(())
+        }
+    }
 }
