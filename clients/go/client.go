@@ -23,10 +23,13 @@ const (
 )
 
 // Client takes and keeps locks, semaphores' permits and elections through a
-// Driver. It is safe for concurrent use.
+// Driver, and keeps them alive with one Session per node and ttl (or a
+// watchdog per lock: WithKeepAlive). It is safe for concurrent use.
 type Client struct {
-	driver Driver
-	margin float64
+	driver    Driver
+	margin    float64
+	keepalive KeepAlive
+	sessions  *sessions
 }
 
 // ClientOption adjusts a Client.
@@ -51,11 +54,61 @@ func New(driver Driver, opts ...ClientOption) *Client {
 	for _, opt := range opts {
 		opt(c)
 	}
+	c.sessions = newSessions(c)
 	return c
 }
 
-// Obtain takes the lock on key for ttl, and keeps it alive with a watchdog
-// (LOCK.EXTEND every ttl/3) until Release.
+// nodeOf is the node that serves key: "" without a Router.
+func (c *Client) nodeOf(ctx context.Context, key string, refresh bool) (string, error) {
+	if router, ok := c.driver.(Router); ok {
+		return router.NodeOf(ctx, key, refresh)
+	}
+	return "", nil
+}
+
+// doOn sends a command with no key (LOCK.LEASE) to node.
+func (c *Client) doOn(ctx context.Context, node string, args ...interface{}) (interface{}, error) {
+	if router, ok := c.driver.(Router); ok {
+		return router.DoOn(ctx, node, args...)
+	}
+	return c.driver.Do(ctx, args...)
+}
+
+// MaxReasonBytes bounds a revocation's reason.
+const MaxReasonBytes = 128
+
+// Revoke takes the lock on key back from whoever holds it (LOCK.REVOKE key
+// [REASON reason]): every current hold of key (a lock, each reader, each
+// semaphore holder) ends as a release would end it, waiters are served at
+// once, and the result is the number of holds ended (0 when free). Each
+// holder learns it: its extends and guarded commands get REVOKED <reason>
+// (with this package, its Context is cancelled and Err is a *LostError,
+// LostRevoked, whose Revoked is the reason). reason is 1 to 128 bytes, or
+// "" for the server's default ("revoked by an operator"). An operator's
+// call: the server puts LOCK.REVOKE in @dangerous and @admin.
+func (c *Client) Revoke(ctx context.Context, key, reason string) (int64, error) {
+	if key == "" {
+		return 0, invalidArgument("key must not be empty")
+	}
+	if len(reason) > MaxReasonBytes {
+		return 0, invalidArgument(fmt.Sprintf("reason must be 1 to %d bytes, not %d", MaxReasonBytes, len(reason)))
+	}
+	args := []interface{}{"LOCK.REVOKE", key}
+	if reason != "" {
+		args = append(args, "REASON", reason)
+	}
+	reply, err := c.driver.Do(ctx, args...)
+	if err != nil {
+		return 0, err
+	}
+	return replyInt(reply)
+}
+
+// Obtain takes the lock on key for ttl, and keeps it alive until Release:
+// attached to the Client's Session for this ttl (and, in a cluster, the
+// key's master), whose one LOCK.LEASE KEEPALIVE every ttl/3 keeps all of
+// its holds alive; or, with KeepAliveWatchdog or on a server without
+// LOCK.LEASE, with a watchdog of its own (LOCK.EXTEND every ttl/3).
 //
 // Without Wait it does not block: ErrNotObtained at once when another token
 // holds the key (or others wait for it). With Wait(d) it queues in the
@@ -96,6 +149,7 @@ type Info struct {
 	Holders  int64         // readers holding a shared lock (1 for an exclusive one)
 	Shared   bool          // held in shared mode
 	Owner    string        // the holder's label; "" without one
+	Lease    int64         // the public number of the lease the hold is attached to (a Session's); 0 for none
 }
 
 // Info is LOCK.INFO key: nil when free. The token is never part of it.
@@ -117,7 +171,7 @@ func (c *Client) Info(ctx context.Context, key string) (*Info, error) {
 			var mode string
 			mode, err = replyString(value)
 			info.Shared = mode == "shared"
-		case "fence", "ttl", "deadline", "granted", "extends", "waiters", "holders":
+		case "fence", "ttl", "deadline", "granted", "extends", "waiters", "holders", "lease":
 			var n int64
 			if n, err = replyInt(value); err != nil {
 				break
@@ -137,6 +191,8 @@ func (c *Client) Info(ctx context.Context, key string) (*Info, error) {
 				info.Waiters = n
 			case "holders":
 				info.Holders = n
+			case "lease":
+				info.Lease = n
 			}
 		}
 		if err != nil {
@@ -160,16 +216,51 @@ func unixMs(n int64) time.Time {
 	return time.UnixMilli(n)
 }
 
-// acquire sends the request: at once, or waiting on a connection of its own.
+// acquire sends the request with the lease of its session (or none): at
+// once, or waiting on a connection of its own. An acquire answered NOLEASE
+// is sent once more: with a new lease when the session's has ended, with
+// the lease of the key's node when the key is another node's than this
+// client thought, or with a watchdog of its own when the lease lives but
+// the key is served elsewhere (a slot being migrated); a wait then waits
+// what is left of it.
 func (c *Client) acquire(ctx context.Context, req request) (*Lock, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	started := time.Now()
+	own := false
+	for retried := false; ; retried = true {
+		var session *Session
+		if !own {
+			var err error
+			if session, err = c.sessions.join(ctx, req); err != nil {
+				return nil, err
+			}
+		}
+		lock, err := c.acquireWith(ctx, req, session)
+		if session == nil || retried || !isNoLease(err) {
+			return lock, err
+		}
+		own = c.sessions.noLease(ctx, session, req.key)
+		if req.waits && req.wait > 0 {
+			if req.wait -= time.Since(started); req.wait < time.Millisecond {
+				return nil, &timedOut{}
+			}
+		}
+	}
+}
+
+func (c *Client) acquireWith(ctx context.Context, req request, session *Session) (*Lock, error) {
+	lease := ""
+	if session != nil {
+		defer session.leave()
+		lease = session.id
+	}
 	if req.waits {
-		return c.acquireWaiting(ctx, req)
+		return c.acquireWaiting(ctx, req, session, lease)
 	}
 	sent := time.Now() // with a monotonic reading
-	reply, err := c.driver.Do(ctx, req.args(0)...)
+	reply, err := c.driver.Do(ctx, req.args(0, lease)...)
 	if err != nil {
 		c.releaseAfter(err, req)
 		return nil, classify(err)
@@ -181,7 +272,28 @@ func (c *Client) acquire(ctx context.Context, req request) (*Lock, error) {
 	if !granted {
 		return nil, ErrNotObtained
 	}
+	return c.held(req, fence, sent, session, false)
+}
+
+// held is the Lock of a grant: attached to its session, or kept alive by
+// its own watchdog (after an extend that pins the lease, when the grant
+// came after a WAIT).
+func (c *Client) held(req request, fence int64, sent time.Time, session *Session, waited bool) (*Lock, error) {
 	lock := newLock(c, req, fence, sent)
+	if session != nil {
+		lock.session = session
+		if lost := session.attach(lock); lost != nil {
+			// The lease ended before the grant's reply came.
+			c.releaseQuietly(req)
+			return nil, lost
+		}
+		return lock, nil
+	}
+	if waited {
+		if err := lock.pin(); err != nil {
+			return nil, err
+		}
+	}
 	lock.start()
 	return lock, nil
 }
@@ -191,10 +303,13 @@ type result struct {
 	err   error
 }
 
-// acquireWaiting queues in the server on a dedicated connection, then pins
-// the lease with one extend: the grant's moment is unknown, so the
-// deadline counts from that extend's send.
-func (c *Client) acquireWaiting(ctx context.Context, req request) (*Lock, error) {
+// acquireWaiting queues in the server on a dedicated connection. A hold of
+// its own then pins its lease with one extend: the grant's moment is
+// unknown, so the deadline counts from that extend's send. An attached
+// hold needs none: it lives as long as its session's lease, whose clock
+// its keepalives set (and the session is kept alive while the acquire
+// waits).
+func (c *Client) acquireWaiting(ctx context.Context, req request, session *Session, lease string) (*Lock, error) {
 	wait, byContext := req.wait, false
 	if deadline, ok := ctx.Deadline(); ok {
 		left := time.Until(deadline)
@@ -216,7 +331,7 @@ func (c *Client) acquireWaiting(ctx context.Context, req request) (*Lock, error)
 	sent := time.Now()
 	replies := make(chan result, 1)
 	go func() {
-		reply, err := conn.Do(readTimeout, req.args(ms(wait))...)
+		reply, err := conn.Do(readTimeout, req.args(ms(wait), lease)...)
 		replies <- result{reply, err}
 	}()
 	var got result
@@ -250,12 +365,7 @@ func (c *Client) acquireWaiting(ctx context.Context, req request) (*Lock, error)
 	if !granted {
 		return nil, &timedOut{byContext: byContext}
 	}
-	lock := newLock(c, req, fence, sent)
-	if err := lock.pin(); err != nil {
-		return nil, err
-	}
-	lock.start()
-	return lock, nil
+	return c.held(req, fence, sent, session, true)
 }
 
 // receive waits up to timeout for a result.

@@ -1,8 +1,12 @@
 // Package redislock is the Go client of redis-lock, the Redis module that
 // adds native lock commands (LOCK.ACQUIRE, LOCK.EXTEND, LOCK.RELEASE,
-// LOCK.GUARD, LOCK.OBSERVE, SEM.*): fenced locks with a watchdog, waits in
-// the server's FIFO queue, read/write locks, semaphores and leader election,
-// over redigo (NewRedigo) or, for Redis Cluster, redisc (package cluster).
+// LOCK.GUARD, LOCK.OBSERVE, LOCK.LEASE, LOCK.REVOKE, SEM.*): fenced locks,
+// waits in the server's FIFO queue, read/write locks, semaphores and leader
+// election, over redigo (NewRedigo) or, for Redis Cluster, redisc (package
+// cluster). Every hold a Client takes is attached to its Session: one
+// server lease per node and ttl, kept alive by one LOCK.LEASE KEEPALIVE
+// every ttl/3 whatever the number of holds; a hold lost (run out, deleted,
+// revoked by an operator with Client.Revoke) cancels its own context.
 //
 //	pool := &redis.Pool{Dial: func() (redis.Conn, error) { return redis.Dial("tcp", "127.0.0.1:6379") }}
 //	locks := redislock.New(redislock.NewRedigo(pool))
@@ -20,7 +24,9 @@
 // client draws and always sends; after an error that may hide a grant (a lost
 // reply, a cancelled wait) it releases with that token; a WAIT runs on a
 // connection of its own whose read timeout is longer than the wait, and is
-// followed by one extend that pins the lease to a known send time; the lease
-// is counted from the send of the command that set it, on the monotonic
-// clock. No error carries a token. See docs/clients/go.md.
+// followed by one extend that pins the lease to a known send time (unless
+// the hold is attached to a session, whose keepalives set its clock); the
+// lease is counted from the send of the command that set it, on the
+// monotonic clock. No error carries a token or a lease id. See
+// docs/clients/go.md.
 package redislock

@@ -33,6 +33,20 @@ type Driver interface {
 	Dedicated(ctx context.Context, key string) (DedicatedConn, error)
 }
 
+// Router is what a Driver for Redis Cluster adds, so that the package keeps
+// one session lease per node: LOCK.LEASE has no key to route by, and a
+// lease lives on the node that granted it. A Driver without it is taken as
+// one server (its Do sends LOCK.LEASE as any command). The cluster
+// package's Driver has it.
+type Router interface {
+	// NodeOf names the master that serves key (its address, say), as the
+	// driver sees the cluster now; with refresh, after reading the
+	// cluster's slot map again.
+	NodeOf(ctx context.Context, key string, refresh bool) (string, error)
+	// DoOn sends one command to the node NodeOf named, with Do's rules.
+	DoOn(ctx context.Context, node string, args ...interface{}) (interface{}, error)
+}
+
 // DedicatedConn is a connection of its own, never shared and never
 // reconnected behind the package's back: a re-sent WAIT would queue again, at
 // the tail.

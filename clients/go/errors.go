@@ -3,6 +3,7 @@ package redislock
 import (
 	"context"
 	"errors"
+	"strings"
 )
 
 // The package's sentinel errors: test for them with errors.Is. No error of
@@ -23,6 +24,10 @@ var (
 	ErrLimit = errors.New("redislock: the server's limit refused")
 	// ErrInvalidArgument: a bad argument, refused before anything was sent.
 	ErrInvalidArgument = errors.New("redislock: invalid argument")
+	// ErrRevoked: a lock was taken away on the server (LOCK.REVOKE, or its
+	// session's lease ended by LOCK.LEASE REVOKE). A *LostError with
+	// Reason LostRevoked is ErrRevoked, ErrLost and ErrNotHeld.
+	ErrRevoked = errors.New("redislock: lock revoked")
 )
 
 // LostReason says why a lock was lost.
@@ -39,12 +44,21 @@ const (
 	// LostLimit: the server's hold limit refused to extend the lease, and its
 	// deadline (less the margin) came.
 	LostLimit LostReason = "limit"
+	// LostRevoked: the server took the lock away: an operator's
+	// LOCK.REVOKE key (the LostError's Revoked is its REASON), or the
+	// session's lease revoked (LOCK.LEASE REVOKE: "lease revoked").
+	LostRevoked LostReason = "revoked"
 )
 
-// LostError is why a lock was lost. errors.Is(err, ErrLost) is true, and
-// errors.Is(err, ErrNotHeld) too when the server said so (LostRefused).
+// LostError is why a lock was lost. errors.Is(err, ErrLost) is true;
+// errors.Is(err, ErrNotHeld) too when the server said so (LostRefused,
+// LostRevoked); errors.Is(err, ErrRevoked) when it was revoked.
 type LostError struct {
 	Reason LostReason
+	// Revoked is the server's reason text when Reason is LostRevoked (the
+	// operator's REASON, or "lease revoked"), else "". Bytes outside
+	// printable ASCII come as \xNN, as the server writes them.
+	Revoked string
 }
 
 func (e *LostError) Error() string {
@@ -53,14 +67,25 @@ func (e *LostError) Error() string {
 		return "redislock: lock lost: the token no longer holds it (released, expired, deleted or taken)"
 	case LostLimit:
 		return "redislock: lock lost: the server's hold limit refused to extend it, and its lease ended"
+	case LostRevoked:
+		return "redislock: lock lost: revoked: " + e.Revoked
 	default:
 		return "redislock: lock lost: its lease ended with no successful extend (server down or unreachable?)"
 	}
 }
 
-// Is makes a LostError match ErrLost, and ErrNotHeld when refused.
+// Is makes a LostError match ErrLost; ErrNotHeld when refused or revoked;
+// ErrRevoked when revoked.
 func (e *LostError) Is(target error) bool {
-	return target == ErrLost || (target == ErrNotHeld && e.Reason == LostRefused)
+	switch target {
+	case ErrLost:
+		return true
+	case ErrNotHeld:
+		return e.Reason == LostRefused || e.Reason == LostRevoked
+	case ErrRevoked:
+		return e.Reason == LostRevoked
+	}
+	return false
 }
 
 // limitError is a LIMIT reply: ErrLimit, with the server's text.
@@ -99,8 +124,38 @@ func classify(err error) error {
 	return err
 }
 
-// isLost says whether err is a LOST reply (LOCK.GUARD).
-func isLost(err error) bool {
+// refusal is the loss an error reply to an extend or a guarded command
+// says: LOST (the token no longer holds the lock) or REVOKED <reason> (it
+// was taken away); nil for any other error.
+func refusal(err error) *LostError {
 	var reply ServerError
-	return errors.As(err, &reply) && reply.Code() == "LOST"
+	if !errors.As(err, &reply) {
+		return nil
+	}
+	switch reply.Code() {
+	case "LOST":
+		return &LostError{Reason: LostRefused}
+	case "REVOKED":
+		reason := strings.TrimPrefix(string(reply), "REVOKED")
+		return &LostError{Reason: LostRevoked, Revoked: strings.TrimPrefix(reason, " ")}
+	}
+	return nil
+}
+
+// isNoLease says whether err is a NOLEASE reply: the lease an acquire
+// named is gone from the server (expired, revoked, another server's).
+func isNoLease(err error) bool {
+	var reply ServerError
+	return errors.As(err, &reply) && reply.Code() == "NOLEASE"
+}
+
+// lacksLeases says whether a LOCK.LEASE GRANT's error means the server, or
+// this connection's ACL user, has no LOCK.LEASE: a module without lease
+// groups ("ERR unknown command …") or NOPERM.
+func lacksLeases(err error) bool {
+	var reply ServerError
+	if !errors.As(err, &reply) {
+		return false
+	}
+	return reply.Code() == "NOPERM" || strings.HasPrefix(string(reply), "ERR unknown command")
 }

@@ -2,6 +2,7 @@ package redislock_test
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -65,6 +66,29 @@ func (s *server) queued(key string) int {
 	s.t.Helper()
 	waiters, _ := redis.Values(s.do("LOCK.QUEUE", key), nil)
 	return len(waiters)
+}
+
+// calls is how many times the server ran command (INFO commandstats).
+func (s *server) calls(command string) int64 {
+	s.t.Helper()
+	return statOf(s.do("INFO", "commandstats"), "cmdstat_"+command+":calls=")
+}
+
+// errors is how many error replies of code the server sent (INFO errorstats).
+func (s *server) errors(code string) int64 {
+	s.t.Helper()
+	return statOf(s.do("INFO", "errorstats"), "errorstat_"+code+":count=")
+}
+
+func statOf(reply interface{}, prefix string) int64 {
+	text, _ := redis.String(reply, nil)
+	for _, line := range strings.Split(strings.ReplaceAll(text, "\r", ""), "\n") {
+		if rest := strings.TrimPrefix(line, prefix); rest != line {
+			n, _ := strconv.ParseInt(strings.SplitN(rest, ",", 2)[0], 10, 64)
+			return n
+		}
+	}
+	return 0
 }
 
 // observers is INFO lock's lock_observers: the blocked LOCK.OBSERVEs.

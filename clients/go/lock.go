@@ -8,13 +8,14 @@ import (
 )
 
 // Lock is a held lock: exclusive, shared (a reader), or a semaphore's
-// permits. Its watchdog extends it every ttl/3 until Release; Context is
-// cancelled, and Lost closed, when it is lost. Its methods are safe for
-// concurrent use.
+// permits. Its Session (or, without one, its own watchdog) keeps it alive
+// until Release; Context is cancelled, and Lost closed, when it is lost.
+// Its methods are safe for concurrent use.
 type Lock struct {
-	client *Client
-	req    request
-	fence  int64
+	client  *Client
+	req     request
+	fence   int64
+	session *Session // nil: its own watchdog (or none)
 
 	mu           sync.Mutex
 	ttl          time.Duration // what the next extend asks for
@@ -25,14 +26,14 @@ type Lock struct {
 	released     bool
 
 	ctx    context.Context
-	cancel context.CancelFunc
+	cancel func(cause error)
 	lost   chan struct{} // closed on loss
 	stop   chan struct{} // closed on loss or release: the watchdog ends
 	wake   chan struct{} // the clock moved (a Refresh): the watchdog looks again
 }
 
 func newLock(c *Client, req request, fence int64, sent time.Time) *Lock {
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := withCancelCause(context.Background())
 	l := &Lock{
 		client: c, req: req, fence: fence, ttl: req.ttl,
 		ctx: ctx, cancel: cancel,
@@ -66,8 +67,15 @@ func (l *Lock) Count() int {
 }
 
 // Context is cancelled when the lock is lost or released: do the work
-// under it. Err tells why.
+// under it. Err tells why (and, built with Go 1.20 or later,
+// context.Cause(ctx) is that *LostError too).
 func (l *Lock) Context() context.Context { return l.ctx }
+
+// Session is the session this lock is attached to, which keeps it alive
+// with one keepalive for all of its holds; nil when the lock has its own
+// watchdog (KeepAliveWatchdog, a server without LOCK.LEASE) or none
+// (WithoutWatchdog).
+func (l *Lock) Session() *Session { return l.session }
 
 // Lost is closed when the lock is lost (not when it is released).
 func (l *Lock) Lost() <-chan struct{} { return l.lost }
@@ -84,9 +92,13 @@ func (l *Lock) Err() error {
 }
 
 // ValidUntil is the end of the lease on the client's clock: the send time of
-// the last successful acquire or extend plus its ttl, never later than the
-// server's deadline. The watchdog declares the loss a safety margin before.
+// the last successful acquire or extend plus its ttl (for an attached lock,
+// its session's ValidUntil), never later than the server's deadline. The
+// loss is declared a safety margin before.
 func (l *Lock) ValidUntil() time.Time {
+	if l.session != nil {
+		return l.session.ValidUntil()
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.validUntil
@@ -95,20 +107,36 @@ func (l *Lock) ValidUntil() time.Time {
 // Refresh sets the lease to end ttl from now (LOCK.EXTEND, SEM.EXTEND);
 // later extends by the watchdog use this ttl. When the token no longer holds
 // the lock it marks the lock lost and returns a *LostError (ErrLost and
-// ErrNotHeld); a LIMIT reply is ErrLimit, and the lease still holds until its
-// current deadline.
+// ErrNotHeld; LostRevoked and ErrRevoked when it was taken away); a LIMIT
+// reply is ErrLimit, and the lease still holds until its current deadline.
+//
+// A lock attached to a Session lives as long as the session's lease, which
+// the session keeps alive: Refresh only checks that it still holds (the
+// same errors) and moves nothing; ttl is not used.
 func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 	if err := checkTTL(ttl); err != nil {
 		return err
 	}
+	if l.session != nil {
+		lost, err := l.probe(ctx)
+		if err != nil {
+			return classify(err)
+		}
+		if lost != nil {
+			return l.lose(lost)
+		}
+		return nil
+	}
 	sent := time.Now()
 	renewed, err := l.extend(ctx, ttl)
+	if lost := refusal(err); lost != nil {
+		return l.lose(lost)
+	}
 	if err != nil {
 		return classify(err)
 	}
 	if !renewed {
-		l.markLost(LostRefused)
-		return &LostError{Reason: LostRefused}
+		return l.lose(&LostError{Reason: LostRefused})
 	}
 	l.mu.Lock()
 	l.extended(sent, ttl)
@@ -131,7 +159,10 @@ func (l *Lock) Release(ctx context.Context) error {
 		l.closeStop()
 	}
 	l.mu.Unlock()
-	l.cancel()
+	if l.session != nil {
+		l.session.detach(l)
+	}
+	l.cancel(nil)
 	reply, err := l.client.driver.Do(ctx, l.req.kind.releaseCommand(), l.req.key, l.req.token)
 	if err != nil {
 		return classify(err)
@@ -151,7 +182,8 @@ func (l *Lock) Release(ctx context.Context) error {
 // command's own reply as the Driver gives it (with redigo: use redis.String,
 // redis.Int64 and friends on it). When the lock is not held, nothing runs:
 // the lock is marked lost and the error is a *LostError (ErrLost,
-// ErrNotHeld). A read lock runs read-only commands only (a write gets the
+// ErrNotHeld; LostRevoked and ErrRevoked, with the reason, when it was
+// taken away). A read lock runs read-only commands only (a write gets the
 // server's error, a ServerError, and the lock stays held). In a cluster,
 // the command's keys must share the lock key's hash slot ({tag}).
 func (l *Lock) Guard(ctx context.Context, command string, args ...interface{}) (interface{}, error) {
@@ -163,9 +195,9 @@ func (l *Lock) Guard(ctx context.Context, command string, args ...interface{}) (
 	}
 	full := append([]interface{}{"LOCK.GUARD", l.req.key, l.req.token, command}, args...)
 	reply, err := l.client.driver.Do(ctx, full...)
-	if isLost(err) {
-		l.markLost(LostRefused)
-		return nil, &LostError{Reason: LostRefused} // what the server said, whatever was noticed first
+	if lost := refusal(err); lost != nil {
+		l.lose(lost)
+		return nil, lost // what the server said, whatever was noticed first
 	}
 	if err != nil {
 		return nil, classify(err)
@@ -201,6 +233,24 @@ func (l *Lock) run(ctx context.Context, fn func(ctx context.Context, lock *Lock)
 		return &LostError{Reason: LostRefused}
 	}
 	return releaseErr
+}
+
+// probe asks the server whether the token still holds the lock, with an
+// extend (which moves nothing for a hold attached to a lease): nil when it
+// does, else the loss (LostRefused, or LostRevoked with the reason); an
+// error when there was no answer.
+func (l *Lock) probe(ctx context.Context) (*LostError, error) {
+	renewed, err := l.extend(ctx, l.req.ttl)
+	if lost := refusal(err); lost != nil {
+		return lost, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if !renewed {
+		return &LostError{Reason: LostRefused}, nil
+	}
+	return nil, nil
 }
 
 // extend sends one LOCK.EXTEND (SEM.EXTEND): true renewed, false refused.
@@ -251,22 +301,32 @@ func (l *Lock) lostAt() time.Time {
 	return l.validUntil.Add(-margin)
 }
 
-// markLost records the loss (once), cancels the context and closes Lost;
-// it returns the loss.
+// markLost records a loss for reason: see lose.
 func (l *Lock) markLost(reason LostReason) error {
+	return l.lose(&LostError{Reason: reason})
+}
+
+// lose records the loss (once: the first keeps its reason), detaches the
+// lock from its session, cancels the context (its cause the loss) and
+// closes Lost; it returns the loss recorded.
+func (l *Lock) lose(lost *LostError) error {
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	if l.lostErr != nil {
+		defer l.mu.Unlock()
 		return l.lostErr
 	}
-	lost := &LostError{Reason: reason}
 	if l.released {
+		l.mu.Unlock()
 		return lost // given up already: nothing to signal
 	}
 	l.lostErr = lost
+	l.cancel(lost) // before Lost is closed: whoever sees Lost sees the context done
 	close(l.lost)
 	l.closeStop()
-	l.cancel()
+	l.mu.Unlock()
+	if l.session != nil {
+		l.session.detach(l)
+	}
 	return lost
 }
 

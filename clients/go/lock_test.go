@@ -3,6 +3,7 @@ package redislock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -25,7 +26,7 @@ func TestObtainRefreshRelease(t *testing.T) {
 		t.Fatalf("the token is not a UUIDv4 drawn by the client: %q", lock.Token())
 	}
 	info, err := locks.Info(bg(), "billing")
-	if err != nil || info == nil || info.Fence != lock.Fence() || info.Owner != "worker-1" || info.TTL <= 0 {
+	if err != nil || info == nil || info.Fence != lock.Fence() || info.Owner != "worker-1" || info.TTL <= 0 || info.Lease == 0 {
 		t.Fatalf("LOCK.INFO: %+v, %v (fence %d)", info, err, lock.Fence())
 	}
 	// The server holds the lock under the client's token (TOKEN was sent).
@@ -67,9 +68,12 @@ func TestObtainRefreshRelease(t *testing.T) {
 func TestWatchdogKeepsTheLockPastItsTTL(t *testing.T) {
 	t.Parallel()
 	s := startServer(t)
-	lock, err := s.client().Obtain(bg(), "job", 600*time.Millisecond)
+	lock, err := s.client(redislock.WithKeepAlive(redislock.KeepAliveWatchdog)).Obtain(bg(), "job", 600*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if lock.Session() != nil {
+		t.Fatal("KeepAliveWatchdog: the lock has a watchdog, not a session")
 	}
 	time.Sleep(2 * time.Second) // more than three ttls
 	if lock.Err() != nil || s.info("job")["fence"] != lock.Fence() {
@@ -179,8 +183,18 @@ func TestGuard(t *testing.T) {
 
 func TestWaitIsHandedTheLockAndPinsIt(t *testing.T) {
 	t.Parallel()
+	for _, mode := range []redislock.KeepAlive{redislock.KeepAliveAuto, redislock.KeepAliveWatchdog} {
+		mode := mode
+		t.Run(fmt.Sprint(mode), func(t *testing.T) {
+			t.Parallel()
+			waitIsHandedTheLock(t, mode)
+		})
+	}
+}
+
+func waitIsHandedTheLock(t *testing.T, mode redislock.KeepAlive) {
 	s := startServer(t)
-	locks := s.client()
+	locks := s.client(redislock.WithKeepAlive(mode))
 	holder, err := locks.Obtain(bg(), "job", 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -201,9 +215,15 @@ func TestWaitIsHandedTheLockAndPinsIt(t *testing.T) {
 	if waiter == nil || waiter.Fence() <= holder.Fence() {
 		t.Fatalf("the waiter's fence must be larger than the holder's: %v", waiter)
 	}
-	// One extend right after the grant pins the lease to a known send time.
-	if info := s.info("job"); info["fence"] != waiter.Fence() || info["extends"] < 1 {
-		t.Fatalf("no extend after the WAIT grant: %v", info)
+	info := s.info("job")
+	if mode == redislock.KeepAliveWatchdog {
+		// One extend right after the grant pins the lease to a known send time.
+		if info["fence"] != waiter.Fence() || info["extends"] < 1 {
+			t.Fatalf("no extend after the WAIT grant: %v", info)
+		}
+	} else if info["fence"] != waiter.Fence() || info["lease"] == 0 || waiter.Session() != holder.Session() {
+		// Attached to the session, which was kept alive while it waited.
+		t.Fatalf("the waiter is not attached to the client's session: %v", info)
 	}
 	if err := waiter.Release(bg()); err != nil {
 		t.Fatal(err)

@@ -58,8 +58,9 @@ func Count(n int) Option {
 	return func(o *options) { o.count = n }
 }
 
-// WithoutWatchdog leaves the extending to the caller (Lock.Refresh). The
-// lock's Context is still cancelled at its deadline less the safety margin.
+// WithoutWatchdog leaves the extending to the caller (Lock.Refresh): the
+// lock is attached to no Session and has no watchdog. Its Context is still
+// cancelled at its deadline less the safety margin.
 func WithoutWatchdog() Option {
 	return func(o *options) { o.noWatchdog = true }
 }
@@ -154,8 +155,9 @@ func newRequest(k kind, key string, ttl time.Duration, o options) (request, erro
 	}, nil
 }
 
-// args is the acquire command, with WAIT waitMs when it waits.
-func (r *request) args(waitMs int64) []interface{} {
+// args is the acquire command, with WAIT waitMs when it waits, and LEASE
+// lease unless lease is "".
+func (r *request) args(waitMs int64, lease string) []interface{} {
 	var args []interface{}
 	if r.kind == permits {
 		args = []interface{}{"SEM.ACQUIRE", r.key, r.limit, ms(r.ttl), "COUNT", r.count}
@@ -171,6 +173,9 @@ func (r *request) args(waitMs int64) []interface{} {
 	}
 	if r.hasOwner {
 		args = append(args, "OWNER", r.owner)
+	}
+	if lease != "" {
+		args = append(args, "LEASE", lease)
 	}
 	return args
 }

@@ -21,7 +21,8 @@ func (c *Client) Semaphore(key string, limit int) *Semaphore {
 }
 
 // Acquire takes Count(n) permits (default 1) under one token for ttl, as a
-// Lock with the same watchdog (SEM.EXTEND), Context, Lost and Release
+// Lock kept alive as Obtain's are (the Session, or a watchdog's
+// SEM.EXTEND), with the same Context, Lost and Release
 // (SEM.RELEASE, which hands them to the head of the queue). ErrNotObtained
 // when fewer are free or others wait (with Wait: when the wait ran out); the
 // server's queue is fair across counts. Options: Count, Wait, Owner,

@@ -1,13 +1,13 @@
 package redislock
 
-// The keepalive. Today it is one goroutine per lock (the module has no lease
-// groups yet): it extends the lease every ttl/3, on the Client's Driver, and
-// declares the lock lost when the server refuses an extend, or when the
-// deadline less the safety margin comes with no successful extend (counted on
-// the monotonic clock from the send of the last successful acquire or extend).
-// Everything it does to a lock goes through start, extend, extended and
-// markLost, so a shared keepalive (one per connection, for all its holds,
-// once the module has lease groups) can replace this file alone.
+// The watchdog: one goroutine per lock, for a lock that is not attached to
+// a Session (KeepAliveWatchdog, a server without LOCK.LEASE, or
+// WithoutWatchdog, where it only watches the deadline). It extends the
+// lease every ttl/3, on the Client's Driver, and declares the lock lost
+// when the server refuses an extend (0, or REVOKED with the reason), or
+// when the deadline less the safety margin comes with no successful extend
+// (counted on the monotonic clock from the send of the last successful
+// acquire or extend). session.go keeps attached locks alive instead.
 
 import (
 	"context"
@@ -87,6 +87,10 @@ func (l *Lock) renew(ttl time.Duration, lostAt time.Time, out chan<- renewal) {
 
 // renewed applies an extend's outcome; true when the watchdog is done.
 func (l *Lock) renewed(got renewal) bool {
+	if lost := refusal(got.err); lost != nil {
+		l.lose(lost) // REVOKED: taken away
+		return true
+	}
 	if got.err != nil {
 		l.mu.Lock()
 		defer l.mu.Unlock()

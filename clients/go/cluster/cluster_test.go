@@ -105,6 +105,61 @@ func TestCluster(t *testing.T) {
 		}
 	})
 
+	t.Run("one session lease per master", func(t *testing.T) {
+		const ttl = 300 * time.Millisecond
+		leasesBefore := map[*testserver.Server]int64{}
+		for _, node := range nodes {
+			leasesBefore[node] = node.Counter("lock", "lock_leases") // the other tests' ttl has its own
+		}
+		sessions := map[*redislock.Session]*testserver.Server{}
+		var held []*redislock.Lock
+		for i := 0; i < 24; i++ {
+			key := fmt.Sprintf("held:%d", i)
+			lock, err := locks.Obtain(bg(), key, ttl)
+			if err != nil {
+				t.Fatal(err)
+			}
+			node := holder(t, nodes, key, lock.Fence())
+			if known, ok := sessions[lock.Session()]; lock.Session() == nil || (ok && known != node) {
+				t.Fatalf("%s: a session's holds are on its node", key)
+			}
+			sessions[lock.Session()] = node
+			held = append(held, lock)
+		}
+		if len(sessions) != len(nodes) {
+			t.Fatalf("%d sessions for %d masters", len(sessions), len(nodes))
+		}
+		for session, node := range sessions {
+			if n := node.Counter("lock", "lock_leases") - leasesBefore[node]; n != 1 {
+				t.Fatalf("%s: %d new leases, want 1", node.Addr(), n)
+			}
+			reply, err := redis.Values(node.Do("LOCK.LEASE", "INFO", session.ID()), nil)
+			if err != nil || len(reply) == 0 {
+				t.Fatalf("%s: the session's lease is not there: %v", node.Addr(), err)
+			}
+		}
+		// Each session's keepalive goes to its own master: all still held
+		// after three ttls, with no extend anywhere.
+		time.Sleep(3 * ttl)
+		for _, lock := range held {
+			if lock.Err() != nil {
+				t.Fatalf("%s: %v", lock.Key(), lock.Err())
+			}
+			if err := lock.Release(bg()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, node := range nodes {
+			if keepalives := node.Counter("lock", "lock_keepalives"); keepalives < 2 {
+				t.Fatalf("%s: %d keepalives", node.Addr(), keepalives)
+			}
+			text, _ := redis.String(node.Do("INFO", "commandstats"), nil)
+			if strings.Contains(text, "cmdstat_lock.extend:") {
+				t.Fatalf("%s: an attached hold was extended", node.Addr())
+			}
+		}
+	})
+
 	t.Run("guard with a hash tag", func(t *testing.T) {
 		lock, err := locks.Obtain(bg(), "{billing}:lock", 10*time.Second)
 		if err != nil {
