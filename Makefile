@@ -298,7 +298,7 @@ test-go-node: deps-examples valkey ## The Go (clients/go) and Node (clients/node
 	  $(GO_OFFLINE) go test -count=1 ./...
 	cd clients/node && LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) $(NODE_OFFLINE) node --test --test-reporter=spec test/*.test.js
 	cd clients/node && LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) LOCK_TEST_SERVER=$$(ls $(CURDIR)/$(VALKEY_SERVER)) \
-	  $(NODE_OFFLINE) node --test --test-reporter=spec test/locks.test.js test/kinds.test.js test/cluster.test.js
+	  $(NODE_OFFLINE) node --test --test-reporter=spec test/locks.test.js test/kinds.test.js test/session.test.js test/cluster.test.js
 
 # The parts of `make test`, in order; each one's time goes to target/test-times.txt.
 TEST_PARTS := lint unit test-matrix test-cluster test-client test-examples test-go-node test-python bench-quick chaos-quick test-docker

@@ -2,10 +2,14 @@
 
 /** What the package needs of a client library: see lib/driver.js. */
 export interface Driver {
-  /** One command on the shared client, routed by `key`; error replies reject. */
-  send(key: string | Buffer, args: Array<string | Buffer>): Promise<unknown>;
+  /** One command on the shared client, routed by `key` (undefined for LOCK.LEASE on a driver without sendTo); error replies reject. */
+  send(key: string | Buffer | undefined, args: Array<string | Buffer>): Promise<unknown>;
   /** A connection of its own to the server that owns `key`, that never reconnects. */
   dedicated(key: string | Buffer): Promise<DedicatedConnection>;
+  /** For a cluster: the id of the master that serves `key` now (one session lease per master). */
+  node?(key: string | Buffer): string | Promise<string>;
+  /** For a cluster: one command (LOCK.LEASE, which has no key) on the master `node` names. */
+  sendTo?(node: string, args: Array<string | Buffer>): Promise<unknown>;
 }
 
 export interface DedicatedConnection {
@@ -27,7 +31,14 @@ export interface LocksOptions {
   safetyMargin?: number;
   /** Ms to wait for the reply of a command on the shared client (default 5000). */
   commandTimeout?: number;
+  /**
+   * How holds are kept alive: "auto" (default: a session, one lease and one keepalive for all
+   * holds, where the server has LOCK.LEASE, else a watchdog per lock), "session" or "watchdog".
+   */
+  keepalive?: KeepAliveMode;
 }
+
+export type KeepAliveMode = "auto" | "session" | "watchdog";
 
 export interface AcquireOptions {
   /** Ms to wait in the server's FIFO queue (1 to 365 days), on a connection of its own. Without it, acquire does not block. */
@@ -38,7 +49,7 @@ export interface AcquireOptions {
   owner?: string | Buffer;
   /** A read lock: held beside other readers; its guard runs read-only commands only. */
   shared?: boolean;
-  /** false: no extends (the signal still fires at the deadline less the margin). Default true. */
+  /** false: neither a session nor a watchdog keeps it alive (the signal still fires at the deadline less the margin). Default true. */
   watchdog?: boolean;
 }
 
@@ -61,6 +72,8 @@ export interface LockInfo {
   holders?: number;
   mode?: string;
   owner?: string;
+  /** The public number of the lease the hold is attached to (a Session's). */
+  lease?: number;
 }
 
 export interface SemaphoreInfo {
@@ -86,6 +99,7 @@ export class Locks {
   readonly driver: Driver;
   readonly safetyMargin: number;
   readonly commandTimeout: number;
+  readonly keepalive: KeepAliveMode;
   /** The lock, kept alive until release(). Rejects with NotAcquiredError when held (or the wait ran out). */
   acquire(key: string | Buffer, ttl: number, options?: AcquireOptions): Promise<Lock>;
   /** acquire, run the routine with a signal aborted on loss, release. */
@@ -93,6 +107,8 @@ export class Locks {
   using<T>(key: string | Buffer, ttl: number, options: AcquireOptions, routine: Routine<T>): Promise<T>;
   /** LOCK.INFO; null when free. */
   info(key: string | Buffer): Promise<LockInfo | null>;
+  /** LOCK.REVOKE: takes the lock back from its holders (each gets a RevokedError with `reason`); the number of holds ended. */
+  revoke(key: string | Buffer, reason?: string | Buffer): Promise<number>;
   semaphore(key: string | Buffer, limit: number): Semaphore;
   election(key: string | Buffer, ttl: number, options?: ElectionOptions): Election;
 }
@@ -105,20 +121,40 @@ export class Lock {
   readonly shared: boolean;
   /** A semaphore's permits; 0 for a lock. */
   readonly count: number;
-  /** Aborted when the lock is lost; its reason is a LostError. */
+  /** Aborted when the lock is lost; its reason is a LostError (a RevokedError when taken away). */
   readonly signal: AbortSignal;
+  /** The session that keeps it alive; null with a watchdog of its own (or none). */
+  readonly session: Session | null;
   readonly lost: boolean;
   readonly lostError: LostError | null;
   /** The end of the lease on performance.now()'s clock. */
   readonly validUntil: number;
   /** The ttl the next extend asks for, in ms. */
   readonly ttl: number;
-  /** Rejects with LostError when no longer held, LimitError when the hold limit refuses. */
+  /** Rejects with LostError when no longer held, LimitError when the hold limit refuses. Attached to a session: checks only. */
   extend(ttl?: number): Promise<void>;
   /** true released, false already gone. Safe to call again after a connection error. */
   release(): Promise<boolean>;
   /** LOCK.GUARD: the command's reply, or LostError (nothing ran). */
   guard(...command: Array<string | number | Buffer>): Promise<unknown>;
+}
+
+/** One server lease that keeps every hold of one ttl (on one node) alive with one keepalive. */
+export class Session {
+  /** The lease's id: a secret (whoever knows it can revoke every hold). Never log it. */
+  readonly id: string;
+  /** The master it lives on ("" outside a cluster). */
+  readonly node: string;
+  /** The lease's ttl in ms. */
+  readonly ttl: number;
+  /** Holds attached now. */
+  readonly holds: number;
+  /** The end of the lease on performance.now()'s clock. */
+  readonly validUntil: number;
+  /** Aborted once it ended, after every hold was told; its reason is a LostError. */
+  readonly signal: AbortSignal;
+  /** null while it lives; why it ended, once it has. */
+  readonly ended: LostError | null;
 }
 
 export class Semaphore {
@@ -150,10 +186,16 @@ export function keySlot(key: string | Buffer): number;
 
 export class LockError extends Error {}
 export class NotAcquiredError extends LockError {}
-export type LostReason = "refused" | "expired" | "limit";
+export type LostReason = "refused" | "expired" | "limit" | "revoked";
 export class LostError extends LockError {
-  constructor(reason: LostReason);
+  constructor(reason: LostReason, message?: string);
   readonly reason: LostReason;
+}
+/** Taken away on the server: LOCK.REVOKE (its reason), or the session's lease revoked ("lease revoked"). */
+export class RevokedError extends LostError {
+  constructor(revokedReason: string);
+  readonly reason: "revoked";
+  readonly revokedReason: string;
 }
 export class ServerError extends LockError {
   /** The reply's first word: ERR, WRONGTYPE, NOPERM, CROSSSLOT ... */

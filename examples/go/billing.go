@@ -2,7 +2,8 @@
 // github.com/redis-lock/redis-lock/clients/go (clients/go, over redigo).
 //
 // Several workers try to run the job at once; exactly one gets the lock
-// (Obtain) and runs it, its watchdog extending the lease while the job
+// (Obtain) and runs it, the client's session keeping the lease alive (one
+// LOCK.LEASE KEEPALIVE for all of the client's holds) while the job
 // outlasts the ttl, and releases it at the end. Every ledger write carries
 // the fence, and the ledger refuses stale fences. The day's total, a Redis key
 // next to the lock (`{billing}:total:<night>`, the same hash tag), is written
@@ -35,7 +36,7 @@ import (
 )
 
 const (
-	ttl        = 600 * time.Millisecond // the job takes longer: the watchdog extends
+	ttl        = 600 * time.Millisecond // the job takes longer: the session keeps it
 	invoiceGap = 250 * time.Millisecond // the work before each invoice
 	wait       = 5 * time.Second        // the auditor's wait
 	workers    = 5
@@ -91,7 +92,7 @@ func worker(locks *redislock.Client, id int, night string, book *ledger, start <
 	defer lock.Release(ctx) // a no-op (ErrNotHeld) after the Release below
 	acquired <- lock.Fence()
 	for _, invoice := range invoices {
-		select { // three of them outlast the ttl: the watchdog extends
+		select { // three of them outlast the ttl: the session keeps the lease alive
 		case <-time.After(invoiceGap):
 		case <-lock.Context().Done():
 			return 0, lock.Err() // lost: stop working
@@ -176,10 +177,10 @@ func runNight(locks *redislock.Client, pool *redis.Pool, book *ledger, night str
 	return ran[0]
 }
 
-// staleHolder: a rerun of the night gets the lock with a short lease, no
-// watchdog, and stalls (a GC pause, a stopped VM) past it. When it wakes up,
-// its guarded write to the total is refused by the server: nothing is
-// written.
+// staleHolder: a rerun of the night gets the lock with a short lease kept
+// alive by nothing (WithoutWatchdog: no session, no watchdog), and stalls
+// (a GC pause, a stopped VM) past it. When it wakes up, its guarded write
+// to the total is refused by the server: nothing is written.
 func staleHolder(locks *redislock.Client, night string) {
 	ctx := context.Background()
 	stale, err := locks.Obtain(ctx, lockKey(night), ttl, redislock.WithoutWatchdog())

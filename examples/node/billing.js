@@ -2,7 +2,8 @@
 // redis-lock-client (clients/node, over node-redis 4).
 //
 // Several workers try to run the job at once; exactly one gets the lock
-// (locks.using) and runs it, its watchdog extending the lease while the job
+// (locks.using) and runs it, the client's session keeping the lease alive
+// (one LOCK.LEASE KEEPALIVE for all of the client's holds) while the job
 // outlasts the ttl, and releases it at the end. Every ledger write carries
 // the fence, and the ledger refuses stale fences. The day's total, a Redis
 // key next to the lock (`{billing}:total:<night>`, the same hash tag), is
@@ -27,7 +28,7 @@ const { performance } = require("perf_hooks");
 const { setTimeout: sleep } = require("timers/promises");
 
 const URL = process.env.REDIS_URL || "redis://127.0.0.1:6379/";
-const TTL_MS = 600; // the job takes longer: the watchdog extends
+const TTL_MS = 600; // the job takes longer: the session keeps it
 const INVOICE_GAP_MS = 250; // the work before each invoice
 const WAIT_MS = 5000; // the auditor's wait
 const WORKERS = 5;
@@ -76,7 +77,7 @@ async function worker(id, locks, night, ledger, onAcquired) {
     return await locks.using(lockKey(night), TTL_MS, async (signal, lock) => {
       onAcquired(lock.fence);
       for (const [customer, cents] of INVOICES) {
-        await sleep(INVOICE_GAP_MS); // three of them outlast the ttl: the watchdog extends
+        await sleep(INVOICE_GAP_MS); // three of them outlast the ttl: the session keeps the lease alive
         if (signal.aborted) throw signal.reason; // lost: stop working
         ledger.writeInvoice(lock.fence, night, customer);
         // Added to the total only if the lease is live on the server, in the
@@ -127,9 +128,10 @@ async function runNight(client, locks, ledger, night) {
   return ran[0];
 }
 
-// A rerun of the night gets the lock with a short lease, no watchdog, and
-// stalls (a GC pause, a stopped VM) past it. When it wakes up, its guarded
-// write to the total is refused by the server: nothing is written.
+// A rerun of the night gets the lock with a short lease kept alive by
+// nothing (watchdog: false: no session, no watchdog), and stalls (a GC
+// pause, a stopped VM) past it. When it wakes up, its guarded write to the
+// total is refused by the server: nothing is written.
 async function staleHolder(locks, night) {
   const stale = await locks.acquire(lockKey(night), TTL_MS, { watchdog: false });
   await sleep(TTL_MS + 200);

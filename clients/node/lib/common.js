@@ -8,6 +8,7 @@ const { TimeoutError } = require("./errors");
 // The server refuses a WAIT longer than this (docs/commands.md): 365 days.
 const MAX_WAIT_MS = 31536000000;
 const MAX_OWNER_BYTES = 128;
+const MAX_REASON_BYTES = 128;
 const MAX_SEMAPHORE_LIMIT = 1000000;
 // A dedicated connection reads this much longer than the server's WAIT (or
 // OBSERVE) timeout, so that the server's own answer always comes first.
@@ -66,7 +67,8 @@ class Request {
     this.token = randomUUID();
   }
 
-  get args() {
+  // The acquire command, with LEASE `lease` unless it is null.
+  args(lease = null) {
     const args = this.kind === "permits"
       ? ["SEM.ACQUIRE", this.key, String(this.limit), String(this.ttlMs), "COUNT", String(this.count)]
       : ["LOCK.ACQUIRE", this.key, String(this.ttlMs)];
@@ -74,6 +76,7 @@ class Request {
     if (this.kind === "shared") args.push("SHARED");
     if (this.waitMs !== undefined) args.push("WAIT", String(this.waitMs));
     if (this.owner !== undefined) args.push("OWNER", this.owner);
+    if (lease !== null) args.push("LEASE", lease);
     return args;
   }
 
@@ -118,6 +121,6 @@ function fieldsOf(reply) {
 }
 
 module.exports = {
-  MAX_WAIT_MS, MAX_OWNER_BYTES, MAX_SEMAPHORE_LIMIT, WAIT_READ_SLACK_MS, OBSERVE_TIMEOUT_MS,
+  MAX_WAIT_MS, MAX_OWNER_BYTES, MAX_REASON_BYTES, MAX_SEMAPHORE_LIMIT, WAIT_READ_SLACK_MS, OBSERVE_TIMEOUT_MS,
   now, checkMs, checkKey, checkOwner, checkInteger, Request, withTimeout, fenceOf, fieldsOf,
 };

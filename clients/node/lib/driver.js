@@ -8,6 +8,15 @@
 //                           of its own, to the server that owns key, that never
 //                           reconnects; close() makes a pending send reject.
 //
+// A driver for a cluster adds, so that the package keeps one session lease
+// per master (LOCK.LEASE has no key, and a lease lives on one node):
+//
+//   node(key)            -> the id of the master that serves key now
+//   sendTo(node, args)   -> Promise of the reply of one command on that master
+//
+// Without them, LOCK.LEASE goes through send(undefined, args), as to one
+// server.
+//
 // node-redis 4 clients (createClient) and clusters (createCluster) are
 // recognised; anything else with send() and dedicated() is taken as a driver.
 "use strict";
@@ -36,12 +45,19 @@ function clientDriver(client) {
   };
 }
 
-// A cluster routes by the first key and follows MOVED and ASK; a dedicated
-// connection goes to the master that owns the key's slot now.
+// A cluster routes by the first key and follows MOVED and ASK (and reads
+// its slot map again after a MOVED); a dedicated connection goes to the
+// master that owns the key's slot now, and so does a session's LOCK.LEASE.
 function clusterDriver(cluster) {
   return {
     send: (key, args) => cluster.sendCommand(key, false, args),
     dedicated: (key) => connectOwn(cluster.getSlotMaster(keySlot(key)).client),
+    node: (key) => cluster.getSlotMaster(keySlot(key)).id,
+    sendTo: async (node, args) => {
+      const master = cluster.getMasters().find((m) => m.id === node);
+      if (!master) throw new Error(`the cluster has no master ${node} now`);
+      return master.client.sendCommand(args);
+    },
   };
 }
 

@@ -15,20 +15,32 @@ class NotAcquiredError extends LockError {}
 // The lock was lost while it was held. `reason`: "refused" (the server said
 // the token no longer holds it: an extend answered 0, a guarded command got
 // LOST), "expired" (its deadline less the margin came with no successful
-// extend: the server is down, paused or unreachable) or "limit" (the server's
-// hold limit refused to extend it, and its deadline came).
+// extend or keepalive: the server is down, paused or unreachable), "limit"
+// (the server's hold limit refused to extend it, and its deadline came) or
+// "revoked" (a RevokedError: the server took it away).
 class LostError extends LockError {
-  constructor(reason) {
-    super(LOST_MESSAGES[reason] || LOST_MESSAGES.expired);
+  constructor(reason, message = LOST_MESSAGES[reason] || LOST_MESSAGES.expired) {
+    super(message);
     this.reason = reason;
   }
 }
 
 const LOST_MESSAGES = {
   refused: "lock lost: the token no longer holds it (released, expired, deleted or taken)",
-  expired: "lock lost: its lease ended with no successful extend (server down or unreachable?)",
+  expired: "lock lost: its lease ended with no successful extend or keepalive (server down or unreachable?)",
   limit: "lock lost: the server's hold limit refused to extend it, and its lease ended",
 };
+
+// The lock was taken away on the server: an operator's LOCK.REVOKE key
+// (`revokedReason` is its REASON, or "revoked by an operator"), or its
+// session's lease revoked (LOCK.LEASE REVOKE: "lease revoked"). A LostError
+// with `reason` "revoked".
+class RevokedError extends LostError {
+  constructor(revokedReason) {
+    super("revoked", `lock lost: revoked: ${revokedReason}`);
+    this.revokedReason = revokedReason;
+  }
+}
 
 // An error reply of the server: `code` is its first word ("ERR", "WRONGTYPE",
 // "NOPERM", "CROSSSLOT" ...), `message` the whole text.
@@ -62,4 +74,24 @@ function fromReply(err) {
     : new ServerError(err.message, { cause: err });
 }
 
-module.exports = { LockError, NotAcquiredError, LostError, ServerError, LimitError, TimeoutError, isErrorReply, fromReply };
+// The loss an error reply to an extend or a guarded command says: LOST (the
+// token no longer holds the lock) or REVOKED <reason> (it was taken away);
+// null for any other error.
+function refusal(err) {
+  if (!isErrorReply(err)) return null;
+  if (err.message.startsWith("LOST ")) return new LostError("refused");
+  if (err.message === "REVOKED" || err.message.startsWith("REVOKED ")) return new RevokedError(err.message.slice("REVOKED ".length));
+  return null;
+}
+
+// A NOLEASE reply: the lease an acquire named is gone from the server.
+const isNoLease = (err) => isErrorReply(err) && err.message.startsWith("NOLEASE ");
+
+// A LOCK.LEASE GRANT error that says the server (or this ACL user) has no
+// LOCK.LEASE: a module without lease groups, or NOPERM.
+const lacksLeases = (err) => isErrorReply(err) && (err.message.startsWith("NOPERM ") || err.message.startsWith("ERR unknown command"));
+
+module.exports = {
+  LockError, NotAcquiredError, LostError, RevokedError, ServerError, LimitError, TimeoutError,
+  isErrorReply, fromReply, refusal, isNoLease, lacksLeases,
+};

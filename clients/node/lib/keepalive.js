@@ -1,13 +1,12 @@
-// The keepalive. Today it is one per lock (the module has no lease groups
-// yet): it extends the lease every ttl/3 and marks the lock lost when the
-// server refuses an extend, or when the deadline less the safety margin comes
-// with no successful extend. It touches a lock only through _sendExtend,
-// _extended, _lostAt and _markLost, so a shared keepalive (one per
-// connection for all its holds, once the module has lease groups) can
-// replace this file alone.
+// The watchdog: one per lock, for a lock that is not attached to a session
+// (keepalive "watchdog", a server without LOCK.LEASE, or watchdog: false,
+// where it only watches the deadline). It extends the lease every ttl/3 and
+// marks the lock lost when the server refuses an extend (0, or REVOKED with
+// the reason), or when the deadline less the safety margin comes with no
+// successful extend. session.js keeps attached locks alive instead.
 "use strict";
 
-const { LimitError } = require("./errors");
+const { LimitError, refusal } = require("./errors");
 const { now } = require("./common");
 
 function startKeepalive(lock) {
@@ -54,6 +53,11 @@ function startKeepalive(lock) {
       }
       if (sent + ttlMs > lock._validUntil) lock._extended(sent, ttlMs);
     } catch (err) {
+      const lost = refusal(err);
+      if (lost) {
+        lock._markLost(lost); // REVOKED: taken away
+        return;
+      }
       if (err instanceof LimitError) {
         lock._limitReached = true; // the deadline ends it
       } else {

@@ -1,9 +1,11 @@
 // A held lock: exclusive, shared (a reader), or a semaphore's permits, all
-// one kind of hold under one lease path. Its clock counts the lease from the
-// send of the last successful acquire or extend, on the monotonic clock.
+// one kind of hold under one lease path: attached to a session (session.js),
+// whose keepalives set its clock, or kept alive by a watchdog of its own
+// (keepalive.js), whose clock counts the lease from the send of the last
+// successful acquire or extend, on the monotonic clock.
 "use strict";
 
-const { LostError, LimitError, ServerError } = require("./errors");
+const { LostError, LimitError, refusal } = require("./errors");
 const { now, checkMs, withTimeout } = require("./common");
 const { startKeepalive } = require("./keepalive");
 
@@ -24,12 +26,18 @@ class Lock {
     this._stopped = false; // released or lost: the keepalive ends
     this._limitReached = false;
     this._keepalive = null;
+    this._session = null; // set before it is attached
     this._extended(sent, request.ttlMs);
   }
 
-  /** Aborted when the lock is lost; its reason is a LostError. */
+  /** Aborted when the lock is lost; its reason is a LostError (a RevokedError when taken away). */
   get signal() {
     return this._controller.signal;
+  }
+
+  /** The session that keeps it alive, or null when it has a watchdog of its own (or none). */
+  get session() {
+    return this._session;
   }
 
   /** Whether the lock has been lost. */
@@ -42,9 +50,9 @@ class Lock {
     return this._lostError;
   }
 
-  /** The end of the lease on performance.now()'s clock, never after the server's deadline. */
+  /** The end of the lease on performance.now()'s clock (its session's, when attached), never after the server's deadline. */
   get validUntil() {
-    return this._validUntil;
+    return this._session ? this._session.validUntil : this._validUntil;
   }
 
   /** The ttl the next extend asks for, in ms. */
@@ -55,17 +63,30 @@ class Lock {
   /**
    * Sets the lease to end `ttl` ms from now (default: the current ttl);
    * later extends use it. Throws LostError (and the lock is lost) when the
-   * token no longer holds the lock; LimitError when the server's hold limit
-   * refuses (the lease then holds until its current deadline).
+   * token no longer holds the lock (a RevokedError when it was taken away);
+   * LimitError when the server's hold limit refuses (the lease then holds
+   * until its current deadline). A lock attached to a session lives as long
+   * as the session's lease, which the session keeps alive: extend only
+   * checks that it still holds (the same errors) and moves nothing; `ttl`
+   * is not used.
    */
   async extend(ttl = this._ttlMs) {
     const ttlMs = checkMs("ttl", ttl, 1);
-    const sent = now();
-    const renewed = await this._sendExtend(ttlMs, this._locks.commandTimeout);
-    if (!renewed) {
-      this._markLost("refused");
-      throw new LostError("refused");
+    if (this._session) {
+      const lost = await this._probe(this._locks.commandTimeout);
+      if (lost) throw this._markLost(lost);
+      return;
     }
+    const sent = now();
+    let renewed;
+    try {
+      renewed = await this._sendExtend(ttlMs, this._locks.commandTimeout);
+    } catch (err) {
+      const lost = refusal(err);
+      if (lost) throw this._markLost(lost);
+      throw err;
+    }
+    if (!renewed) throw this._markLost("refused");
     this._extended(sent, ttlMs);
     if (this._keepalive) this._keepalive.moved();
   }
@@ -78,6 +99,7 @@ class Lock {
    */
   async release() {
     this._stop();
+    if (this._session) this._session._detach(this);
     const { releaseCommand, key, token } = this._request;
     const reply = await this._locks._send(key, [releaseCommand, key, token], releaseCommand);
     return reply === 1;
@@ -87,7 +109,8 @@ class Lock {
    * Runs `command` only while this lock holds (LOCK.GUARD key token command
    * ...), in the same atomic step as the check, and returns its reply. When
    * the lock is not held nothing runs, the lock is marked lost, and a
-   * LostError is thrown. A reader runs read-only commands only (a write gets
+   * LostError is thrown (a RevokedError, with the reason, when it was taken
+   * away). A reader runs read-only commands only (a write gets
    * a ServerError, and the lock stays held). In a cluster the command's keys
    * must share the lock key's slot ({tag}).
    */
@@ -98,10 +121,25 @@ class Lock {
     try {
       return await this._locks._send(this.key, args, "LOCK.GUARD");
     } catch (err) {
-      if (err instanceof ServerError && err.code === "LOST") {
-        this._markLost("refused");
-        throw new LostError("refused"); // what the server said, whatever was noticed first
+      const lost = refusal(err);
+      if (lost) {
+        this._markLost(lost);
+        throw lost; // what the server said, whatever was noticed first
       }
+      throw err;
+    }
+  }
+
+  // Asks the server whether the token still holds the lock, with an extend
+  // (which moves nothing for a hold attached to a lease): null when it
+  // does, else the loss ("refused", or a RevokedError); throws when there
+  // was no answer.
+  async _probe(timeoutMs) {
+    try {
+      return (await this._sendExtend(this._request.ttlMs, timeoutMs)) ? null : new LostError("refused");
+    } catch (err) {
+      const lost = refusal(err);
+      if (lost) return lost;
       throw err;
     }
   }
@@ -123,12 +161,16 @@ class Lock {
     return this._validUntil - this._ttlMs * this._locks.safetyMargin;
   }
 
-  _markLost(reason) {
+  // Records the loss (once: the first keeps its reason), detaches the lock
+  // from its session and aborts its signal; returns the loss recorded.
+  // `lost`: a LostError, or a reason for one.
+  _markLost(lost) {
     if (this._lostError) return this._lostError;
-    const lost = new LostError(reason);
+    if (!(lost instanceof LostError)) lost = new LostError(lost);
     if (this._stopped) return lost; // released already: nothing to signal
     this._lostError = lost;
     this._stop();
+    if (this._session) this._session._detach(this);
     this._controller.abort(lost);
     return lost;
   }

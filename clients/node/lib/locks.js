@@ -2,10 +2,13 @@
 // 4 client or cluster), and the helpers every hold uses to talk to the server.
 "use strict";
 
-const { NotAcquiredError, LostError, TimeoutError, isErrorReply, fromReply } = require("./errors");
+const { NotAcquiredError, LostError, TimeoutError, isErrorReply, fromReply, isNoLease } = require("./errors");
 const { driverFor } = require("./driver");
 const { Lock } = require("./lock");
-const { now, Request, withTimeout, fenceOf, fieldsOf, WAIT_READ_SLACK_MS, checkKey } = require("./common");
+const { Sessions } = require("./session");
+const { now, Request, withTimeout, fenceOf, fieldsOf, WAIT_READ_SLACK_MS, MAX_REASON_BYTES, checkKey } = require("./common");
+
+const KEEPALIVE_MODES = ["auto", "session", "watchdog"];
 
 class Locks {
   /**
@@ -16,9 +19,16 @@ class Locks {
    * @param options.commandTimeout ms to wait for the reply of a command the
    *   package sends on the shared client (default 5000): node-redis 4 has no
    *   read timeout of its own.
+   * @param options.keepalive how holds are kept alive: "auto" (default: a
+   *   session where the server has LOCK.LEASE, else a watchdog per lock),
+   *   "session" (always; an acquire fails where the server has none) or
+   *   "watchdog" (LOCK.EXTEND every ttl/3 for each lock).
    */
-  constructor(client, { safetyMargin = 0.1, commandTimeout = 5000 } = {}) {
+  constructor(client, { safetyMargin = 0.1, commandTimeout = 5000, keepalive = "auto" } = {}) {
     this.driver = driverFor(client);
+    if (!KEEPALIVE_MODES.includes(keepalive)) {
+      throw new RangeError(`keepalive must be "auto", "session" or "watchdog", not ${keepalive}`);
+    }
     if (typeof safetyMargin !== "number" || !(safetyMargin >= 0 && safetyMargin < 0.5)) {
       throw new RangeError(`safetyMargin must be in [0, 0.5), not ${safetyMargin}`);
     }
@@ -27,11 +37,17 @@ class Locks {
     }
     this.safetyMargin = safetyMargin;
     this.commandTimeout = commandTimeout;
+    this.keepalive = keepalive;
+    this._sessions = new Sessions(this);
   }
 
   /**
-   * The lock on `key` for `ttl` ms, kept alive by a watchdog (LOCK.EXTEND
-   * every ttl/3) until release(). Throws NotAcquiredError when another token
+   * The lock on `key` for `ttl` ms, kept alive until release(): attached to
+   * this Locks' session for this ttl (and, in a cluster, the key's master),
+   * whose one LOCK.LEASE KEEPALIVE every ttl/3 keeps all of its holds
+   * alive; or, with keepalive "watchdog" or on a server without LOCK.LEASE,
+   * by a watchdog of its own (LOCK.EXTEND every ttl/3). `watchdog: false`:
+   * neither (the caller extends). Throws NotAcquiredError when another token
    * holds it (or others wait for it); with `wait` (ms), it queues in the
    * server's FIFO queue on a connection of its own, and throws
    * NotAcquiredError when the wait runs out; aborting `signal` leaves the
@@ -67,6 +83,28 @@ class Locks {
     return info;
   }
 
+  /**
+   * Takes the lock on `key` back from whoever holds it (LOCK.REVOKE key
+   * [REASON reason]): every current hold of `key` ends as a release would
+   * end it, waiters are served at once; resolves to the number of holds
+   * ended (0 when free). Each holder learns it: its extends and guarded
+   * commands get REVOKED <reason> (with this package, its signal is aborted
+   * with a RevokedError whose revokedReason is `reason`). `reason`: 1 to
+   * 128 bytes, or undefined for the server's "revoked by an operator". An
+   * operator's call: the server puts LOCK.REVOKE in @dangerous and @admin.
+   */
+  async revoke(key, reason) {
+    checkKey(key);
+    const args = ["LOCK.REVOKE", key];
+    if (reason !== undefined && reason !== null) {
+      if (!(typeof reason === "string" || Buffer.isBuffer(reason))) throw new TypeError("reason must be a string or Buffer");
+      const size = Buffer.byteLength(reason);
+      if (size < 1 || size > MAX_REASON_BYTES) throw new RangeError(`reason must be 1 to ${MAX_REASON_BYTES} bytes, not ${size}`);
+      args.push("REASON", reason);
+    }
+    return Number(await this._send(key, args, "LOCK.REVOKE"));
+  }
+
   /** The semaphore `key` with `limit` permits (SEM.*). */
   semaphore(key, limit) {
     const { Semaphore } = require("./semaphore");
@@ -89,34 +127,99 @@ class Locks {
     }
   }
 
+  // The node that serves `key` ("" without a driver that knows nodes).
+  async _nodeOf(key) {
+    return this.driver.node ? String(await this.driver.node(key)) : "";
+  }
+
+  // A command with no key (LOCK.LEASE) on `node`, bounded by timeoutMs.
+  async _sendTo(node, args, what, timeoutMs = this.commandTimeout) {
+    try {
+      const sent = this.driver.sendTo ? this.driver.sendTo(node, args) : this.driver.send(undefined, args);
+      return await withTimeout(sent, timeoutMs, what);
+    } catch (err) {
+      throw fromReply(err);
+    }
+  }
+
+  // The request with the lease of its session (or none): at once, or
+  // waiting on a connection of its own. An acquire answered NOLEASE is sent
+  // once more: with a new lease when the session's has ended, with the
+  // lease of the key's node when the key is another node's than this client
+  // thought, or with a watchdog of its own when the lease lives but the key
+  // is served elsewhere (a slot being migrated); a wait then waits what is
+  // left of it.
   async _acquire(request, signal) {
     if (signal && signal.aborted) throw signal.reason;
-    if (request.waitMs !== undefined) return this._acquireWaiting(request, signal);
-    const sent = now();
-    let reply;
-    try {
-      reply = await this._send(request.key, request.args, request.args[0]);
-    } catch (err) {
-      if (!isErrorReply(err)) await this._releaseQuietly(request); // the reply may hide a grant
-      throw err;
+    const started = now();
+    let own = false;
+    for (let retried = false; ; retried = true) {
+      const session = own ? null : await this._sessions.join(request);
+      try {
+        return await this._acquireWith(request, signal, session);
+      } catch (err) {
+        if (!session || retried || !isNoLease(err)) throw err;
+      }
+      own = await this._sessions.noLease(session, request.key);
+      if (request.waitMs) {
+        const left = request.waitMs - (now() - started);
+        if (left < 1) throw new NotAcquiredError(`${String(request.key)} was still held when the wait ran out`);
+        request.waitMs = Math.ceil(left);
+      }
     }
-    const fence = fenceOf(reply);
-    if (fence === null) throw new NotAcquiredError(`${String(request.key)} is held by another token`);
+  }
+
+  async _acquireWith(request, signal, session) {
+    try {
+      const lease = session ? session.id : null;
+      if (request.waitMs !== undefined) return await this._acquireWaiting(request, signal, session, lease);
+      const sent = now();
+      let reply;
+      try {
+        reply = await this._send(request.key, request.args(lease), "LOCK.ACQUIRE");
+      } catch (err) {
+        if (!isErrorReply(err)) await this._releaseQuietly(request); // the reply may hide a grant
+        throw err;
+      }
+      const fence = fenceOf(reply);
+      if (fence === null) throw new NotAcquiredError(`${String(request.key)} is held by another token`);
+      return await this._held(request, fence, sent, session, false);
+    } finally {
+      if (session) session._leave();
+    }
+  }
+
+  // The Lock of a grant: attached to its session, or kept alive by its own
+  // watchdog (after an extend that pins the lease, when the grant came
+  // after a WAIT).
+  async _held(request, fence, sent, session, waited) {
     const lock = new Lock(this, request, fence, sent);
+    if (session) {
+      lock._session = session;
+      const lost = session._attach(lock);
+      if (lost) {
+        await this._releaseQuietly(request); // the lease ended before the grant's reply came
+        throw lost;
+      }
+      return lock;
+    }
+    if (waited) await lock._pin();
     lock._start();
     return lock;
   }
 
   // Waits in the server's queue on a connection of its own, whose read
-  // timeout is longer than the wait; then pins the lease with one extend.
-  async _acquireWaiting(request, signal) {
+  // timeout is longer than the wait. A lock of its own then pins its lease
+  // with one extend; an attached one needs none (its session's keepalives
+  // set its clock, and the session is kept alive while it waits).
+  async _acquireWaiting(request, signal, session, lease) {
     const conn = await this.driver.dedicated(request.key);
     if (signal && signal.aborted) {
       await conn.close();
       throw signal.reason;
     }
     const sent = now();
-    const reply = conn.send(request.args);
+    const reply = conn.send(request.args(lease));
     reply.catch(() => {}); // rejected by the close when the wait is abandoned
     let onAbort;
     const aborted = new Promise((_, reject) => {
@@ -139,10 +242,7 @@ class Locks {
     if (fence === null) {
       throw new NotAcquiredError(`${String(request.key)} was still held when the wait of ${request.waitMs} ms ran out`);
     }
-    const lock = new Lock(this, request, fence, sent);
-    await lock._pin();
-    lock._start();
-    return lock;
+    return this._held(request, fence, sent, session, true);
   }
 
   // Gives back what the request's token may hold; else it ends at its ttl.

@@ -3,7 +3,7 @@
 const { test } = require("node:test");
 const assert = require("node:assert/strict");
 const { Locks, ServerError, keySlot } = require("..");
-const { startCluster, eventually, within } = require("./helpers");
+const { startCluster, eventually, within, sleep } = require("./helpers");
 
 // The node whose LOCK.INFO key shows `fence`; the others answer MOVED.
 async function holder(nodes, key, fence) {
@@ -22,7 +22,7 @@ async function holder(nodes, key, fence) {
   return found;
 }
 
-test("Redis Cluster: routing by key, guard with a hash tag, a wait on the key's master", async (t) => {
+test("Redis Cluster: routing by key, guard with a hash tag, a wait on the key's master, one session lease per master", async (t) => {
   const { nodes, cluster } = await startCluster(t);
   const locks = new Locks(cluster);
   for (const key of ["foo", "{user1000}.following", "job:7", "\u00e9t\u00e9"]) {
@@ -53,4 +53,32 @@ test("Redis Cluster: routing by key, guard with a hash tag, a wait on the key's 
   assert.equal((await within("the observer sees it", changes.next())).value.fence, next.fence);
   await changes.return();
   await next.release();
+
+  // One session lease per master: each session's holds on its node, its
+  // keepalive sent there, no extend anywhere.
+  const ttl = 300;
+  const leasesBefore = await Promise.all(nodes.map((n) => n.counter("lock", "lock_leases"))); // the 10 s ttl's own
+  const sessions = new Map();
+  const held = [];
+  for (let i = 0; i < 24; i++) {
+    const lock = await locks.acquire(`held:${i}`, ttl);
+    const node = await holder(nodes, `held:${i}`, lock.fence);
+    assert.ok(lock.session !== null && (sessions.get(lock.session) || node) === node, "a session's holds are on its node");
+    sessions.set(lock.session, node);
+    held.push(lock);
+  }
+  assert.equal(sessions.size, nodes.length, "one session per master");
+  for (const [i, node] of nodes.entries()) {
+    assert.equal((await node.counter("lock", "lock_leases")) - leasesBefore[i], 1, `one new lease on ${node.port}`);
+  }
+  for (const [session, node] of sessions) assert.notEqual(await node.do("LOCK.LEASE", "INFO", session.id), null);
+  await sleep(3 * ttl);
+  for (const lock of held) {
+    assert.equal(lock.lost, false, `${lock.key} is kept`);
+    assert.equal(await lock.release(), true);
+  }
+  for (const node of nodes) {
+    assert.ok((await node.counter("lock", "lock_keepalives")) >= 2, `keepalives on ${node.port}`);
+    assert.ok(!(await node.do("INFO", "commandstats")).includes("cmdstat_lock.extend:"), `no extend on ${node.port}`);
+  }
 });

@@ -20,6 +20,7 @@ test("acquire, extend, release", async (t) => {
   const info = await locks.info("billing");
   assert.equal(info.fence, lock.fence);
   assert.equal(info.owner, "worker-1");
+  assert.ok(info.lease > 0, "attached to the session's lease");
   // The server holds it under the client's token: TOKEN was sent.
   assert.equal(await server.do("LOCK.EXTEND", "billing", lock.token, 10000), 1);
   await assert.rejects(locks.acquire("billing", 1000), NotAcquiredError);
@@ -35,8 +36,9 @@ test("acquire, extend, release", async (t) => {
 });
 
 test("the watchdog keeps the lock past its ttl", async (t) => {
-  const { server, locks } = await setup(t);
+  const { server, locks } = await setup(t, { keepalive: "watchdog" });
   const lock = await locks.acquire("job", 600);
+  assert.equal(lock.session, null, "keepalive watchdog: a watchdog, not a session");
   await sleep(2000); // more than three ttls
   assert.equal(lock.lost, false);
   const info = await server.info("job");
@@ -90,19 +92,26 @@ test("guard", async (t) => {
   assert.equal(await server.do("GET", "{billing}:total"), "6000", "the refused write changed nothing");
 });
 
-test("a waiter is handed the lock on release, and pins its lease", async (t) => {
-  const { server, locks } = await setup(t);
-  const holder = await locks.acquire("job", 10000);
-  const waiting = locks.acquire("job", 10000, { wait: 10000 });
-  await eventually("the waiter queues", async () => (await server.queued("job")) === 1);
-  assert.equal(await holder.release(), true);
-  const waiter = await within("the waiter is handed the lock", waiting);
-  assert.ok(waiter.fence > holder.fence);
-  const info = await server.info("job");
-  assert.equal(info.fence, waiter.fence);
-  assert.ok(info.extends >= 1, "one extend right after the WAIT grant");
-  await waiter.release();
-});
+for (const keepalive of ["auto", "watchdog"]) {
+  test(`a waiter is handed the lock on release, and pins its lease (keepalive ${keepalive})`, async (t) => {
+    const { server, locks } = await setup(t, { keepalive });
+    const holder = await locks.acquire("job", 10000);
+    const waiting = locks.acquire("job", 10000, { wait: 10000 });
+    await eventually("the waiter queues", async () => (await server.queued("job")) === 1);
+    assert.equal(await holder.release(), true);
+    const waiter = await within("the waiter is handed the lock", waiting);
+    assert.ok(waiter.fence > holder.fence);
+    const info = await server.info("job");
+    assert.equal(info.fence, waiter.fence);
+    if (keepalive === "watchdog") {
+      assert.ok(info.extends >= 1, "one extend right after the WAIT grant");
+    } else {
+      // Attached to the session, which was kept alive while it waited.
+      assert.ok(info.lease > 0 && waiter.session !== null && waiter.session === holder.session, "attached to the session");
+    }
+    await waiter.release();
+  });
+}
 
 test("a wait runs out", async (t) => {
   const { server, locks } = await setup(t);

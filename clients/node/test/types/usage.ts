@@ -1,12 +1,12 @@
 // Compiled (never run) by types.test.js: the README's uses of the package
 // must type-check against index.d.ts, and the misuses marked @ts-expect-error
 // must not.
-import { Locks, Lock, Leader, LostError, NotAcquiredError, ServerError, LockInfo, Driver, keySlot } from "../../index";
+import { Locks, Lock, Leader, LostError, RevokedError, NotAcquiredError, ServerError, LockInfo, Driver, Session, keySlot } from "../../index";
 
 declare const client: { sendCommand(args: Array<string | Buffer>): Promise<unknown>; duplicate(overrides?: object): unknown };
 
 async function usage(): Promise<number> {
-  const locks = new Locks(client, { safetyMargin: 0.1, commandTimeout: 5000 });
+  const locks = new Locks(client, { safetyMargin: 0.1, commandTimeout: 5000, keepalive: "auto" });
   const fence: number = await locks.using("billing", 10000, async (signal: AbortSignal, lock: Lock) => {
     if (signal.aborted) throw signal.reason;
     await lock.guard("INCRBY", "{billing}:total", 6000);
@@ -17,6 +17,10 @@ async function usage(): Promise<number> {
   const lock = await locks.acquire("billing", 10000, { wait: 30000, signal: controller.signal, shared: false });
   await lock.extend();
   await lock.extend(20000);
+  const session: Session | null = lock.session;
+  const holds: number = session ? session.holds : 0;
+  if (lock.signal.reason instanceof RevokedError) console.log(lock.signal.reason.revokedReason);
+  const ended: number = await locks.revoke("billing", "stuck since 03:00");
   const released: boolean = await lock.release();
   const info: LockInfo | null = await locks.info("billing");
   const permits = await locks.semaphore("renders", 4).acquire(10000, { count: 2, wait: 1000 });
@@ -39,11 +43,13 @@ async function usage(): Promise<number> {
   new Locks(custom);
   // @ts-expect-error ttl is a number of ms
   await locks.acquire("billing", "10s");
-  // @ts-expect-error a lost reason is one of three
+  // @ts-expect-error a lost reason is one of four
   const reason: LostError["reason"] = "gone";
+  // @ts-expect-error a keepalive mode is one of three
+  new Locks(client, { keepalive: "sometimes" });
   // @ts-expect-error the token is read-only
   lock.token = "x";
-  return fence + keySlot("billing") + (released ? 1 : 0) + (info ? info.fence : 0) + count + reason.length;
+  return fence + keySlot("billing") + (released ? 1 : 0) + (info ? info.fence : 0) + count + reason.length + holds + ended;
 }
 
 export { usage };
