@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -309,5 +311,55 @@ func TestAutoFallsBackToWatchdogsWithoutLockLease(t *testing.T) {
 	var serverErr redislock.ServerError
 	if !errors.As(err, &serverErr) || serverErr.Code() != "NOPERM" {
 		t.Fatalf("KeepAliveSession without LOCK.LEASE: want the server's NOPERM, got %v", err)
+	}
+}
+
+// TestCostOfKeepingHoldsAlive measures what keeping 1,000 holds alive for
+// two ttls costs, with the session and with a watchdog per lock: the server
+// calls per second, the client's goroutines and the connections it opened
+// (the figures of docs/clients/go.md). About 15 s: run it with
+//
+//	LOCK_MEASURE=1 go test -run TestCostOfKeepingHoldsAlive -v
+func TestCostOfKeepingHoldsAlive(t *testing.T) {
+	if os.Getenv("LOCK_MEASURE") == "" {
+		t.Skip("set LOCK_MEASURE=1 to measure")
+	}
+	const holds, ttl = 1000, 3 * time.Second
+	perSecond := map[redislock.KeepAlive]float64{}
+	for _, mode := range []redislock.KeepAlive{redislock.KeepAliveSession, redislock.KeepAliveWatchdog} {
+		s := startServer(t)
+		locks := s.client(redislock.WithKeepAlive(mode))
+		goroutines := runtime.NumGoroutine()
+		var held []*redislock.Lock
+		for i := 0; i < holds; i++ {
+			lock, err := locks.Obtain(bg(), fmt.Sprintf("job:%d", i), ttl)
+			if err != nil {
+				t.Fatal(err)
+			}
+			held = append(held, lock)
+		}
+		kept := func() int64 {
+			return s.calls("lock.extend") + s.calls("lock.lease|keepalive") + s.calls("lock.lease|info")
+		}
+		// Each look from here opens a connection of its own: not counted.
+		calls, connections := kept(), s.Counter("stats", "total_connections_received")
+		started := time.Now()
+		time.Sleep(2 * ttl)
+		elapsed := time.Since(started).Seconds()
+		opened := s.Counter("stats", "total_connections_received") - connections - 1
+		perSecond[mode] = float64(kept()-calls) / elapsed
+		t.Logf("%s: %d holds of %v for %.1f s: %.1f server calls/s to keep them alive, %d goroutines, %d connections opened",
+			mode, holds, ttl, elapsed, perSecond[mode], runtime.NumGoroutine()-goroutines, opened)
+		for _, lock := range held {
+			if lock.Err() != nil {
+				t.Fatal(lock.Err())
+			}
+			if err := lock.Release(bg()); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if perSecond[redislock.KeepAliveSession]*100 > perSecond[redislock.KeepAliveWatchdog] {
+		t.Fatalf("the session costs more than a hundredth of the watchdogs: %v", perSecond)
 	}
 }

@@ -3,6 +3,7 @@
 // Sessions: one server lease per Locks (per node and ttl), one keepalive
 // for all of its holds, and revocation.
 const { test } = require("node:test");
+const { performance } = require("perf_hooks");
 const assert = require("node:assert/strict");
 const { createClient } = require("redis");
 const { Locks, LostError, RevokedError, ServerError } = require("..");
@@ -155,4 +156,34 @@ test("keepalive auto falls back to watchdogs where LOCK.LEASE is refused", async
   assert.equal(await lock.release(), true);
   await assert.rejects(new Locks(client, { keepalive: "session" }).acquire("job", 1000), (err) => err instanceof ServerError && err.code === "NOPERM");
   assert.throws(() => new Locks(client, { keepalive: "sometimes" }), RangeError);
+});
+
+// What keeping 1,000 holds alive for two ttls costs the server, with the
+// session and with a watchdog per lock (the figures of docs/clients/node.md).
+// About 15 s: LOCK_MEASURE=1 node --test test/session.test.js
+test("the cost of keeping 1,000 holds alive", { skip: !process.env.LOCK_MEASURE && "set LOCK_MEASURE=1 to measure" }, async (t) => {
+  const holds = 1000;
+  const ttl = 3000;
+  const perSecond = {};
+  for (const keepalive of ["session", "watchdog"]) {
+    const { server, locks } = await setup(t, { keepalive });
+    const held = [];
+    for (let i = 0; i < holds; i++) held.push(await locks.acquire(`job:${i}`, ttl));
+    const kept = async () => {
+      let calls = 0;
+      for (const command of ["lock.extend", "lock.lease|keepalive", "lock.lease|info"]) calls += await stat(server, "commandstats", `cmdstat_${command}:calls=`);
+      return calls;
+    };
+    const before = await kept();
+    const started = performance.now();
+    await sleep(2 * ttl);
+    const seconds = (performance.now() - started) / 1000;
+    perSecond[keepalive] = ((await kept()) - before) / seconds;
+    t.diagnostic(`${keepalive}: ${holds} holds of ${ttl} ms for ${seconds.toFixed(1)} s: ${perSecond[keepalive].toFixed(1)} server calls/s to keep them alive`);
+    for (const lock of held) {
+      assert.equal(lock.lost, false);
+      await lock.release();
+    }
+  }
+  assert.ok(perSecond.session * 100 < perSecond.watchdog, JSON.stringify(perSecond));
 });
