@@ -151,7 +151,9 @@ func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 // Release stops the watchdog and gives the lock back (LOCK.RELEASE,
 // SEM.RELEASE), handing it to the first waiter. nil: released; ErrNotHeld:
 // it was already gone (expired, deleted, taken, released before). After a
-// network error it is safe to call again: each call sends the release anew.
+// network error it is safe to call again: each call sends the release anew
+// (and for a lock attached to a session, the session sends it again with
+// its keepalives until it is answered).
 func (l *Lock) Release(ctx context.Context) error {
 	l.mu.Lock()
 	if !l.released {
@@ -164,6 +166,9 @@ func (l *Lock) Release(ctx context.Context) error {
 	}
 	l.cancel(nil)
 	reply, err := l.client.driver.Do(ctx, l.req.kind.releaseCommand(), l.req.key, l.req.token)
+	if l.session != nil {
+		l.session.released(l, err) // with no answer, the session sends it again
+	}
 	if err != nil {
 		return classify(err)
 	}

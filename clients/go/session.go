@@ -22,12 +22,18 @@ package redislock
 //   margin (server down, paused, unreachable): every hold is lost at once
 //   (LostExpired).
 //
+// A hold whose release got no answer (a network error) stays on the server,
+// attached to the lease: the session sends its release again with each
+// keepalive until one is answered, so that the lease does not keep it
+// alive for the session's life.
+//
 // A session nobody uses (no hold, no acquire in flight) is not kept alive:
 // a hold taken before its deadline less the margin attaches to it (and a
 // keepalive is sent at once if one is due), a later one grants a new lease.
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -149,7 +155,7 @@ func (ss *sessions) join(ctx context.Context, req request) (*Session, error) {
 	}
 	session := &Session{
 		client: ss.client, id: id, node: node, ttl: req.ttl,
-		holds: map[*Lock]struct{}{}, pending: 1,
+		holds: map[*Lock]struct{}{}, orphans: map[*Lock]struct{}{}, pending: 1,
 		done: make(chan struct{}), wake: make(chan struct{}, 1),
 	}
 	session.renewedAt(sent)
@@ -214,6 +220,7 @@ type Session struct {
 	validUntil    time.Time // sent + ttl of the grant or last successful keepalive
 	nextKeepalive time.Time
 	holds         map[*Lock]struct{} // attached and not lost or released
+	orphans       map[*Lock]struct{} // released, but the release got no answer
 	pending       int                // acquires in flight with this lease
 	ending        bool               // the server said the lease is gone: the holds are being asked why
 	err           *LostError         // why it ended; nil while live
@@ -316,6 +323,26 @@ func (s *Session) detach(l *Lock) {
 	s.poke()
 }
 
+// released records how a hold's release went: with no answer (err is not
+// the server's) the session sends it again with its keepalives.
+func (s *Session) released(l *Lock, err error) {
+	var reply ServerError
+	s.mu.Lock()
+	if err != nil && !errors.As(err, &reply) && s.err == nil {
+		s.orphans[l] = struct{}{}
+	} else {
+		delete(s.orphans, l)
+	}
+	s.mu.Unlock()
+	s.poke()
+}
+
+// expected is how many holds the server should count: attached, and
+// released with no answer. s.mu is held.
+func (s *Session) expected() int {
+	return len(s.holds) + len(s.orphans)
+}
+
 func (s *Session) poke() {
 	select {
 	case s.wake <- struct{}{}:
@@ -348,7 +375,7 @@ func (s *Session) keep() {
 			return
 		}
 		lostAt, nextAt := s.lostAt(), s.nextKeepalive
-		due := !s.ending && rounds == nil && len(s.holds)+s.pending > 0
+		due := !s.ending && rounds == nil && s.expected()+s.pending > 0
 		s.mu.Unlock()
 		reset(deadline, time.Until(lostAt))
 		if due {
@@ -385,7 +412,9 @@ func (s *Session) keep() {
 func (s *Session) round(lostAt time.Time) error {
 	ctx, cancel := context.WithDeadline(context.Background(), lostAt)
 	defer cancel()
-	before := s.Holds()
+	s.mu.Lock()
+	before := s.expected()
+	s.mu.Unlock()
 	sent := time.Now()
 	reply, err := s.client.doOn(ctx, s.node, "LOCK.LEASE", "KEEPALIVE", s.id)
 	if err != nil {
@@ -405,8 +434,23 @@ func (s *Session) round(lostAt time.Time) error {
 	}
 	s.mu.Unlock()
 	s.poke()
+	s.releaseOrphans(ctx)
 	s.check(ctx, before)
 	return nil
+}
+
+// releaseOrphans sends again each release that got no answer.
+func (s *Session) releaseOrphans(ctx context.Context) {
+	s.mu.Lock()
+	orphans := make([]*Lock, 0, len(s.orphans))
+	for l := range s.orphans {
+		orphans = append(orphans, l)
+	}
+	s.mu.Unlock()
+	for _, l := range orphans {
+		_, err := s.client.driver.Do(ctx, l.req.kind.releaseCommand(), l.req.key, l.req.token)
+		s.released(l, err)
+	}
 }
 
 // check compares the server's count of the lease's holds with this
@@ -426,7 +470,9 @@ func (s *Session) check(ctx context.Context, before int) {
 	if err != nil {
 		return
 	}
-	here := s.Holds()
+	s.mu.Lock()
+	here := s.expected()
+	s.mu.Unlock()
 	if before < here {
 		here = before
 	}
@@ -510,6 +556,7 @@ func (s *Session) end(why *LostError, reasonOf func(*Lock) *LostError) {
 	s.err = why
 	holds := s.holds
 	s.holds = map[*Lock]struct{}{}
+	s.orphans = map[*Lock]struct{}{} // the lease's end ends them on the server
 	s.mu.Unlock()
 	for l := range holds {
 		l.lose(reasonOf(l))

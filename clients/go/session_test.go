@@ -7,6 +7,7 @@ import (
 	"os"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -285,6 +286,32 @@ func TestNoLeaseGrantsANewLeaseOnce(t *testing.T) {
 	}
 	if err := second.Release(bg()); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestAReleaseWithNoAnswerIsSentAgainByTheSession(t *testing.T) {
+	t.Parallel()
+	s := startServer(t)
+	var failed atomic.Bool
+	driver := &faulty{Driver: redislock.NewRedigo(s.pool())}
+	driver.lose = func(args []interface{}) (bool, bool) {
+		return args[0] == "LOCK.RELEASE" && failed.CompareAndSwap(false, true), false
+	}
+	locks := redislock.New(driver)
+	lock, err := locks.Obtain(bg(), "job", 300*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lock.Release(bg()); !errors.Is(err, errNetwork) {
+		t.Fatalf("want the network error, got %v", err)
+	}
+	if s.info("job")["fence"] != lock.Fence() {
+		t.Fatal("the release did not reach the server: the test proves nothing")
+	}
+	// Not called again: the session's next keepalive sends it.
+	eventually(t, "the session releases it", func() bool { return s.info("job") == nil })
+	if s.Counter("lock", "lock_leases_granted") != 1 || driver.hits.Load() != 1 {
+		t.Fatal("one lease, one failed release")
 	}
 }
 

@@ -95,13 +95,21 @@ class Lock {
    * Stops the keepalive and gives the lock back, handing it to the first
    * waiter: true released, false already gone (expired, deleted, taken,
    * released before). After a connection error it is safe to call again:
-   * each call sends the release anew.
+   * each call sends the release anew (and for a lock attached to a session,
+   * the session sends it again with its keepalives until it is answered).
    */
   async release() {
     this._stop();
     if (this._session) this._session._detach(this);
     const { releaseCommand, key, token } = this._request;
-    const reply = await this._locks._send(key, [releaseCommand, key, token], releaseCommand);
+    let reply;
+    try {
+      reply = await this._locks._send(key, [releaseCommand, key, token], releaseCommand);
+    } catch (err) {
+      if (this._session) this._session._released(this, err); // with no answer, the session sends it again
+      throw err;
+    }
+    if (this._session) this._session._released(this, null);
     return reply === 1;
   }
 

@@ -19,13 +19,18 @@
 //   margin (server down, paused, unreachable): every hold is lost at once
 //   ("expired").
 //
+// A hold whose release got no answer (a connection error) stays on the
+// server, attached to the lease: the session sends its release again with
+// each keepalive until one is answered, so that the lease does not keep it
+// alive for the session's life.
+//
 // A session nobody uses (no hold, no acquire in flight) is not kept alive:
 // a hold taken before its deadline less the margin attaches to it (and a
 // keepalive is sent at once if one is due), a later one grants a new lease.
 // Its timers are unref'd: a forgotten lock does not keep the process alive.
 "use strict";
 
-const { LostError, lacksLeases } = require("./errors");
+const { LostError, lacksLeases, isErrorReply } = require("./errors");
 const { now } = require("./common");
 
 // A Client's sessions: which lease a new hold attaches to.
@@ -121,6 +126,7 @@ class Session {
     /** The lease's ttl in ms: its holds live until it is not kept alive for that long. */
     this.ttl = ttlMs;
     this._holds = new Set(); // attached and not lost or released
+    this._orphans = new Set(); // released, but the release got no answer
     this._pending = 1; // acquires in flight with this lease: the one that granted it
     this._ending = false; // the server said the lease is gone: the holds are being asked why
     this._inflight = false; // a keepalive round is on its way
@@ -184,6 +190,19 @@ class Session {
     if (this._holds.delete(lock)) this._schedule();
   }
 
+  // How a hold's release went: with no answer (not an error reply), the
+  // session sends it again with its keepalives.
+  _released(lock, err) {
+    if (err && !isErrorReply(err) && !this.ended) this._orphans.add(lock);
+    else this._orphans.delete(lock);
+    this._schedule();
+  }
+
+  // How many holds the server should count: attached, and released with no answer.
+  get _expected() {
+    return this._holds.size + this._orphans.size;
+  }
+
   _renewedAt(sent) {
     if (sent + this.ttl > this._validUntil) {
       this._validUntil = sent + this.ttl;
@@ -206,7 +225,7 @@ class Session {
     if (this.ended) return;
     this._deadlineTimer = setTimeout(() => this._expireIfDue(), Math.max(0, this._lostAt - now()));
     this._deadlineTimer.unref();
-    if (!this._ending && !this._inflight && this._holds.size + this._pending > 0) {
+    if (!this._ending && !this._inflight && this._expected + this._pending > 0) {
       this._keepaliveTimer = setTimeout(() => this._round(), Math.max(0, this._nextKeepalive - now()));
       this._keepaliveTimer.unref();
     }
@@ -218,12 +237,13 @@ class Session {
   async _round() {
     if (this.ended || this._ending || this._inflight) return;
     this._inflight = true;
-    const before = this._holds.size;
+    const before = this._expected;
     const sent = now();
     try {
       const alive = await this._locks._sendTo(this.node, ["LOCK.LEASE", "KEEPALIVE", this.id], "LOCK.LEASE KEEPALIVE", Math.max(1, this._lostAt - sent));
       if (alive === 1) {
         this._renewedAt(sent);
+        await this._releaseOrphans(Math.max(1, this._lostAt - now()));
         await this._check(before);
       } else {
         await this._endedByServer();
@@ -235,6 +255,19 @@ class Session {
       this._inflight = false;
       this._schedule();
     }
+  }
+
+  // Sends again each release that got no answer.
+  async _releaseOrphans(timeout) {
+    await Promise.all([...this._orphans].map(async (lock) => {
+      const { releaseCommand, key, token } = lock._request;
+      try {
+        await this._locks._send(key, [releaseCommand, key, token], releaseCommand, timeout);
+        this._released(lock, null);
+      } catch (err) {
+        this._released(lock, err);
+      }
+    }));
   }
 
   // Compares the server's count of the lease's holds with this client's
@@ -251,7 +284,7 @@ class Session {
     }
     if (!Array.isArray(info)) return; // gone since the keepalive: the next one says so
     const at = info.findIndex((field, i) => i % 2 === 0 && String(field) === "holds");
-    if (at < 0 || Number(info[at + 1]) >= Math.min(before, this._holds.size)) return;
+    if (at < 0 || Number(info[at + 1]) >= Math.min(before, this._expected)) return;
     await Promise.all([...this._holds].map(async (lock) => {
       try {
         const lost = await lock._probe(timeout);
@@ -299,6 +332,7 @@ class Session {
     if (this.ended) return;
     const holds = [...this._holds];
     this._holds.clear();
+    this._orphans.clear(); // the lease's end ends them on the server
     for (const lock of holds) lock._markLost(reasonOf(lock));
     this._controller.abort(why);
     this._schedule();

@@ -143,6 +143,25 @@ test("an acquire answered NOLEASE is sent again once, with a new lease", async (
   await second.release();
 });
 
+test("a release with no answer is sent again by the session", async (t) => {
+  const { server, locks } = await setup(t);
+  const driver = locks.driver;
+  let failed = 0;
+  const failing = new Locks({
+    send: async (key, args) => {
+      if (args[0] === "LOCK.RELEASE" && failed++ === 0) throw Object.assign(new Error("write ECONNRESET (injected)"), { code: "ECONNRESET" });
+      return driver.send(key, args);
+    },
+    dedicated: (key) => driver.dedicated(key),
+  });
+  const lock = await failing.acquire("job", 300);
+  await assert.rejects(lock.release(), /ECONNRESET/);
+  assert.equal((await server.info("job")).fence, lock.fence, "the release did not reach the server, else the test proves nothing");
+  // Not called again: the session's next keepalive sends it.
+  await eventually("the session releases it", async () => (await server.info("job")) === null);
+  assert.equal(await server.counter("lock", "lock_leases_granted"), 1);
+});
+
 test("keepalive auto falls back to watchdogs where LOCK.LEASE is refused", async (t) => {
   const server = await Server.start(t);
   await server.do("ACL", "SETUSER", "nolease", "on", "nopass", "~*", "+@all", "-lock.lease");
