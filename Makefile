@@ -287,7 +287,7 @@ test-examples: deps-examples ## The Go and Node billing examples, users of clien
 # The Go and Node packages: gofmt, go vet and node --check, then each
 # package's tests (a fresh server per test, a 3-master cluster per run) on
 # Redis 7.0, then on Valkey 8.1; the Node types are checked once (tsc).
-test-go-node: deps-examples valkey ## The Go (clients/go) and Node (clients/node) packages: gofmt, vet, their tests on Redis 7.0 and Valkey 8.1 with a cluster each, tsc on index.d.ts; offline (~50 s)
+test-go-node: deps-examples valkey ## The Go (clients/go) and Node (clients/node) packages: gofmt, vet, their tests on Redis 7.0 and Valkey 8.1 with a cluster each, tsc on index.d.ts; offline (~55 s)
 	cargo build --locked --lib -p redis-lock
 	bash clients/go/vendor.sh >/dev/null
 	@cd clients/go && unformatted=$$(gofmt -l .) && test -z "$$unformatted" || { echo "gofmt: $$unformatted"; exit 1; }
