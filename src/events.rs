@@ -255,6 +255,9 @@ pub fn on_server_event(ctx: &Context, event: ServerEvent) {
         // A master with lease groups and no lease timer (after a load, or a
         // promotion) arms one.
         ServerEvent::Cron => leases::tick(ctx),
+        // Clients waiting for their replicas (`SYNC`) whose acknowledgement
+        // came in this turn are answered in it, as `WAIT`'s are.
+        ServerEvent::BeforeSleep => sync::before_sleep(ctx),
         ServerEvent::ConfigChanged { names } => {
             if names
                 .iter()

@@ -189,9 +189,35 @@ fn ask(ctx: &Context) {
 }
 
 /// The poll: answer every request whose replicas are enough or whose time
-/// ran out, then look again in a millisecond while any wait.
+/// ran out, ask the replicas again if it is time, then look again in a
+/// millisecond while any wait.
 fn poll(ctx: &Context, (): ()) {
     POLL.with(|p| p.set(None));
+    let (waiting, new_targets) = answer_ready(ctx, true);
+    if waiting && (new_targets || server::now_ms() - ASKED_MS.with(Cell::get) >= ASK_AGAIN_MS) {
+        ask(ctx);
+    }
+    if PENDING.with(|p| !p.borrow().is_empty()) {
+        arm(ctx, POLL_MS);
+    }
+}
+
+/// Once per turn of the event loop, before it sleeps, while any request
+/// waits: answer those whose acknowledgements came in this turn, in it (the
+/// server answers its own `WAIT` there too), not up to a millisecond later
+/// at the next poll. Nothing is asked or armed here: the poll does that.
+pub fn before_sleep(ctx: &Context) {
+    if PENDING.with(|p| p.borrow().is_empty()) {
+        return;
+    }
+    answer_ready(ctx, false);
+}
+
+/// Answer every request whose replicas are enough or whose time ran out.
+/// A request not yet looked at gets its target offset (the master's now)
+/// only from the poll (`targets`), which then asks the replicas for it.
+/// Whether any still waits, and whether one got its target offset now.
+fn answer_ready(ctx: &Context, targets: bool) -> (bool, bool) {
     let now_ms = server::now_ms();
     let (master, acked) = server::replication(ctx).unwrap_or((i64::MAX, Vec::new()));
     let mut done = Vec::new();
@@ -202,6 +228,11 @@ fn poll(ctx: &Context, (): ()) {
         let mut i = 0;
         while i < pending.len() {
             let entry = &mut pending[i];
+            if entry.target.is_none() && !targets {
+                waiting = true;
+                i += 1;
+                continue;
+            }
             new_targets |= entry.target.is_none();
             let target = *entry.target.get_or_insert(master);
             let count = rules::acked(&acked, target);
@@ -222,12 +253,7 @@ fn poll(ctx: &Context, (): ()) {
     for (entry, outcome) in done {
         finish(ctx, entry.pending, outcome);
     }
-    if waiting && (new_targets || now_ms - ASKED_MS.with(Cell::get) >= ASK_AGAIN_MS) {
-        ask(ctx);
-    }
-    if PENDING.with(|p| !p.borrow().is_empty()) {
-        arm(ctx, POLL_MS);
-    }
+    (waiting, new_targets)
 }
 
 /// Answer a request that is done waiting; undo its grant if its time ran

@@ -24,6 +24,10 @@ pub enum ServerEvent<'a> {
     ConfigChanged { names: Vec<&'a CStr> },
     /// The server's cron ran (`hz` times a second).
     Cron,
+    /// The event loop is about to sleep (once per turn): what the turn's
+    /// reads brought (a replica's acknowledgement) can be answered now,
+    /// before the replies are written.
+    BeforeSleep,
 }
 
 pub type Handler = fn(&Context, ServerEvent);
@@ -42,6 +46,7 @@ pub fn subscribe(ctx: &Context, handler: Handler) {
         // For `replicate.rs` only: whether anything reads propagation.
         raw::REDISMODULE_EVENT_FORK_CHILD,
         raw::REDISMODULE_EVENT_CRON_LOOP,
+        raw::REDISMODULE_EVENT_EVENTLOOP,
     ] {
         unsafe {
             if let Some(subscribe) = raw::RedisModule_SubscribeToServerEvent {
@@ -117,6 +122,11 @@ fn decode<'a>(id: u64, subevent: u64, data: *mut c_void) -> Option<ServerEvent<'
             Some(ServerEvent::ConfigChanged { names })
         }
         raw::REDISMODULE_EVENT_CRON_LOOP => Some(ServerEvent::Cron),
+        raw::REDISMODULE_EVENT_EVENTLOOP
+            if subevent == raw::REDISMODULE_SUBEVENT_EVENTLOOP_BEFORE_SLEEP as u64 =>
+        {
+            Some(ServerEvent::BeforeSleep)
+        }
         _ => None,
     }
 }
