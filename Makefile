@@ -342,6 +342,7 @@ bench-report: bench-venv ## docs/benchmarks.md and docs/img/*.png from docs/benc
 bench-quick: bench-build valkey bench-venv ## A tiny run of every benchmark (< 2 min) into target/bench-quick/: measure, JSON, report (every section checked), charts; asserts no speed
 	cargo test --release --locked -p redis-lock-bench --quiet
 	python3 -m doctest bench/render.py
+	python3 bench/test_render.py
 	@rm -rf $(BENCH_QUICK_DIR)
 	target/release/lock-bench --profile quick --valkey-server $$(ls $(VALKEY_SERVER)) \
 	  --json $(BENCH_QUICK_DIR)/results.json --made-by "make bench-quick"

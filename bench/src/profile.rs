@@ -3,7 +3,7 @@
 
 use serde::Serialize;
 
-use crate::{contention, holders, observing, scale, throughput, waiting};
+use crate::{contention, holders, keepalive, observing, scale, syncing, throughput, waiting};
 
 /// How much of everything to run.
 #[derive(Clone, Debug, Serialize)]
@@ -16,6 +16,8 @@ pub struct Profile {
     pub scale: scale::Settings,
     pub waiting: waiting::Settings,
     pub observe: observing::Settings,
+    pub keepalive: keepalive::Settings,
+    pub sync: syncing::Settings,
 }
 
 impl Profile {
@@ -108,6 +110,28 @@ impl Profile {
                     },
                 ],
             },
+            keepalive: keepalive::Settings {
+                holds: 10_000,
+                duration_s: 60,
+                warmup_ticks: 3,
+                variants: vec![
+                    keepalive::Variant {
+                        ttl_ms: 3000,
+                        interval_ms: 1000,
+                    },
+                    keepalive::Variant {
+                        ttl_ms: 300,
+                        interval_ms: 100,
+                    },
+                ],
+            },
+            sync: syncing::Settings {
+                rounds: 3,
+                clients: vec![1, 50],
+                duration_ms: 3000,
+                replicas: 1,
+                timeout_ms: 1000,
+            },
         }
     }
 
@@ -181,6 +205,28 @@ impl Profile {
                         ttl_ms: 300,
                     },
                 ],
+            },
+            keepalive: keepalive::Settings {
+                holds: 10_000,
+                duration_s: 5,
+                warmup_ticks: 3,
+                variants: vec![
+                    keepalive::Variant {
+                        ttl_ms: 3000,
+                        interval_ms: 1000,
+                    },
+                    keepalive::Variant {
+                        ttl_ms: 300,
+                        interval_ms: 100,
+                    },
+                ],
+            },
+            sync: syncing::Settings {
+                rounds: 1,
+                clients: vec![1, 50],
+                duration_ms: 500,
+                replicas: 1,
+                timeout_ms: 1000,
             },
         }
     }
