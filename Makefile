@@ -328,7 +328,7 @@ debian-valkey: ## Debian 13's valkey-server (jemalloc) under target/debian-valke
 
 # Debian's Valkey only where it could be made (x86_64, a Debian mirror,
 # mmdebstrap): the report lists the servers it measured.
-bench: bench-build valkey bench-venv ## Full benchmarks on Redis and Valkey (~40 min) into docs/benchmarks.json, then bench-report
+bench: bench-build valkey bench-venv ## Full benchmarks on Redis and Valkey (~45 min) into docs/benchmarks.json, then bench-report
 	-@bash bench/debian-valkey.sh $(DEBIAN_VALKEY_DIR) || echo "make bench: without Debian's Valkey (see above)"
 	target/release/lock-bench --profile full --valkey-server $$(ls $(VALKEY_SERVER)) \
 	  $$(test -x $(DEBIAN_VALKEY_DIR)/valkey-server && echo --memory-server $(DEBIAN_VALKEY_DIR)/valkey-server) \

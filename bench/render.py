@@ -90,6 +90,19 @@ def against(value, goal):
     return x(value)
 
 
+def against_times(value, goal):
+    """A large ratio judged against `goal`: as `times` shows it, but a miss
+    that one decimal would round up to the goal shows two, rounded down.
+
+    >>> against_times(99.96, 100), against_times(93.9, 100), against_times(136.5, 100)
+    ('99.96×', '93.9×', '136×')
+    """
+    if (goal is not None and not missing(value) and 10 <= value < goal
+            and round(value, 1) >= goal):
+        return f"{math.floor(value * 100) / 100:.2f}×"
+    return times(value)
+
+
 def plain(v):
     """A number as prose writes it: 30, 0.95."""
     return f"{v:,.0f}" if v == int(v) else f"{v:g}"
@@ -178,14 +191,14 @@ def goal_cells(g):
         return (f"Keeping {num(g['holds'])} holds alive for {f0(g['window_s'])} s, lease ttl "
                 f"{num(g['ttl_ms'])} ms renewed every {num(g['interval_ms'])} ms (8): "
                 f"≥ {plain(g['threshold'])}× less server CPU than `LOCK.EXTEND` of each",
-                f"{against(g['renewal_ratio'], g['threshold'])}: {us(g['extend_renewal_us'])} "
-                f"against {us(g['lease_renewal_us'])}",
+                f"{against_times(g['renewal_ratio'], g['threshold'])}: "
+                f"{us(g['extend_renewal_us'])} against {us(g['lease_renewal_us'])}",
                 f"commands' own time {times(g['command_ratio'])}, calls "
                 f"{times(g['calls_ratio'])}; whole window, idle work included, "
                 f"{times(g['cpu_ratio'])}")
     if kind == "sync":
-        return (f"`LOCK.ACQUIRE … SYNC 1` ≥ {plain(g['threshold'])}× `LOCK.ACQUIRE` + `WAIT 1`, "
-                f"{g['clients']} clients (9): throughput, p50 and p99",
+        return (f"`LOCK.ACQUIRE … SYNC 1` ≥ {plain(g['threshold'])}× `LOCK.ACQUIRE` + "
+                f"`WAIT 1`, {g['clients']} clients (9): throughput, p50 and p99",
                 f"throughput {x(g['throughput_ratio'])}, p50 {x(g['p50_ratio'])}, "
                 f"p99 {x(g['p99_ratio'])}", f"master CPU per grant {x(g['cpu_ratio'])}")
     sys.exit(f"render.py: a goal of kind {kind!r}, unknown")

@@ -72,7 +72,7 @@ class LeaseSection(unittest.TestCase):
         goal = render.first(self.doc.goals, kind="lease-keepalive", ttl_ms=3000)
         line = next(line for line in self.report.splitlines()
                     if line.startswith("`LOCK.EXTEND` of each hold against the lease"))
-        self.assertIn(f"**{render.against(row.renewal_ratio, 100.0)}**", line)
+        self.assertIn(f"**{render.against_times(row.renewal_ratio, 100.0)}**", line)
         self.assertIn(f"Calls {render.times(row.calls_ratio)}", line)
         self.assertIn("Calls 10,000×", line)
         self.assertIn(f"the goal, ≥ 100×: {render.goal_verdict(goal)}", line)

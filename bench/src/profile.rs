@@ -21,11 +21,13 @@ pub struct Profile {
 }
 
 impl Profile {
-    /// `make bench`: about 30 minutes on 2 cores, 3¾ of them in the waiting
-    /// section, 1¾ in the GUARD group, 1 in the OBSERVE section (Redis and
-    /// Valkey), 10 in the SEM and SHARED groups (Redis 5½, Valkey 4½; most of
-    /// it refilling a million keys with two holders before each release run)
-    /// and ⅓ in the memory per holder.
+    /// `make bench`: about 45 minutes on 2 cores (41 in the run of
+    /// 2026-12-02, before the lease and SYNC sections), 3¾ of them in the
+    /// waiting section, 1¾ in the GUARD group, 1 in the OBSERVE section
+    /// (Redis and Valkey), 10 in the SEM and SHARED groups (Redis 5½, Valkey
+    /// 4½; most of it refilling a million keys with two holders before each
+    /// release run), ⅓ in the memory per holder, 2 in the lease section (two
+    /// 60 s windows) and 2 in the SYNC section (Redis and Valkey).
     pub fn full() -> Profile {
         Profile {
             name: "full",

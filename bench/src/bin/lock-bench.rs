@@ -1,7 +1,7 @@
 //! `lock-bench`: run every benchmark and write the results as one JSON
 //! document (`bench/README.md` has its schema).
 //!
-//! `make bench` runs the full profile (about 40 minutes) into
+//! `make bench` runs the full profile (about 45 minutes) into
 //! `docs/benchmarks.json`, from which `bench/render.py` writes
 //! `docs/benchmarks.md` and `bench/charts.py` `docs/img/*.png`; `make
 //! bench-quick` runs a tiny version of everything into
