@@ -328,7 +328,7 @@ debian-valkey: ## Debian 13's valkey-server (jemalloc) under target/debian-valke
 
 # Debian's Valkey only where it could be made (x86_64, a Debian mirror,
 # mmdebstrap): the report lists the servers it measured.
-bench: bench-build valkey bench-venv ## Full benchmarks on Redis and Valkey (~40 min) into docs/benchmarks.json, then bench-report
+bench: bench-build valkey bench-venv ## Full benchmarks on Redis and Valkey (~45 min) into docs/benchmarks.json, then bench-report
 	-@bash bench/debian-valkey.sh $(DEBIAN_VALKEY_DIR) || echo "make bench: without Debian's Valkey (see above)"
 	target/release/lock-bench --profile full --valkey-server $$(ls $(VALKEY_SERVER)) \
 	  $$(test -x $(DEBIAN_VALKEY_DIR)/valkey-server && echo --memory-server $(DEBIAN_VALKEY_DIR)/valkey-server) \
@@ -342,6 +342,7 @@ bench-report: bench-venv ## docs/benchmarks.md and docs/img/*.png from docs/benc
 bench-quick: bench-build valkey bench-venv ## A tiny run of every benchmark (< 2 min) into target/bench-quick/: measure, JSON, report (every section checked), charts; asserts no speed
 	cargo test --release --locked -p redis-lock-bench --quiet
 	python3 -m doctest bench/render.py
+	python3 bench/test_render.py
 	@rm -rf $(BENCH_QUICK_DIR)
 	target/release/lock-bench --profile quick --valkey-server $$(ls $(VALKEY_SERVER)) \
 	  --json $(BENCH_QUICK_DIR)/results.json --made-by "make bench-quick"

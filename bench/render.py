@@ -25,9 +25,10 @@ DASH = "–"
 # The headings of a full run's report, and its kinds of goal: --check wants them all.
 SECTIONS = ["## Machine", "## Goals", "## 1. ", "## 2. ", "## 3. ", "## 4. ", "### 4.1 ",
             "### 4.2 ", "### 4.3 ", "### 4.4 ", "## 5. ", "### 5.1 ", "### 5.2 ", "### 5.3 ",
-            "### 5.4 ", "## 6. ", "## 7. ", "### 7.1 ", "### 7.2 ", "### 7.3 ", "## Raw samples"]
+            "### 5.4 ", "## 6. ", "## 7. ", "### 7.1 ", "### 7.2 ", "### 7.3 ", "## 8. ",
+            "### 8.1 ", "## 9. ", "## Raw samples"]
 GOAL_KINDS = ["ratio", "memory-per-lock", "acquire-at-scale", "release-o1", "waiter-memory",
-              "expiry-handoff"]
+              "expiry-handoff", "lease-keepalive", "sync"]
 
 
 # ---------------------------------------------------------------- figures
@@ -45,6 +46,17 @@ num = shown(lambda v: f"{v:,.0f}")  # 1,234
 f0, f1, f2, f3 = (shown(lambda v, d=d: f"{v:.{d}f}") for d in range(4))
 x = shown(lambda v: f"{v:.2f}×")
 text = shown(str)
+
+
+@shown
+def times(v):
+    """A ratio that may be large: as many digits as it deserves.
+
+    >>> times(10000.0), times(356.42), times(71.96), times(7.39), times(None)
+    ('10,000×', '356×', '72.0×', '7.39×', '–')
+    """
+    return f"{v:,.0f}×" if v >= 100 else f"{v:.1f}×" if v >= 10 else f"{v:.2f}×"
+
 code = shown(lambda v: f"`{v}`")
 
 
@@ -76,6 +88,19 @@ def against(value, goal):
     if goal is not None and not missing(value) and value < goal <= round(value, 2):
         return f"{math.floor(value * 1000) / 1000:.3f}×"
     return x(value)
+
+
+def against_times(value, goal):
+    """A large ratio judged against `goal`: as `times` shows it, but a miss
+    that one decimal would round up to the goal shows two, rounded down.
+
+    >>> against_times(99.96, 100), against_times(93.9, 100), against_times(136.5, 100)
+    ('99.96×', '93.9×', '136×')
+    """
+    if (goal is not None and not missing(value) and 10 <= value < goal
+            and round(value, 1) >= goal):
+        return f"{math.floor(value * 100) / 100:.2f}×"
+    return times(value)
 
 
 def plain(v):
@@ -162,6 +187,20 @@ def goal_cells(g):
                 f"p50 {us(g['p50_us'])}, p99 {us(g['p99_us'])}",
                 f"after the lease's end: p50 {us(g['after_end_p50_us'])}, "
                 f"p99 {us(g['after_end_p99_us'])}")
+    if kind == "lease-keepalive":
+        return (f"Keeping {num(g['holds'])} holds alive for {f0(g['window_s'])} s, lease ttl "
+                f"{num(g['ttl_ms'])} ms renewed every {num(g['interval_ms'])} ms (8): "
+                f"≥ {plain(g['threshold'])}× less server CPU than `LOCK.EXTEND` of each",
+                f"{against_times(g['renewal_ratio'], g['threshold'])}: "
+                f"{us(g['extend_renewal_us'])} against {us(g['lease_renewal_us'])}",
+                f"commands' own time {times(g['command_ratio'])}, calls "
+                f"{times(g['calls_ratio'])}; whole window, idle work included, "
+                f"{times(g['cpu_ratio'])}")
+    if kind == "sync":
+        return (f"`LOCK.ACQUIRE … SYNC 1` ≥ {plain(g['threshold'])}× `LOCK.ACQUIRE` + "
+                f"`WAIT 1`, {g['clients']} clients (9): throughput, p50 and p99",
+                f"throughput {x(g['throughput_ratio'])}, p50 {x(g['p50_ratio'])}, "
+                f"p99 {x(g['p99_ratio'])}", f"master CPU per grant {x(g['cpu_ratio'])}")
     sys.exit(f"render.py: a goal of kind {kind!r}, unknown")
 
 
@@ -170,6 +209,10 @@ def goal_verdict(g):
     note = ""
     if g["kind"] == "acquire-at-scale" and g["waiters"] < g["waiters_asked"]:
         note = f", with {num(g['waiters'])} of the {num(g['waiters_asked'])} waiters asked for (section 4)"
+    if g["kind"] == "lease-keepalive" and not g["all_held"]:
+        note = " (a hold was lost or a renewal failed: section 8)"
+    if g["kind"] == "sync" and len(g["missed"]) > 1:
+        return f"**missed** ({', '.join(g['missed'])})"
     if g["kind"] == "release-o1" and g["queue"] < g["queue_asked"]:
         note = (f" (at {num(g['queue'])} of the {num(g['queue_asked'])} waiters asked for on "
                 "its key: section 4)")
@@ -197,6 +240,15 @@ ORIGIN = {("release", "readers-wait"): "last reader's release",
           ("expiry", "native-wait"): "holder's lease expires",
           "head": "the head of the longest queue", "tail": "the tail of the longest queue",
           "spread": "the spread keys"}
+SIDES = {"lease": "one lease: `KEEPALIVE`", "extend": "plain holds: `LOCK.EXTEND` each",
+         "idle": "idle: `PING`"}
+MODES = {"sync": "`LOCK.ACQUIRE … SYNC`", "acquire-wait": "`LOCK.ACQUIRE` + `WAIT`",
+         "acquire": "`LOCK.ACQUIRE` alone"}
+
+
+def per_tick(row):
+    """A side's CPU per tick's requests (none when it sent none)."""
+    return row["renewal_cpu_us"] / row["ticks"] if row["ticks"] else None
 
 # Every table of the report: (header, field, format) a column; a field is a
 # key of the row or a function of it.
@@ -267,6 +319,25 @@ TABLES = {
                 ("MEMORY USAGE of a key", "key_bytes", lambda v: f"{num(v)} B")],
     "readers": [("Hand-off", lambda r: ORIGIN[r["scenario"], r["recipe"]], text),
                 ("Waiter", "recipe", code), *HANDOFF[1:6]],
+    "keepalive": [("Server", lambda r: SIDES[r["side"]], text), ("Ticks", "ticks", num),
+                  ("Lock commands", "lock_calls", num), ("CPU, whole window", "cpu_us", us),
+                  ("CPU of the requests", "renewal_cpu_us", us), ("per tick", per_tick, fine),
+                  ("Commands' own time", "lock_usec", us),
+                  ("Replies", lambda r: f"{num(r['replies_ok'])} of {num(r['replies_expected'])}",
+                   text),
+                  ("Locks at end", "locks_at_end", num), ("Expired", "expiries", num),
+                  ("Keys moved", "keys_moved", num),
+                  ("Round trip p50", spread("tick", "p50_us"), us),
+                  ("max", spread("tick", "max_us"), us)],
+    "sync_ratios": [("Clients", "clients", text), ("Throughput ratio", "throughput_ratio", x),
+                    ("p50 ratio", "p50_ratio", x), ("p99 ratio", "p99_ratio", x),
+                    ("Master CPU ratio", "cpu_ratio", x),
+                    ("Goal", lambda r: r.get("goal") and f"≥ {plain(r['goal']['threshold'])}×: "
+                     f"{goal_verdict(r['goal'])}", lambda v: v or "")],
+    "sync": [("Clients", "clients", text), ("Mode", lambda r: MODES[r["mode"]], text),
+             ("Requests/s", "rps", num), ("p50", "p50_us", us), ("p99", "p99_us", us),
+             ("Master CPU µs/req", "master_cpu_us_per_op", f1),
+             ("Replica CPU µs/req", "replica_cpu_us_per_op", f1), ("Short", "short", num)],
     "raw_throughput": [("Server", "server", text), ("Command", "case", text),
                        ("Pipeline", "pipeline", text), ("Round", lambda r: r["round"] + 1, text),
                        ("Requests/s", "rps", num), ("CPU µs/req", "cpu_us_per_op", f2),

@@ -3,7 +3,7 @@
 
 use serde::Serialize;
 
-use crate::{contention, holders, observing, scale, throughput, waiting};
+use crate::{contention, holders, keepalive, observing, scale, syncing, throughput, waiting};
 
 /// How much of everything to run.
 #[derive(Clone, Debug, Serialize)]
@@ -16,14 +16,18 @@ pub struct Profile {
     pub scale: scale::Settings,
     pub waiting: waiting::Settings,
     pub observe: observing::Settings,
+    pub keepalive: keepalive::Settings,
+    pub sync: syncing::Settings,
 }
 
 impl Profile {
-    /// `make bench`: about 30 minutes on 2 cores, 3¾ of them in the waiting
-    /// section, 1¾ in the GUARD group, 1 in the OBSERVE section (Redis and
-    /// Valkey), 10 in the SEM and SHARED groups (Redis 5½, Valkey 4½; most of
-    /// it refilling a million keys with two holders before each release run)
-    /// and ⅓ in the memory per holder.
+    /// `make bench`: about 45 minutes on 2 cores (41 in the run of
+    /// 2026-12-02, before the lease and SYNC sections), 3¾ of them in the
+    /// waiting section, 1¾ in the GUARD group, 1 in the OBSERVE section
+    /// (Redis and Valkey), 10 in the SEM and SHARED groups (Redis 5½, Valkey
+    /// 4½; most of it refilling a million keys with two holders before each
+    /// release run), ⅓ in the memory per holder, 2 in the lease section (two
+    /// 60 s windows) and 2 in the SYNC section (Redis and Valkey).
     pub fn full() -> Profile {
         Profile {
             name: "full",
@@ -108,6 +112,28 @@ impl Profile {
                     },
                 ],
             },
+            keepalive: keepalive::Settings {
+                holds: 10_000,
+                duration_s: 60,
+                warmup_ticks: 3,
+                variants: vec![
+                    keepalive::Variant {
+                        ttl_ms: 3000,
+                        interval_ms: 1000,
+                    },
+                    keepalive::Variant {
+                        ttl_ms: 300,
+                        interval_ms: 100,
+                    },
+                ],
+            },
+            sync: syncing::Settings {
+                rounds: 3,
+                clients: vec![1, 50],
+                duration_ms: 3000,
+                replicas: 1,
+                timeout_ms: 1000,
+            },
         }
     }
 
@@ -181,6 +207,28 @@ impl Profile {
                         ttl_ms: 300,
                     },
                 ],
+            },
+            keepalive: keepalive::Settings {
+                holds: 10_000,
+                duration_s: 5,
+                warmup_ticks: 3,
+                variants: vec![
+                    keepalive::Variant {
+                        ttl_ms: 3000,
+                        interval_ms: 1000,
+                    },
+                    keepalive::Variant {
+                        ttl_ms: 300,
+                        interval_ms: 100,
+                    },
+                ],
+            },
+            sync: syncing::Settings {
+                rounds: 1,
+                clients: vec![1, 50],
+                duration_ms: 500,
+                replicas: 1,
+                timeout_ms: 1000,
             },
         }
     }

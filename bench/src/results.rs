@@ -13,6 +13,7 @@ use serde::Serialize;
 use crate::contention;
 use crate::handoff::{Recipe, Scenario};
 use crate::holders::{self, Shape};
+use crate::keepalive::{self, KeepaliveResults, KeepaliveRow};
 use crate::load::Strategy;
 use crate::machine::Machine;
 use crate::memory::{MemoryResults, Variant};
@@ -21,6 +22,8 @@ use crate::profile::Profile;
 use crate::scale;
 use crate::scripts;
 use crate::stats::{median, quantiles};
+use crate::sync_load::Mode;
+use crate::syncing::{self, SyncRatioRow, SyncResults, SyncRow};
 use crate::throughput::{self, Case, Group, Sample, COMPARISONS};
 use crate::waiting::{self, WaitingResults};
 
@@ -70,6 +73,10 @@ pub struct Results {
     pub waiting: Option<WaitingResults>,
     /// One per server (Redis, Valkey).
     pub observe: Vec<ObserveResults>,
+    /// Keeping many holds alive: a lease group against `LOCK.EXTEND`.
+    pub keepalive: Option<KeepaliveResults>,
+    /// `SYNC` against `LOCK.ACQUIRE` + `WAIT`, one per server.
+    pub sync: Vec<SyncResults>,
 }
 
 /// The JSON document of a run.
@@ -174,6 +181,18 @@ pub struct Commands {
     pub fairness: Vec<Vec<String>>,
     /// One per fleet.
     pub observe: Vec<Vec<String>>,
+    /// Per variant (lease ttl), what each of the three servers is sent.
+    pub keepalive: Vec<Vec<SideCommands>>,
+    /// Every `lock-sync` run: per client count, each mode.
+    pub sync: Vec<Vec<String>>,
+}
+
+#[derive(Serialize)]
+pub struct SideCommands {
+    pub side: keepalive::Side,
+    pub ttl_ms: u64,
+    pub interval_ms: u64,
+    pub commands: Vec<String>,
 }
 
 #[derive(Serialize)]
@@ -257,6 +276,29 @@ fn method(results: &Results) -> Method {
                 .fleets
                 .iter()
                 .map(observing::observe_command)
+                .collect(),
+            keepalive: profile
+                .keepalive
+                .variants
+                .iter()
+                .map(|variant| {
+                    keepalive::Side::ALL
+                        .map(|side| SideCommands {
+                            side,
+                            ttl_ms: variant.ttl_ms,
+                            interval_ms: variant.interval_ms,
+                            commands: side.commands(variant, profile.keepalive.holds),
+                        })
+                        .into()
+                })
+                .collect(),
+            sync: profile
+                .sync
+                .clients
+                .iter()
+                .flat_map(|&clients| {
+                    Mode::ALL.map(|mode| syncing::sync_command(&profile.sync, mode, clients))
+                })
                 .collect(),
         },
     }
@@ -356,6 +398,12 @@ pub struct Summary {
     /// RELEASE on keys with queues of set lengths (0: nobody waits).
     pub scale_release: Vec<scale::ReleaseRow>,
     pub scale_memory: Option<scale::WaiterMemoryRow>,
+    /// Per lease ttl: the lease, `LOCK.EXTEND` and the idle server.
+    pub keepalive: Vec<KeepaliveRow>,
+    /// Medians over rounds per server, client count and mode.
+    pub sync: Vec<SyncRow>,
+    /// `SYNC` over `LOCK.ACQUIRE` + `WAIT`, per server and client count.
+    pub sync_ratios: Vec<SyncRatioRow>,
 }
 
 fn med(values: impl IntoIterator<Item = f64>) -> f64 {
@@ -378,7 +426,18 @@ pub fn summarise(results: &Results) -> Summary {
             .as_ref()
             .map_or(Vec::new(), scale::release_rows),
         scale_memory: results.scale.as_ref().and_then(scale::memory_row),
+        keepalive: results
+            .keepalive
+            .as_ref()
+            .map_or(Vec::new(), keepalive::rows),
+        sync: Vec::new(),
+        sync_ratios: Vec::new(),
     };
+    for server in &results.sync {
+        let (rows, ratios) = syncing::rows(server, &results.profile.sync);
+        summary.sync.extend(rows);
+        summary.sync_ratios.extend(ratios);
+    }
     let pipelines = &results.profile.throughput.pipelines;
     for server in &results.servers {
         let samples = &server.throughput;
@@ -640,6 +699,31 @@ pub enum Goal {
         missed: Vec<&'static str>,
         verdict: Verdict,
     },
+    /// Keeping `holds` alive for the window: `LOCK.EXTEND` of each against
+    /// one lease's `KEEPALIVE`, the server CPU of the renewals (less the
+    /// idle server's in as long) at least `threshold` times apart
+    /// (`renewal_ratio`); met only if every hold lived, on both sides.
+    LeaseKeepalive {
+        server: String,
+        #[serde(flatten)]
+        row: KeepaliveRow,
+        threshold: f64,
+        verdict: Verdict,
+    },
+    /// `SYNC` against `LOCK.ACQUIRE` + `WAIT` with `clients` clients: the
+    /// throughput ratio and both latency ratios at least `threshold`
+    /// (equal or better). `missed` names those that missed.
+    Sync {
+        server: String,
+        clients: usize,
+        threshold: f64,
+        throughput_ratio: Option<f64>,
+        p50_ratio: Option<f64>,
+        p99_ratio: Option<f64>,
+        cpu_ratio: Option<f64>,
+        missed: Vec<&'static str>,
+        verdict: Verdict,
+    },
 }
 
 /// How much slower (times) an ACQUIRE or RELEASE may be at scale.
@@ -650,6 +734,14 @@ pub const SCALE_GOAL: f64 = 1.25;
 /// second; judged on the mass-expiry run, with the one-key run beside it.
 pub const EXPIRY_GOAL_P50_US: f64 = 1000.0;
 pub const EXPIRY_GOAL_P99_US: f64 = 5000.0;
+
+/// The goal of issue 27: keeping holds alive through a lease takes at least
+/// this many times less server time than extending each.
+pub const KEEPALIVE_GOAL: f64 = 100.0;
+
+/// The goal of issue 26: `SYNC` as fast as the two-command recipe, or
+/// better, in throughput and latency.
+pub const SYNC_GOAL: f64 = 1.0;
 
 fn goals(results: &Results, summary: &Summary) -> Vec<Goal> {
     let mut goals = Vec::new();
@@ -780,7 +872,53 @@ fn goals(results: &Results, summary: &Summary) -> Vec<Goal> {
             });
         }
     }
+    for row in &summary.keepalive {
+        let met = row.renewal_ratio >= KEEPALIVE_GOAL && row.all_held;
+        goals.push(Goal::LeaseKeepalive {
+            server: row.server.clone(),
+            row: row.clone(),
+            threshold: KEEPALIVE_GOAL,
+            verdict: Verdict::of(met),
+        });
+    }
+    // With the most clients (the issue's 50), on each server.
+    for server in &results.sync {
+        let most = results.profile.sync.clients.iter().copied().max();
+        let Some(row) = summary
+            .sync_ratios
+            .iter()
+            .find(|r| r.server == server.server && Some(r.clients) == most)
+        else {
+            continue;
+        };
+        let missed = sync_misses(row);
+        goals.push(Goal::Sync {
+            server: row.server.clone(),
+            clients: row.clients,
+            threshold: SYNC_GOAL,
+            throughput_ratio: row.throughput_ratio,
+            p50_ratio: row.p50_ratio,
+            p99_ratio: row.p99_ratio,
+            cpu_ratio: row.cpu_ratio,
+            verdict: Verdict::of(missed.is_empty()),
+            missed,
+        });
+    }
     goals
+}
+
+/// The figures of a `SYNC` comparison that miss the goal (or were not
+/// measured).
+fn sync_misses(row: &SyncRatioRow) -> Vec<&'static str> {
+    [
+        ("throughput", row.throughput_ratio),
+        ("p50", row.p50_ratio),
+        ("p99", row.p99_ratio),
+    ]
+    .into_iter()
+    .filter(|(_, ratio)| !ratio.is_some_and(|r| r >= SYNC_GOAL))
+    .map(|(name, _)| name)
+    .collect()
 }
 
 /// The percentiles of an expiry hand-off that miss the goal.
@@ -821,6 +959,23 @@ mod tests {
         assert_eq!(expiry_misses(1001.0, 5000.0), ["p50"]);
         assert_eq!(expiry_misses(900.0, 5001.0), ["p99"]);
         assert_eq!(expiry_misses(1800.0, 6000.0), ["p50", "p99"]);
+    }
+
+    #[test]
+    fn the_sync_goal_names_what_missed() {
+        let row = |t, p50, p99| SyncRatioRow {
+            server: "s".into(),
+            clients: 50,
+            throughput_ratio: t,
+            p50_ratio: p50,
+            p99_ratio: p99,
+            cpu_ratio: None,
+        };
+        assert!(sync_misses(&row(Some(1.0), Some(1.2), Some(3.0))).is_empty());
+        assert_eq!(
+            sync_misses(&row(Some(0.9), Some(1.2), None)),
+            ["throughput", "p99"]
+        );
     }
 
     #[test]

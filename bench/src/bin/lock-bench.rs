@@ -1,7 +1,7 @@
 //! `lock-bench`: run every benchmark and write the results as one JSON
 //! document (`bench/README.md` has its schema).
 //!
-//! `make bench` runs the full profile (about 40 minutes) into
+//! `make bench` runs the full profile (about 45 minutes) into
 //! `docs/benchmarks.json`, from which `bench/render.py` writes
 //! `docs/benchmarks.md` and `bench/charts.py` `docs/img/*.png`; `make
 //! bench-quick` runs a tiny version of everything into
@@ -17,7 +17,7 @@ use redis_lock_bench::results::{self, Results, RunFacts, ServerResults};
 use redis_lock_bench::server::Server;
 use redis_lock_bench::throughput::Group;
 use redis_lock_bench::{
-    contention, holders, machine, memory, observing, scale, throughput, waiting,
+    contention, holders, keepalive, machine, memory, observing, scale, syncing, throughput, waiting,
 };
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -56,7 +56,8 @@ struct Args {
     #[arg(long, default_value = "make bench")]
     made_by: String,
     /// Only these sections (throughput, contention, memory, holders, scale,
-    /// waiting, handoff: waiting without its fairness runs, observe) or
+    /// waiting, handoff: waiting without its fairness runs, observe, lease:
+    /// keeping many holds alive, sync: SYNC against ACQUIRE + WAIT) or
     /// throughput groups (acquire, extend, release, guard, sem-acquire,
     /// sem-release, shared-acquire, shared-release; sem and shared: both of
     /// the pair): `--only guard` runs the GUARD comparisons alone
@@ -64,7 +65,7 @@ struct Args {
     only: Vec<String>,
 }
 
-const SECTIONS: [&str; 8] = [
+const SECTIONS: [&str; 10] = [
     "throughput",
     "contention",
     "memory",
@@ -73,6 +74,8 @@ const SECTIONS: [&str; 8] = [
     "waiting",
     "handoff",
     "observe",
+    "lease",
+    "sync",
 ];
 
 fn main() {
@@ -85,10 +88,13 @@ fn main() {
 
 fn run(args: &Args) -> Result<(), String> {
     let started = Instant::now();
-    let profile = match args.profile {
+    let mut profile = match args.profile {
         ProfileName::Full => Profile::full(),
         ProfileName::Quick => Profile::quick(),
     };
+    // The keep-alive window may be shortened (or lengthened) from outside.
+    profile.keepalive = profile.keepalive.with_env_duration()?;
+    let profile = profile;
     let wanted = |section: &str| args.only.is_empty() || args.only.iter().any(|s| s == section);
     let mut group_names: Vec<&str> = Group::ALL.iter().map(|g| g.name()).collect();
     for family in Group::ALL.iter().filter_map(|g| g.family()) {
@@ -125,6 +131,7 @@ fn run(args: &Args) -> Result<(), String> {
     let lock_load = tool("lock-load")?;
     let lock_handoff = tool("lock-handoff")?;
     let lock_observe = tool("lock-observe")?;
+    let lock_sync = tool("lock-sync")?;
     std::fs::create_dir_all(&args.work_dir).map_err(|e| e.to_string())?;
     let mut progress = |step: &str| {
         eprintln!("[{:>5.0}s] {step}", started.elapsed().as_secs_f64());
@@ -146,6 +153,8 @@ fn run(args: &Args) -> Result<(), String> {
         scale: None,
         waiting: None,
         observe: Vec::new(),
+        keepalive: None,
+        sync: Vec::new(),
     };
     progress(&format!(
         "load average {:.2}; busy: {}",
@@ -158,7 +167,8 @@ fn run(args: &Args) -> Result<(), String> {
     // replication stream has a reader (without one, the module does not
     // build its effects, as Redis does not propagate `SET`); Valkey runs
     // throughput and memory (per lock and per holder). Redis and Valkey run
-    // the OBSERVE section.
+    // the OBSERVE section. Redis keeps many holds alive (lease against
+    // EXTEND); Redis and Valkey run SYNC against ACQUIRE + WAIT.
     let redis = |spec: ServerSpec| ServerSpec {
         binary: args.redis_server.clone(),
         ..spec
@@ -169,6 +179,8 @@ fn run(args: &Args) -> Result<(), String> {
             memory: true,
             contention_and_scale: true,
             observe: true,
+            keepalive: true,
+            sync: true,
             ..ServerSpec::default()
         }),
         redis(ServerSpec {
@@ -189,6 +201,7 @@ fn run(args: &Args) -> Result<(), String> {
         groups: &Group::ALL,
         memory: true,
         observe: true,
+        sync: true,
         ..ServerSpec::default()
     }));
     specs.extend(args.memory_server.iter().map(|binary| ServerSpec {
@@ -211,7 +224,9 @@ fn run(args: &Args) -> Result<(), String> {
                     || wanted("scale")
                     || wanted("waiting")
                     || wanted("handoff")))
-            || (spec.observe && wanted("observe"));
+            || (spec.observe && wanted("observe"))
+            || (spec.keepalive && wanted("lease"))
+            || (spec.sync && wanted("sync"));
         if !wants_any {
             continue;
         }
@@ -292,6 +307,29 @@ fn run(args: &Args) -> Result<(), String> {
                 &mut progress,
             )?);
         }
+        if spec.keepalive && wanted("lease") {
+            let fresh = || Server::start(&spec.binary, &module, &args.work_dir);
+            results.keepalive = Some(keepalive::run(&fresh, &profile.keepalive, &mut progress)?);
+        }
+        if spec.sync && wanted("sync") {
+            // The replica's first sync at once, not after the default 5 s.
+            let master = Server::start_with(
+                &spec.binary,
+                &module,
+                &args.work_dir,
+                &["--repl-diskless-sync-delay", "0"],
+                "",
+            )?;
+            let replica = Server::start(&spec.binary, &module, &args.work_dir)?;
+            replica.replicate_from(&master)?;
+            results.sync.push(syncing::run(
+                &master,
+                &replica,
+                &lock_sync,
+                &profile.sync,
+                &mut progress,
+            )?);
+        }
         results.servers.push(entry);
     }
 
@@ -333,6 +371,10 @@ struct ServerSpec {
     /// Run with a replica attached.
     replica: bool,
     observe: bool,
+    /// Keep many holds alive: a lease group against LOCK.EXTEND.
+    keepalive: bool,
+    /// SYNC against ACQUIRE + WAIT, with a replica of its own.
+    sync: bool,
     /// Its label names its allocator (`INFO memory` `mem_allocator`).
     allocator_in_label: bool,
 }
