@@ -641,27 +641,39 @@ impl<'a> Index<'a> {
         self.tokens.get(lease).is_some_and(|s| s.contains(token))
     }
 
-    /// The reply to the first guarded append by `r`'s worker, for a hold of
-    /// `r`'s lease, sent after `t` (to `key` only, when given).
-    fn next_guard(&self, r: &Round, t: u64, key: Option<&str>) -> Option<(GuardResult, &str)> {
-        self.events.iter().find_map(|e| match e {
-            Event::Guarded {
-                worker,
-                key: k,
-                fence,
-                t_inv,
-                result,
-                reason,
-                ..
-            } if *worker == r.worker
-                && *t_inv > t
-                && key.is_none_or(|key| key == k)
-                && self.of_lease(&r.lease, *fence) =>
-            {
-                Some((*result, reason.as_deref().unwrap_or("")))
-            }
-            _ => None,
-        })
+    /// The guarded appends by `r`'s worker, for holds of `r`'s lease on
+    /// `keys`, that the server may have run after a revoke invoked at
+    /// `t_inv` and answered at `t_comp` (their reply came after `t_inv`):
+    /// (sent after `t_comp`, result, reason).
+    fn guards_around(
+        &self,
+        r: &Round,
+        keys: &[String],
+        t_inv: u64,
+        t_comp: u64,
+    ) -> Vec<(bool, GuardResult, &str)> {
+        self.events
+            .iter()
+            .filter_map(|e| match e {
+                Event::Guarded {
+                    worker,
+                    key,
+                    fence,
+                    t_inv: sent,
+                    t_comp: answered,
+                    result,
+                    reason,
+                    ..
+                } if *worker == r.worker
+                    && *answered > t_inv
+                    && keys.contains(key)
+                    && self.of_lease(&r.lease, *fence) =>
+                {
+                    Some((*sent > t_comp, *result, reason.as_deref().unwrap_or("")))
+                }
+                _ => None,
+            })
+            .collect()
     }
 }
 
@@ -749,27 +761,60 @@ fn handoffs(index: &Index, r: &Round, ttl: u64, f: &mut Figures, extra: &mut Ver
     }
 }
 
-/// After `LOCK.REVOKE key`, the holder's next guarded append to that key
-/// is answered `REVOKED <the operator's reason>`; after `LOCK.LEASE
-/// REVOKE`, its next one to any key `REVOKED lease revoked`.
+/// After `LOCK.REVOKE key`, every guarded append the holder sent to that
+/// key once the revoke had answered is refused `REVOKED <the operator's
+/// reason>`, and after `LOCK.LEASE REVOKE` every one to the lease's other
+/// keys `REVOKED lease revoked`; and the holder was told so at least once
+/// (an append in flight during the revoke may have run before it).
 fn revocation_replies(index: &Index, r: &Round, f: &mut Figures, extra: &mut Verdict) {
     f.holds_lease_revoked += r.lease_revoked.unwrap_or(0);
-    if let Some((key, _, t_comp)) = &r.key_revoke {
-        match index.next_guard(r, *t_comp, Some(key)) {
-            Some((GuardResult::Revoked, OPERATOR_REASON)) => {}
-            Some(other) => extra.scenario.push(format!(
-                "LOCK.REVOKE {key}: the holder's next LOCK.GUARD got {other:?}, not REVOKED {OPERATOR_REASON}"
-            )),
-            None => extra.scenario.push(format!(
-                "LOCK.REVOKE {key}: the holder never tried it again: the round proves nothing"
-            )),
+    if let Some((key, t_inv, t_comp)) = &r.key_revoke {
+        let keys = [key.clone()];
+        let what = format!("LOCK.REVOKE {key}");
+        told(
+            index,
+            r,
+            &keys,
+            (*t_inv, *t_comp),
+            OPERATOR_REASON,
+            &what,
+            extra,
+        );
+    }
+    let span = (r.t_start, r.t_heal);
+    told(
+        index,
+        r,
+        &r.keys,
+        span,
+        LEASE_REVOKED,
+        "LOCK.LEASE REVOKE",
+        extra,
+    );
+}
+
+fn told(
+    index: &Index,
+    r: &Round,
+    keys: &[String],
+    (t_inv, t_comp): (u64, u64),
+    reason: &str,
+    what: &str,
+    extra: &mut Verdict,
+) {
+    let guards = index.guards_around(r, keys, t_inv, t_comp);
+    let refused = |result: GuardResult, why: &str| result == GuardResult::Revoked && why == reason;
+    for (after, result, why) in &guards {
+        if *after && !refused(*result, why) {
+            extra.scenario.push(format!(
+                "{what}: a LOCK.GUARD the holder sent after it got {result:?} {why:?}, not REVOKED {reason}"
+            ));
         }
     }
-    match index.next_guard(r, r.t_heal, None) {
-        Some((GuardResult::Revoked, LEASE_REVOKED)) => {}
-        other => extra.scenario.push(format!(
-            "LOCK.LEASE REVOKE: the holder's next LOCK.GUARD got {other:?}, not REVOKED {LEASE_REVOKED}"
-        )),
+    if !guards.iter().any(|(_, result, why)| refused(*result, why)) {
+        extra.scenario.push(format!(
+            "{what}: the holder was never told REVOKED {reason}: the round proves nothing"
+        ));
     }
 }
 

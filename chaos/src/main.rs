@@ -281,17 +281,18 @@ fn guarded_table(reports: &[Report]) -> String {
     }
     let mut t = String::from(
         "\nGuarded writes (LOCK.GUARD ... RPUSH, checked on the data that survived) next to the fenced resource:\n\n\
-         | # | Scenario | Appends written | Refused (LOST) | Unknown | Records survived | Acknowledged, lost with their grant | Overlapping sections, surviving data (C6) | C6 violations | Fences only: overlapping sections accepted (C1) | Stale fenced writes rejected |\n\
+         | # | Scenario | Appends written | Refused (LOST / REVOKED) | Unknown | Records survived | Acknowledged, lost with their grant | Overlapping sections, surviving data (C6) | C6 violations | Fences only: overlapping sections accepted (C1) | Stale fenced writes rejected |\n\
          | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n",
     );
     for r in rows {
         let (v, g) = (&r.verdict, &r.verdict.stats.guard);
         t.push_str(&format!(
-            "| {} | {} | {} | {} | {} | {} | {} | **{}** | {} | {} | {} |\n",
+            "| {} | {} | {} | {} / {} | {} | {} | {} | **{}** | {} | {} | {} |\n",
             r.id,
             r.name,
             g.written,
             g.lost,
+            g.revoked,
             g.unknown,
             g.survived,
             g.acked_missing,
