@@ -715,7 +715,17 @@ fn handoffs(index: &Index, r: &Round, ttl: u64, f: &mut Figures, extra: &mut Ver
         .renewed(&r.lease)
         .filter(|t| *t < r.t_start)
         .max()
-        .map_or(r.t_start, |t| t + ttl * MS);
+        .map_or(0, |t| t + ttl * MS);
+    let at = r.key_revoke.as_ref().map_or(r.t_start, |k| k.1);
+    if lease_end <= at {
+        extra.scenario.push(format!(
+            "{}: lease {} was not certainly live when the fault began ({:.0} ms after its earliest end): the round proves nothing",
+            r.fault.name(),
+            r.lease,
+            ms(at, lease_end)
+        ));
+        return;
+    }
     let limit = if revoke { 1000 * MS } else { (ttl + 1000) * MS };
     let mut times = Vec::new();
     for key in &r.keys {

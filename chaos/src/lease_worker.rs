@@ -220,6 +220,12 @@ pub fn run(a: WorkerArgs) -> Result<(), String> {
             }
         }
 
+        // A reply cut by a stop (Linux fails a socket read with a timeout
+        // with EINTR once the process is continued) left no connection:
+        // the releases below must reach the server, and the recorder.
+        if con.is_none() {
+            con = reconnect(&a);
+        }
         let gone = lock(&shared).gone;
         if gone {
             // The worst client's last try: work queued before it knew.
@@ -367,8 +373,12 @@ fn guarded_append(
 /// The keepalive thread: one `LOCK.LEASE KEEPALIVE` every third of the
 /// lease's ttl, on a connection of its own, for every hold at once.
 fn keepalive_loop(a: &WorkerArgs, shared: &Shared) {
-    let Ok(mut rec) = RecorderClient::connect(&a.socket) else {
-        return;
+    let mut rec = match RecorderClient::connect(&a.socket) {
+        Ok(rec) => rec,
+        Err(e) => {
+            eprintln!("lock-chaos: lease worker {}: no keepalives: {e}", a.id);
+            return;
+        }
     };
     let ttl = a.lease_ttl_ms;
     let period = (ttl / 3).max(1);
@@ -413,7 +423,8 @@ fn keepalive_loop(a: &WorkerArgs, shared: &Shared) {
             t_comp,
             result,
         };
-        if rec.record(&event).is_err() {
+        if let Err(e) = rec.record(&event) {
+            eprintln!("lock-chaos: lease worker {}: keepalives stop: {e}", a.id);
             return;
         }
     }
