@@ -294,8 +294,10 @@ fn pause(
     let keys = rec.held_keys(lw.id);
     let pause = rng.gen_range(ttl * 3 / 2..=ttl * 3);
     sleep(Duration::from_millis(pause).saturating_sub(Duration::from_millis(20)));
-    signal(&lw.child, libc::SIGCONT);
+    // Taken before the signal: the worker's first reply may reach the
+    // recorder before this thread runs again.
     let t_heal = mono_ns();
+    signal(&lw.child, libc::SIGCONT);
     rec.fault(
         kind,
         format!("lease worker {} for {} ms", lw.id, (t_heal - t_start) / MS),
