@@ -49,7 +49,13 @@ lock-chaos candidate|observer --key=value ...
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
-        Some("worker") => worker::WorkerArgs::parse(&args[1..]).and_then(worker::run),
+        Some("worker") => worker::WorkerArgs::parse(&args[1..]).and_then(|a| {
+            if a.lease_keys > 0 {
+                lease_worker::run(a)
+            } else {
+                worker::run(a)
+            }
+        }),
         Some("candidate") => {
             candidate::ElectArgs::parse(&args[1..]).and_then(candidate::run_candidate)
         }

@@ -4,8 +4,9 @@
 //! probability p; with `--limit=n` the worker takes 1 to `--max-count`
 //! permits of a semaphore of n (`SEM.*`) instead of the lock. With `--guard=true` the critical section also appends its
 //! `begin` and `end` to the guarded list in Redis through `LOCK.GUARD`
-//! (`guarded.rs`). With `--lease-keys=n` it is instead a worker that holds
-//! n keys at once through one lease group (`lease_worker.rs`). Run as
+//! (`guarded.rs`). With `--lease-keys=n` the process is instead a worker
+//! that holds n keys at once through one lease group (`lease_worker.rs`,
+//! chosen in `main.rs`). Run as
 //! `lock-chaos worker --key value ...` by the scenarios, so that a worker can
 //! be SIGSTOPped or run in another network namespace.
 
@@ -347,9 +348,6 @@ pub fn int_reply(r: &redis::RedisResult<Value>) -> Option<i64> {
 }
 
 pub fn run(a: WorkerArgs) -> Result<(), String> {
-    if a.lease_keys > 0 {
-        return crate::lease_worker::run(a);
-    }
     let mut rec = RecorderClient::connect(&a.socket)?;
     let mut rng = StdRng::seed_from_u64(a.seed);
     let deadline = mono_ns() + a.duration_ms * MS;
