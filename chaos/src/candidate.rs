@@ -183,6 +183,7 @@ pub fn run_candidate(a: ElectArgs) -> Result<(), String> {
             fence,
             server,
             hold: Hold::Exclusive,
+            lease: None,
         })?;
         match (outcome, fence) {
             (Outcome::Granted, Some(fence)) => {

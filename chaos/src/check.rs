@@ -11,6 +11,14 @@
 //! The server expires leases by its wall clock in whole milliseconds and the
 //! history uses CLOCK_MONOTONIC, so both bounds get `SLACK_NS` of slack.
 //!
+//! A hold attached to a lease group (`LEASE id`, scenario 14) lives exactly
+//! as long as its lease: it is certainly held until the latest `t_inv + ttl`
+//! of the lease's successful `GRANT` and `KEEPALIVE` calls (whenever they
+//! were made: the lease, and so the hold once attached, lasted at least that
+//! long), and may be held until the latest `t_comp + ttl` of them or of its
+//! own grant. `LOCK.LEASE REVOKE` by the harness ends it at the revoke's
+//! invocation, as `LOCK.REVOKE` ends the holds it names by fence.
+//!
 //! Shared holders (issue 13) are checked by the same sweep, [`conflicts`]:
 //! two holders may act at once only if both are readers, or both hold a
 //! semaphore's permits and, with everyone else acting then, no more than its
@@ -19,14 +27,14 @@
 use std::collections::{BTreeMap, HashMap};
 
 use crate::guarded::{self, GuardStats};
-use crate::history::{Event, Hold, Outcome, MS};
+use crate::history::{Event, Hold, LeaseOp, Outcome, MS};
 
 pub const SLACK_NS: u64 = 5 * MS;
 
 #[derive(Default, Debug, Clone)]
 pub struct Verdict {
-    /// C1: accepted critical sections that overlap (a writer beside anyone,
-    /// or more than a semaphore's limit of permits at once).
+    /// C1: accepted critical sections of one key that overlap (a writer
+    /// beside anyone, or more than a semaphore's limit of permits at once).
     pub c1: Vec<String>,
     /// C2: a repeated fence, or a fence not above one granted earlier in
     /// real time.
@@ -71,6 +79,16 @@ pub struct Stats {
     pub late_ops_refused: u64,
     pub extends: u64,
     pub releases: u64,
+    /// `LOCK.LEASE` calls (workers' grants and keepalives, the harness'
+    /// revokes) and the harness' `LOCK.REVOKE`s.
+    pub lease_ops: u64,
+    /// Keepalives answered 0: the lease was gone (ran out or revoked).
+    pub keepalives_refused: u64,
+    /// Accepted sections still under way when the harness revoked their
+    /// hold (C1 counts them up to the revoke), and of the writes of such
+    /// sections, those the resource refused.
+    pub revoked_sections: u64,
+    pub revoked_writes_rejected: u64,
     pub faults: u64,
     /// Leases that another grant overlapped (C3): each counted once.
     pub lost_leases: u64,
@@ -143,7 +161,12 @@ fn most_at_once(spans: &[Span], shared: bool) -> u64 {
 impl Stats {
     /// Every command the workers sent, plus every resource write.
     pub fn operations(&self) -> u64 {
-        self.acquires + self.extends + self.releases + self.writes_accepted + self.writes_rejected
+        self.acquires
+            + self.extends
+            + self.releases
+            + self.lease_ops
+            + self.writes_accepted
+            + self.writes_rejected
     }
 }
 
@@ -190,6 +213,10 @@ impl Verdict {
         a.late_ops_refused += b.late_ops_refused;
         a.extends += b.extends;
         a.releases += b.releases;
+        a.lease_ops += b.lease_ops;
+        a.keepalives_refused += b.keepalives_refused;
+        a.revoked_sections += b.revoked_sections;
+        a.revoked_writes_rejected += b.revoked_writes_rejected;
         a.faults += b.faults;
         a.lost_leases += b.lost_leases;
         a.guard.add(b.guard);
@@ -245,7 +272,14 @@ struct Grant {
     certain_end: u64,
     confirmed: bool,
     hold: Hold,
+    /// The lease group it is attached to (the worker's label).
+    lease: Option<String>,
+    /// When the harness revoked it (`LOCK.REVOKE`, `LOCK.LEASE REVOKE`).
+    revoked_at: Option<u64>,
 }
+
+/// An accepted write: (worker, fence, t_start, t_end, hold).
+type AcceptedWrite = (u32, u64, u64, u64, Hold);
 
 /// A time interval during which a holder acted, or certainly held its lease.
 pub struct Span {
@@ -307,10 +341,17 @@ pub fn check(events: &[Event], c5_bound_ns: u64) -> Verdict {
     // (key, token) -> its EXTEND/RELEASE events in invocation order.
     let mut ops: HashMap<(String, String), Vec<&Event>> = HashMap::new();
     let mut grants: Vec<Grant> = Vec::new();
-    let mut writes: Vec<(u32, u64, u64, u64, Hold)> = Vec::new();
+    // key -> its accepted writes.
+    let mut writes: BTreeMap<&str, Vec<AcceptedWrite>> = BTreeMap::new();
     // (fence, arrival) of each rejected write.
     let mut rejected: Vec<(u64, u64)> = Vec::new();
     let mut faults: Vec<(String, String, u64)> = Vec::new();
+    // lease label -> (t_inv, t_comp, ttl) of each successful GRANT/KEEPALIVE.
+    let mut renewals: HashMap<&str, Vec<(u64, u64, u64)>> = HashMap::new();
+    // lease label -> (t_inv, t_comp) of each harness REVOKE.
+    let mut lease_revokes: HashMap<&str, Vec<(u64, u64)>> = HashMap::new();
+    // (key, fence) -> t_inv of the LOCK.REVOKE that ended it.
+    let mut key_revokes: HashMap<(&str, u64), u64> = HashMap::new();
     for event in events {
         match event {
             Event::Acquire {
@@ -323,6 +364,7 @@ pub fn check(events: &[Event], c5_bound_ns: u64) -> Verdict {
                 outcome,
                 fence,
                 hold,
+                lease,
                 ..
             } => {
                 v.stats.acquires += 1;
@@ -355,6 +397,8 @@ pub fn check(events: &[Event], c5_bound_ns: u64) -> Verdict {
                         certain_end: t_inv + ttl_ms * MS,
                         confirmed: *outcome == Outcome::Granted,
                         hold: *hold,
+                        lease: lease.clone(),
+                        revoked_at: None,
                     });
                 }
             }
@@ -372,6 +416,7 @@ pub fn check(events: &[Event], c5_bound_ns: u64) -> Verdict {
             }
             Event::Write {
                 worker,
+                key,
                 fence,
                 t_start,
                 t_end,
@@ -382,7 +427,10 @@ pub fn check(events: &[Event], c5_bound_ns: u64) -> Verdict {
             } => {
                 if *accepted {
                     v.stats.writes_accepted += 1;
-                    writes.push((*worker, *fence, *t_start, *t_end, *hold));
+                    writes
+                        .entry(key.as_str())
+                        .or_default()
+                        .push((*worker, *fence, *t_start, *t_end, *hold));
                 } else {
                     v.stats.writes_rejected += 1;
                     rejected.push((*fence, *t_recv));
@@ -397,6 +445,38 @@ pub fn check(events: &[Event], c5_bound_ns: u64) -> Verdict {
                 v.stats.faults += 1;
                 faults.push((kind.clone(), detail.clone(), *t_ref));
             }
+            Event::Lease {
+                lease,
+                op,
+                ttl_ms,
+                t_inv,
+                t_comp,
+                result,
+                ..
+            } => {
+                v.stats.lease_ops += 1;
+                match (op, result) {
+                    (LeaseOp::Revoke, _) => lease_revokes
+                        .entry(lease.as_str())
+                        .or_default()
+                        .push((*t_inv, *t_comp)),
+                    (_, Some(1)) => renewals.entry(lease.as_str()).or_default().push((
+                        *t_inv,
+                        *t_comp,
+                        ttl_ms * MS,
+                    )),
+                    (LeaseOp::Keepalive, Some(0)) => v.stats.keepalives_refused += 1,
+                    _ => {}
+                }
+            }
+            Event::Revoke {
+                key, fences, t_inv, ..
+            } => {
+                v.stats.lease_ops += 1;
+                for f in fences {
+                    key_revokes.insert((key.as_str(), *f), *t_inv);
+                }
+            }
             Event::Guarded { .. }
             | Event::Survived { .. }
             | Event::Observed { .. }
@@ -410,15 +490,41 @@ pub fn check(events: &[Event], c5_bound_ns: u64) -> Verdict {
         _ => None,
     };
     for grant in grants.iter_mut() {
+        let grant_ttl = grant.certain_end - grant.t_inv;
+        let mut latest_end = grant.t_comp + grant_ttl;
+        if let Some(lease) = &grant.lease {
+            // The hold's own ttl is a name only: its lease's renewals bound
+            // it (the lease's GRANT is one, recorded before any hold).
+            grant.certain_end = grant.t_comp;
+            latest_end = grant.t_comp;
+            for &(t_inv, t_comp, ttl) in renewals.get(lease.as_str()).into_iter().flatten() {
+                grant.certain_end = grant.certain_end.max(t_inv + ttl);
+                latest_end = latest_end.max(t_comp + ttl);
+            }
+        }
+        // Taken away by the harness: a revoke of its lease (a grant asked for
+        // after the revoke's reply would have got NOLEASE), or of its fence.
+        let lease_revoked = grant.lease.as_deref().and_then(|l| {
+            lease_revokes
+                .get(l)?
+                .iter()
+                .filter(|&&(_, t_comp)| grant.t_inv < t_comp)
+                .map(|&(t_inv, _)| t_inv)
+                .min()
+        });
+        let key_revoked = key_revokes.get(&(grant.key.as_str(), grant.fence)).copied();
+        let revoked_at = lease_revoked.into_iter().chain(key_revoked).min();
+        grant.revoked_at = revoked_at;
         let Some(list) = ops.get_mut(&(grant.key.clone(), grant.token.clone())) else {
+            if let Some(t) = revoked_at {
+                grant.certain_end = grant.certain_end.min(t);
+            }
             continue;
         };
         list.sort_by_key(|e| match e {
             Event::Extend { t_inv, .. } | Event::Release { t_inv, .. } => *t_inv,
             _ => 0,
         });
-        let grant_ttl = grant.certain_end - grant.t_inv;
-        let mut latest_end = grant.t_comp + grant_ttl;
         let mut released_at = None;
         for e in list.iter() {
             let (t_inv, t_comp, result, name) = match e {
@@ -452,14 +558,17 @@ pub fn check(events: &[Event], c5_bound_ns: u64) -> Verdict {
             }
             if result == Some(1) {
                 if let Some(ttl) = ttl_of(e) {
-                    grant.certain_end = grant.certain_end.max(t_inv + ttl * MS);
-                    latest_end = latest_end.max(t_comp + ttl * MS);
+                    // An EXTEND of a hold in a lease group moves nothing.
+                    if grant.lease.is_none() {
+                        grant.certain_end = grant.certain_end.max(t_inv + ttl * MS);
+                        latest_end = latest_end.max(t_comp + ttl * MS);
+                    }
                 } else {
                     released_at = Some(t_inv);
                 }
             }
         }
-        if let Some(t) = released_at {
+        if let Some(t) = released_at.into_iter().chain(revoked_at).min() {
             grant.certain_end = grant.certain_end.min(t);
         }
     }
@@ -470,31 +579,57 @@ pub fn check(events: &[Event], c5_bound_ns: u64) -> Verdict {
         .filter(|(f, t)| certain_end.get(f).is_some_and(|e| t + SLACK_NS < *e))
         .count() as u64;
 
-    // C1: accepted critical sections never overlap (readers may share, and
-    // up to a semaphore's limit of permits).
-    let spans: Vec<Span> = writes
+    // C1: accepted critical sections of one key never overlap (readers may
+    // share, and up to a semaphore's limit of permits).
+    // A section under way when its hold was revoked counts up to the revoke:
+    // the holder could not know before it asked the server again, and what
+    // it did after is for the fence (its write reached the resource before
+    // the next holder's, or was refused) and for LOCK.GUARD (C6).
+    let revoked_at: HashMap<u64, u64> = grants
         .iter()
-        .map(|&(_, _, start, end, hold)| Span { start, end, hold })
+        .filter_map(|g| Some((g.fence, g.revoked_at?)))
         .collect();
-    v.stats.holds.max_readers_acting = most_at_once(&spans, true);
-    v.stats.holds.max_permits_acting = most_at_once(&spans, false);
-    for (i, against) in conflicts(&spans) {
-        let (worker, fence, t_start, _, hold) = writes[i];
-        let Some(&o) = against.iter().max_by_key(|&&o| writes[o].3) else {
-            continue;
-        };
-        let (w0, f0, _, end0, hold0) = writes[o];
-        v.c1.push(format!(
-            "critical section of worker {worker} (fence {fence}, {}) starts {:.1} ms before that of worker {w0} (fence {f0}, {}) ends{}",
-            hold.label(),
-            ms(end0 - t_start),
-            hold0.label(),
-            if against.len() > 1 {
-                format!(", with {} others open", against.len() - 1)
-            } else {
-                String::new()
-            }
-        ));
+    v.stats.revoked_writes_rejected = rejected
+        .iter()
+        .filter(|(f, _)| revoked_at.contains_key(f))
+        .count() as u64;
+    let multi_key = writes.len() > 1;
+    for (key, writes) in &writes {
+        let spans: Vec<Span> = writes
+            .iter()
+            .map(|&(_, fence, start, end, hold)| {
+                let end = match revoked_at.get(&fence) {
+                    Some(&r) if r < end => {
+                        v.stats.revoked_sections += 1;
+                        r
+                    }
+                    _ => end,
+                };
+                Span { start, end, hold }
+            })
+            .collect();
+        let h = &mut v.stats.holds;
+        h.max_readers_acting = h.max_readers_acting.max(most_at_once(&spans, true));
+        h.max_permits_acting = h.max_permits_acting.max(most_at_once(&spans, false));
+        for (i, against) in conflicts(&spans) {
+            let (worker, fence, t_start, _, hold) = writes[i];
+            let Some(&o) = against.iter().max_by_key(|&&o| writes[o].3) else {
+                continue;
+            };
+            let (w0, f0, _, end0, hold0) = writes[o];
+            v.c1.push(format!(
+                "{}critical section of worker {worker} (fence {fence}, {}) starts {:.1} ms before that of worker {w0} (fence {f0}, {}) ends{}",
+                if multi_key { format!("key {key}: ") } else { String::new() },
+                hold.label(),
+                ms(end0 - t_start),
+                hold0.label(),
+                if against.len() > 1 {
+                    format!(", with {} others open", against.len() - 1)
+                } else {
+                    String::new()
+                }
+            ));
+        }
     }
 
     // C2: fences are unique, and increase in real-time order.
@@ -623,6 +758,7 @@ mod tests {
             fence: Some(fence),
             server: "s".into(),
             hold: Hold::Exclusive,
+            lease: None,
         }
     }
 
@@ -792,5 +928,181 @@ mod tests {
         assert!(!r.admits(1, 10, p(2), false));
         r.released(3);
         assert!(r.admits(1, 10, p(2), false));
+    }
+
+    /// A grant of `key` attached to lease `label`.
+    fn lease_grant(worker: u32, key: &str, fence: u64, t_inv: u64, label: &str) -> Event {
+        match grant(worker, fence, t_inv, t_inv + 1, 1000) {
+            Event::Acquire {
+                worker,
+                token,
+                ttl_ms,
+                t_inv,
+                t_comp,
+                outcome,
+                fence,
+                server,
+                hold,
+                ..
+            } => Event::Acquire {
+                worker,
+                key: key.into(),
+                token,
+                ttl_ms,
+                t_inv,
+                t_comp,
+                outcome,
+                fence,
+                server,
+                hold,
+                lease: Some(label.into()),
+            },
+            other => other,
+        }
+    }
+
+    fn lease_op(label: &str, op: LeaseOp, t_inv: u64, result: i64) -> Event {
+        Event::Lease {
+            worker: 100,
+            lease: label.into(),
+            op,
+            ttl_ms: 1000,
+            t_inv: t_inv * MS,
+            t_comp: (t_inv + 1) * MS,
+            result: Some(result),
+        }
+    }
+
+    fn on_key(mut e: Event, k: &str) -> Event {
+        match &mut e {
+            Event::Acquire { key, .. } | Event::Write { key, .. } => *key = k.into(),
+            _ => {}
+        }
+        e
+    }
+
+    #[test]
+    fn a_lease_hold_lives_by_its_lease_renewals_not_its_own_ttl() {
+        // Granted at 0, renewed at 300 and 600: the hold taken at 900
+        // certainly lives until 1600, not 900 + its ttl.
+        let base = vec![
+            lease_op("L", LeaseOp::Grant, 0, 1),
+            lease_op("L", LeaseOp::Keepalive, 300, 1),
+            lease_op("L", LeaseOp::Keepalive, 600, 1),
+            lease_grant(100, "k", 10, 900, "L"),
+            lease_op("L", LeaseOp::Keepalive, 1200, 0),
+        ];
+        let mut h = base.clone();
+        h.push(grant(1, 11, 1650, 1651, 1000));
+        let v = check(&h, 3000 * MS);
+        assert_eq!(v.violations(), 0, "{}", v.details());
+        assert_eq!((v.stats.lease_ops, v.stats.keepalives_refused), (4, 1));
+        // Inside the lease's bound: a double grant.
+        let mut h = base.clone();
+        h.push(grant(1, 11, 1500, 1501, 1000));
+        assert_eq!(check(&h, 3000 * MS).c3_double.len(), 1);
+        // A keepalive answered 1 after the hold's RELEASE answered 0 there
+        // would be a late success: not here, the lease had ended.
+        let mut h = base;
+        h.push(release(100, 10, 1700, 0));
+        let v = check(&h, 3000 * MS);
+        assert_eq!(v.stats.late_ops_refused, 1, "{}", v.details());
+    }
+
+    #[test]
+    fn a_revoke_of_the_lease_or_of_the_fence_ends_the_hold_at_the_revoke() {
+        let base = vec![
+            lease_op("L", LeaseOp::Grant, 0, 1),
+            lease_grant(100, "k", 10, 10, "L"),
+            lease_op("L", LeaseOp::Keepalive, 300, 1),
+            grant(1, 11, 520, 521, 1000),
+        ];
+        assert_eq!(check(&base, 3000 * MS).c3_double.len(), 1);
+        let mut by_lease = base.clone();
+        by_lease.push(Event::Lease {
+            worker: 1000,
+            lease: "L".into(),
+            op: LeaseOp::Revoke,
+            ttl_ms: 1000,
+            t_inv: 500 * MS,
+            t_comp: 510 * MS,
+            result: Some(1),
+        });
+        let v = check(&by_lease, 3000 * MS);
+        assert_eq!(v.violations(), 0, "{}", v.details());
+        let mut by_fence = base.clone();
+        by_fence.push(Event::Revoke {
+            key: "k".into(),
+            reason: "r".into(),
+            fences: vec![10],
+            t_inv: 500 * MS,
+            t_comp: 510 * MS,
+            result: Some(1),
+        });
+        assert_eq!(check(&by_fence, 3000 * MS).violations(), 0);
+        // Another fence of the key is not taken away.
+        let mut other = base;
+        other.push(Event::Revoke {
+            key: "k".into(),
+            reason: "r".into(),
+            fences: vec![9],
+            t_inv: 500 * MS,
+            t_comp: 510 * MS,
+            result: Some(0),
+        });
+        assert_eq!(check(&other, 3000 * MS).c3_double.len(), 1);
+    }
+
+    #[test]
+    fn sections_of_two_keys_may_overlap_and_a_revoked_one_counts_until_the_revoke() {
+        let h = vec![
+            on_key(grant(1, 10, 0, 1, 2000), "a"),
+            on_key(grant(2, 11, 0, 2, 2000), "b"),
+            on_key(write(1, 10, 3, 50), "a"),
+            on_key(write(2, 11, 4, 40), "b"),
+        ];
+        assert_eq!(check(&h, 3000 * MS).violations(), 0);
+        // Revoked at 20 while its section ran to 50; the next holder's
+        // section starts at 30.
+        let mut h = vec![
+            grant(1, 10, 0, 1, 2000),
+            grant(2, 11, 21, 22, 2000),
+            write(1, 10, 3, 50),
+            write(2, 11, 30, 60),
+        ];
+        assert_eq!(check(&h, 3000 * MS).c1.len(), 1);
+        h.push(Event::Revoke {
+            key: "k".into(),
+            reason: "r".into(),
+            fences: vec![10],
+            t_inv: 20 * MS,
+            t_comp: 21 * MS,
+            result: Some(1),
+        });
+        let v = check(&h, 3000 * MS);
+        assert_eq!(v.violations(), 0, "{}", v.details());
+        assert_eq!(v.stats.revoked_sections, 1);
+    }
+
+    #[test]
+    fn the_fenced_resource_compares_fences_per_key() {
+        let socket =
+            std::env::temp_dir().join(format!("lock-chaos-test-{}.sock", std::process::id()));
+        let rec = crate::history::Recorder::start(&socket).expect("recorder");
+        let w = |key: &str, fence| Event::Write {
+            worker: 1,
+            key: key.into(),
+            fence,
+            t_start: 0,
+            t_end: 0,
+            t_recv: 0,
+            accepted: false,
+            term: false,
+            hold: Hold::Exclusive,
+        };
+        assert_eq!(rec.record(w("a", 20)), Some("OK\n"));
+        assert_eq!(rec.record(w("b", 10)), Some("OK\n"));
+        assert_eq!(rec.record(w("a", 15)), Some("NO\n"));
+        let _ = std::fs::remove_file(&socket);
     }
 }

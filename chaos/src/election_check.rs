@@ -222,6 +222,7 @@ mod tests {
             fence: Some(fence),
             server: "s".into(),
             hold: Hold::Exclusive,
+            lease: None,
         }
     }
 

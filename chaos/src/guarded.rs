@@ -12,7 +12,7 @@
 //!   an earlier section never writes again (a `begin` of B between A's
 //!   `begin` and `end` is counted on A);
 //! - fences never go backwards along the list;
-//! - no record whose GUARD was answered `LOST` is there.
+//! - no record whose GUARD was answered `LOST` (or `REVOKED`) is there.
 //!
 //! An acknowledged record missing from the surviving list is not a
 //! violation of C6: with asynchronous replication (or RDB) a write can be
@@ -59,14 +59,15 @@ pub struct Confirm {
 }
 
 /// `LOCK.GUARD key token RPUSH <key>:log record`, confirmed as `confirm`
-/// says. The connection is broken when the result is `Unknown`.
+/// says, and the reason of a `REVOKED <reason>` reply. The connection is
+/// broken when the result is `Unknown`.
 pub fn append(
     con: &mut Connection,
     key: &str,
     confirm: &Confirm,
     token: &str,
     record: &str,
-) -> GuardResult {
+) -> (GuardResult, Option<String>) {
     let (replicas, wait_ms) = (confirm.replicas, confirm.wait_ms);
     let mut cmd = redis::cmd("LOCK.GUARD");
     cmd.arg(key).arg(token);
@@ -78,7 +79,7 @@ pub fn append(
     }
     let reply: redis::RedisResult<Value> =
         cmd.arg("RPUSH").arg(log_key(key)).arg(record).query(con);
-    match reply {
+    let result = match &reply {
         Ok(Value::Int(_)) if replicas == 0 => GuardResult::Written,
         Ok(Value::Int(_)) => match redis::cmd("WAIT").arg(replicas).arg(wait_ms).query(con) {
             Ok(Value::Int(n)) if n >= replicas as i64 => GuardResult::Written,
@@ -86,10 +87,17 @@ pub fn append(
             Err(_) => GuardResult::Unknown,
         },
         Err(e) if e.code() == Some("LOST") => GuardResult::Lost,
+        Err(e) if e.code() == Some("REVOKED") => {
+            return (
+                GuardResult::Revoked,
+                Some(e.detail().unwrap_or("").to_string()),
+            )
+        }
         // SYNC: written, but not on enough replicas.
         Err(e) if e.code() == Some("NOSYNC") => GuardResult::Unconfirmed,
         _ => GuardResult::Unknown,
-    }
+    };
+    (result, None)
 }
 
 /// Read the surviving list of `lock_key` from `con` (the final master) as
@@ -128,6 +136,8 @@ pub struct GuardStats {
     pub written: u64,
     pub unconfirmed: u64,
     pub lost: u64,
+    /// Refused `REVOKED <reason>`: the hold was taken away (scenario 14).
+    pub revoked: u64,
     pub unknown: u64,
     /// Records in the surviving lists.
     pub survived: u64,
@@ -148,6 +158,7 @@ impl GuardStats {
         self.written += b.written;
         self.unconfirmed += b.unconfirmed;
         self.lost += b.lost;
+        self.revoked += b.revoked;
         self.unknown += b.unknown;
         self.survived += b.survived;
         self.acked_missing += b.acked_missing;
@@ -176,6 +187,7 @@ pub fn check(events: &[Event]) -> (Vec<String>, GuardStats) {
                 GuardResult::Written => stats.written += 1,
                 GuardResult::Unconfirmed => stats.unconfirmed += 1,
                 GuardResult::Lost => stats.lost += 1,
+                GuardResult::Revoked => stats.revoked += 1,
                 GuardResult::Unknown => stats.unknown += 1,
             }
             replies.insert((key.as_str(), record.as_str()), *result);
@@ -213,6 +225,9 @@ pub fn check(events: &[Event]) -> (Vec<String>, GuardStats) {
             match replies.get(&(key.as_str(), text.as_str())) {
                 Some(GuardResult::Lost) => out.push(format!(
                     "{key} on {server}: record {i} {text:?} is there although its GUARD answered LOST"
+                )),
+                Some(GuardResult::Revoked) => out.push(format!(
+                    "{key} on {server}: record {i} {text:?} is there although its GUARD answered REVOKED"
                 )),
                 None => stats.unreported += 1,
                 Some(_) => {}
@@ -256,6 +271,7 @@ mod tests {
             t_inv: 0,
             t_comp: 0,
             result,
+            reason: None,
         }
     }
 
@@ -318,6 +334,20 @@ mod tests {
         assert_eq!(v.len(), 2, "{v:?}");
         assert!(v[0].contains("LOST"), "{v:?}");
         assert!(v[1].contains("below"), "{v:?}");
+    }
+
+    #[test]
+    fn a_revoked_write_present_is_flagged_and_counted() {
+        let h = vec![
+            guarded(1, 10, "begin", Written),
+            guarded(1, 10, "end", Revoked),
+            guarded(1, 10, "stale", Revoked),
+            survived(&[(1, 10, "begin"), (1, 10, "end")]),
+        ];
+        let (v, s) = check(&h);
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert!(v[0].contains("REVOKED"), "{v:?}");
+        assert_eq!((s.sent, s.written, s.lost, s.revoked), (3, 1, 0, 2));
     }
 
     #[test]

@@ -3,13 +3,14 @@
 //! Workers (separate processes, possibly in other network namespaces) talk to
 //! the [`Recorder`] over a Unix socket, one JSON [`Event`] per line. A `Write`
 //! is the fenced resource: it is accepted only if its fence is strictly above
-//! the highest fence accepted so far, and the recorder answers `OK` or `NO`.
+//! the highest fence accepted so far for its lock key (each key protects a
+//! resource of its own), and the recorder answers `OK` or `NO`.
 //! (A leader's writes also pass with the fence of the last accepted one:
 //! its term goes on.) Every other event is only recorded (the guarded list, the second
 //! resource, lives in Redis: `guarded.rs`). All times are CLOCK_MONOTONIC
 //! nanoseconds ([`mono_ns`]), the one clock every process on this host shares.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io::{BufRead, BufReader, Write as _};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
@@ -88,6 +89,15 @@ impl Hold {
     }
 }
 
+/// The `LOCK.LEASE` subcommands a history records.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum LeaseOp {
+    Grant,
+    Keepalive,
+    Revoke,
+}
+
 /// What one `LOCK.GUARD … RPUSH` to the guarded list got.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq)]
 #[serde(rename_all = "snake_case")]
@@ -98,6 +108,9 @@ pub enum GuardResult {
     Unconfirmed,
     /// `LOST …`: the token did not hold the lock, nothing ran.
     Lost,
+    /// `REVOKED <reason>`: the token's hold was taken away (`LOCK.REVOKE`,
+    /// `LOCK.LEASE REVOKE`), nothing ran.
+    Revoked,
     /// Another error or a timeout: it may or may not have run.
     Unknown,
 }
@@ -118,6 +131,11 @@ pub enum Event {
         server: String,
         #[serde(default, skip_serializing_if = "Hold::is_default")]
         hold: Hold,
+        /// The lease group the hold is attached to (`LEASE id`), by the
+        /// worker's label for it (scenario 14): such a hold lives exactly as
+        /// long as its lease, whatever `ttl_ms` says (see [`Event::Lease`]).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        lease: Option<String>,
     },
     /// A write to the fenced resource over the critical section
     /// [t_start, t_end]; `accepted` and `t_recv` are set by the resource.
@@ -131,8 +149,9 @@ pub enum Event {
         t_recv: u64,
         #[serde(default)]
         accepted: bool,
-        /// A leader's work (scenario 8): a fence equal to the highest
-        /// accepted also passes, since one term writes many times.
+        /// A leader's work (scenario 8), or a lease worker's (scenario 14):
+        /// a fence equal to the highest accepted also passes, since one term
+        /// (one hold) writes many times.
         #[serde(default)]
         term: bool,
         /// The mode of the grant whose section this is: a shared holder's
@@ -169,6 +188,9 @@ pub enum Event {
         t_inv: u64,
         t_comp: u64,
         result: GuardResult,
+        /// The reason of a `REVOKED <reason>` reply.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
     },
     /// The guarded list of `key` as the harness read it after the run from
     /// `server`, the one that survived the faults.
@@ -200,6 +222,30 @@ pub enum Event {
         t_end: u64,
         reason: String,
     },
+    /// A `LOCK.LEASE` call on lease `lease` (the worker's label for it, not
+    /// its id): `GRANT` and `KEEPALIVE` by the worker that holds it
+    /// (`result` 1: granted or renewed, 0: gone), `REVOKE` by the harness as
+    /// an operator (`result`: the holds it ended). None on an error.
+    Lease {
+        worker: u32,
+        lease: String,
+        op: LeaseOp,
+        ttl_ms: u64,
+        t_inv: u64,
+        t_comp: u64,
+        result: Option<i64>,
+    },
+    /// `LOCK.REVOKE key REASON reason` by the harness as an operator, in one
+    /// `MULTI` with the `LOCK.INFO` that named the holds it ended (`fences`);
+    /// `result`: the number it ended, None on an error.
+    Revoke {
+        key: String,
+        reason: String,
+        fences: Vec<u64>,
+        t_inv: u64,
+        t_comp: u64,
+        result: Option<i64>,
+    },
     /// A fault the harness injected, from `t_start` to `t_heal`. C5 measures
     /// from `t_ref` (the heal, or the start of a holder's pause).
     Fault {
@@ -214,9 +260,10 @@ pub enum Event {
 #[derive(Default)]
 struct State {
     events: Vec<Event>,
-    resource: Resource,
-    /// worker -> (key, token) it holds according to its own reports.
-    holders: HashMap<u32, String>,
+    /// The fenced resource of each lock key: fences are compared per key.
+    resources: HashMap<String, Resource>,
+    /// worker -> the keys it holds according to its own reports.
+    holders: HashMap<u32, HashSet<String>>,
 }
 
 /// The fenced resource's memory, and its rule for each kind of holder.
@@ -334,6 +381,7 @@ impl Recorder {
         match &mut event {
             Event::Write {
                 worker,
+                key,
                 fence,
                 t_recv,
                 accepted,
@@ -342,25 +390,36 @@ impl Recorder {
                 ..
             } => {
                 *t_recv = mono_ns();
-                *accepted = state.resource.admits(*worker, *fence, *hold, *term);
+                let resource = state.resources.entry(key.clone()).or_default();
+                *accepted = resource.admits(*worker, *fence, *hold, *term);
                 reply = Some(if *accepted { "OK\n" } else { "NO\n" });
             }
             Event::Acquire {
                 worker,
                 outcome,
-                token,
+                key,
                 ..
             } => {
                 // A worker asking again has stopped acting on its last grant
                 // (its release may not have reached the server).
-                state.resource.released(*worker);
+                for resource in state.resources.values_mut() {
+                    resource.released(*worker);
+                }
                 if *outcome == Outcome::Granted {
-                    state.holders.insert(*worker, token.clone());
+                    state
+                        .holders
+                        .entry(*worker)
+                        .or_default()
+                        .insert(key.clone());
                 }
             }
-            Event::Release { worker, .. } => {
-                state.holders.remove(worker);
-                state.resource.released(*worker);
+            Event::Release { worker, key, .. } => {
+                if let Some(keys) = state.holders.get_mut(worker) {
+                    keys.remove(key);
+                }
+                if let Some(resource) = state.resources.get_mut(key) {
+                    resource.released(*worker);
+                }
             }
             _ => {}
         }
@@ -381,9 +440,26 @@ impl Recorder {
     /// Workers that hold a lock by their own last report.
     pub fn holders(&self) -> Vec<u32> {
         let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        let mut workers: Vec<u32> = state.holders.keys().copied().collect();
+        let mut workers: Vec<u32> = state
+            .holders
+            .iter()
+            .filter(|(_, keys)| !keys.is_empty())
+            .map(|(w, _)| *w)
+            .collect();
         workers.sort_unstable();
         workers
+    }
+
+    /// The keys `worker` holds by its own reports, sorted.
+    pub fn held_keys(&self, worker: u32) -> Vec<String> {
+        let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut keys: Vec<String> = state
+            .holders
+            .get(&worker)
+            .map(|k| k.iter().cloned().collect())
+            .unwrap_or_default();
+        keys.sort();
+        keys
     }
 
     /// A copy of the history recorded so far.
@@ -396,7 +472,7 @@ impl Recorder {
     pub fn take(&self) -> Vec<Event> {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         state.holders.clear();
-        state.resource = Resource::default();
+        state.resources.clear();
         std::mem::take(&mut state.events)
     }
 }

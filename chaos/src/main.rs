@@ -9,6 +9,8 @@ mod election_check;
 mod failover;
 mod guarded;
 mod history;
+mod lease_group;
+mod lease_worker;
 mod replstream;
 mod scenarios;
 mod server;
@@ -28,11 +30,15 @@ lock-chaos [--quick] [--scenarios 1,2,...] [--seed N] [--module PATH] [--server 
     7 Sentinel failover in network namespaces, root only, 8 leader election
     under a paused leader, a killed leader and a Sentinel failover, root
     only, 9 read/write lock and 10 semaphore, each under paused holders and
-    kill -9 with the AOF always) and check each history with C1-C6 (C6: the
-    list written through LOCK.GUARD, scenarios 2, 4 and 7; 8 adds its own:
+    kill -9 with the AOF always, 14 lease group: a holder of 16 locks
+    through one lease paused past it, killed, and revoked; 11-13 are
+    integration tests) and check each history with C1-C6 (C6: the
+    list written through LOCK.GUARD, scenarios 2, 4, 7 and 14; 8 adds its own:
     one acting leader at a time, observers converge; in 9 and 10 C1 and C3
-    allow readers together and up to the semaphore's limit of permits). Exit status 1 if any run has a violation
-    that counts.
+    allow readers together and up to the semaphore's limit of permits; 14
+    adds its own: every key handed on, the lease never renewed after its
+    end, the holder told LOST or REVOKED). Exit status 1 if any run has a
+    violation that counts.
 lock-chaos check HISTORY.jsonl [--bound-ms N]
     Run C1, C2, C3, C5 and C6 again on a kept history (N: TTL + 1000, default 3000).
 lock-chaos worker --key=value ...
@@ -43,7 +49,13 @@ lock-chaos candidate|observer --key=value ...
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
-        Some("worker") => worker::WorkerArgs::parse(&args[1..]).and_then(worker::run),
+        Some("worker") => worker::WorkerArgs::parse(&args[1..]).and_then(|a| {
+            if a.lease_keys > 0 {
+                lease_worker::run(a)
+            } else {
+                worker::run(a)
+            }
+        }),
         Some("candidate") => {
             candidate::ElectArgs::parse(&args[1..]).and_then(candidate::run_candidate)
         }
@@ -88,7 +100,7 @@ fn run(args: &[String]) -> Result<(), String> {
     let root = std::env::current_dir().map_err(|e| e.to_string())?;
     let mut quick = false;
     let mut keep_history = false;
-    let mut selected: Vec<u32> = (1..=10).collect();
+    let mut selected: Vec<u32> = (1..=10).chain([14]).collect();
     let mut seed: u64 = 20260529;
     let mut module = server::module_path(&root);
     let mut binary = "redis-server".to_string();
@@ -166,6 +178,10 @@ fn run(args: &[String]) -> Result<(), String> {
             8 => election::election(&ctx),
             9 => shared::read_write(&ctx),
             10 => shared::semaphore(&ctx),
+            14 => lease_group::lease_group(&ctx),
+            11..=13 => Err(format!(
+                "no scenario {id} in lock-chaos: 11-13 are integration tests (docs/reliability.md)"
+            )),
             other => Err(format!("no scenario {other}")),
         };
         // A scenario that could not go on (a server died, say) is a
@@ -271,17 +287,18 @@ fn guarded_table(reports: &[Report]) -> String {
     }
     let mut t = String::from(
         "\nGuarded writes (LOCK.GUARD ... RPUSH, checked on the data that survived) next to the fenced resource:\n\n\
-         | # | Scenario | Appends written | Refused (LOST) | Unknown | Records survived | Acknowledged, lost with their grant | Overlapping sections, surviving data (C6) | C6 violations | Fences only: overlapping sections accepted (C1) | Stale fenced writes rejected |\n\
+         | # | Scenario | Appends written | Refused (LOST / REVOKED) | Unknown | Records survived | Acknowledged, lost with their grant | Overlapping sections, surviving data (C6) | C6 violations | Fences only: overlapping sections accepted (C1) | Stale fenced writes rejected |\n\
          | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n",
     );
     for r in rows {
         let (v, g) = (&r.verdict, &r.verdict.stats.guard);
         t.push_str(&format!(
-            "| {} | {} | {} | {} | {} | {} | {} | **{}** | {} | {} | {} |\n",
+            "| {} | {} | {} | {} / {} | {} | {} | {} | **{}** | {} | {} | {} |\n",
             r.id,
             r.name,
             g.written,
             g.lost,
+            g.revoked,
             g.unknown,
             g.survived,
             g.acked_missing,

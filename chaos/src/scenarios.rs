@@ -179,6 +179,10 @@ pub fn worker_base(rec: &Recorder, addr: &str, key: &str, ttl_ms: u64) -> Worker
         limit: 0,
         max_count: 1,
         wait_p: 1.0,
+        lease_keys: 0,
+        lease_ttl_ms: 0,
+        lease_file: String::new(),
+        stop_file: String::new(),
     }
 }
 

@@ -4,8 +4,11 @@
 //! probability p; with `--limit=n` the worker takes 1 to `--max-count`
 //! permits of a semaphore of n (`SEM.*`) instead of the lock. With `--guard=true` the critical section also appends its
 //! `begin` and `end` to the guarded list in Redis through `LOCK.GUARD`
-//! (`guarded.rs`). Run as `lock-chaos worker --key value ...` by the scenarios, so
-//! that a worker can be SIGSTOPped or run in another network namespace.
+//! (`guarded.rs`). With `--lease-keys=n` the process is instead a worker
+//! that holds n keys at once through one lease group (`lease_worker.rs`,
+//! chosen in `main.rs`). Run as
+//! `lock-chaos worker --key value ...` by the scenarios, so that a worker can
+//! be SIGSTOPped or run in another network namespace.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -59,6 +62,17 @@ pub struct WorkerArgs {
     pub max_count: u64,
     /// With `wait_ms`: the probability that one ACQUIRE queues with WAIT.
     pub wait_p: f64,
+    /// More than 0: hold this many keys (`<key>:0`, `<key>:1` …) at once
+    /// through one lease group of `lease_ttl_ms`, kept alive by one
+    /// `LOCK.LEASE KEEPALIVE` every third of it (`lease_worker.rs`).
+    pub lease_keys: u64,
+    pub lease_ttl_ms: u64,
+    /// With `lease_keys`: the file where the worker keeps its lease's label
+    /// and id (for the harness' `LOCK.LEASE REVOKE`), and the file whose
+    /// appearance asks it to stop itself between its lease check and its
+    /// next write. Empty: none.
+    pub lease_file: String,
+    pub stop_file: String,
 }
 
 impl WorkerArgs {
@@ -86,6 +100,10 @@ impl WorkerArgs {
             format!("--limit={}", self.limit),
             format!("--max-count={}", self.max_count),
             format!("--wait-p={}", self.wait_p),
+            format!("--lease-keys={}", self.lease_keys),
+            format!("--lease-ttl-ms={}", self.lease_ttl_ms),
+            format!("--lease-file={}", self.lease_file),
+            format!("--stop-file={}", self.stop_file),
         ]
     }
 
@@ -118,6 +136,10 @@ impl WorkerArgs {
             limit: num("limit")?,
             max_count: num("max-count")?,
             wait_p: get("wait-p")?.parse().map_err(|_| "--wait-p")?,
+            lease_keys: num("lease-keys")?,
+            lease_ttl_ms: num("lease-ttl-ms")?,
+            lease_file: get("lease-file")?,
+            stop_file: get("stop-file")?,
         })
     }
 
@@ -231,7 +253,7 @@ impl Flags {
     }
 }
 
-fn open(addr: &str, connect_ms: u64, read_ms: u64) -> Option<Connection> {
+pub fn open(addr: &str, connect_ms: u64, read_ms: u64) -> Option<Connection> {
     let client = redis::Client::open(format!("redis://{addr}/")).ok()?;
     let con = client
         .get_connection_with_timeout(Duration::from_millis(connect_ms))
@@ -269,7 +291,7 @@ pub fn open_master(sentinels: &[String], addr: &str, read_ms: u64) -> Option<(Co
     open(&addr, 300, read_ms).map(|c| (c, addr))
 }
 
-fn reconnect(a: &WorkerArgs) -> Option<(Connection, String)> {
+pub fn reconnect(a: &WorkerArgs) -> Option<(Connection, String)> {
     open_master(&a.sentinels, &a.addr, a.wait_ms + a.op_timeout_ms)
 }
 
@@ -367,6 +389,7 @@ pub fn run(a: WorkerArgs) -> Result<(), String> {
             fence,
             server,
             hold: holding,
+            lease: None,
         };
         rec.record(&ev)?;
         if broken {
@@ -488,7 +511,7 @@ fn guarded_append(
             sync: a.sync,
             wait_ms: a.op_timeout_ms / 2,
         };
-        let result = guarded::append(c, &a.key, &confirm, token, &record);
+        let (result, reason) = guarded::append(c, &a.key, &confirm, token, &record);
         let t_comp = mono_ns();
         rec.record(&Event::Guarded {
             worker: a.id,
@@ -499,6 +522,7 @@ fn guarded_append(
             t_inv,
             t_comp,
             result,
+            reason,
         })?;
         if result != GuardResult::Unknown {
             return Ok(());
@@ -520,7 +544,7 @@ pub fn release(
 }
 
 /// `<command> key token` (`LOCK.RELEASE` or `SEM.RELEASE`), reported.
-fn release_by(
+pub fn release_by(
     con: &mut Option<(Connection, String)>,
     rec: &mut RecorderClient,
     worker: u32,
