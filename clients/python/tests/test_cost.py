@@ -28,7 +28,7 @@ def test_fifty_asyncio_leases_share_one_watchdog_task_and_the_clients_pool(
         client = lib.asyncio.Redis(port=server.port, socket_timeout=5)
         try:
             tasks, clients = await measure_asyncio(client, admin, 50, keepalive)
-            assert tasks <= 2  # the watchdog, and a batch of extends in flight
+            assert tasks <= 2  # the watchdog, and its wait for the next round
             assert clients <= 1  # a second connection of the client's pool at most
         finally:
             await client.connection_pool.disconnect()
