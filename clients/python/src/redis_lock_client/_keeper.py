@@ -39,11 +39,12 @@ class Renewing:
         # The session a new hold of each ttl (ms) attaches to, while usable.
         self.current: dict[int, Session] = {}
 
-    def idle(self) -> bool:
+    def idle(self, now: float) -> bool:
         """Nothing to keep: the keeper may end (a new hold starts another).
-        Drops the sessions no longer in use (the current ones stay usable
-        by new holds until their deadline less the margin)."""
+        Drops the sessions no longer in use, and those no new hold may use
+        (a current one stays usable until its deadline less the margin)."""
         self.sessions = {session for session in self.sessions if session.in_use}
+        self.current = {ttl: s for ttl, s in self.current.items() if s.usable(now)}
         return not self.leases and not self.sessions
 
     def add(self, lease: LeaseFacts) -> Loss | None:

@@ -199,7 +199,7 @@ class Session:
             self._keepalive(sent, replies[0], replies[1], sent_at, at)
             replies = replies[2:]
         losses = []
-        for hold, reply in zip(sent.asked, replies, strict=True):
+        for hold, reply in zip(sent.asked, replies, strict=False):
             if hold not in self._holds:
                 continue  # released or lost meanwhile
             loss = self._answer(reply)

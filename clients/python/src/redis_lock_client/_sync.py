@@ -196,7 +196,7 @@ class _Watchdog:
                     for lease in self._renewing.past_deadline(now):
                         lease._lost_by_clock()
                     self._mark(self._renewing.expired(now))
-                    if self._renewing.idle():
+                    if self._renewing.idle(now):
                         self._running = False  # decided under the lock: add() starts another
                         return
                     fresh = None

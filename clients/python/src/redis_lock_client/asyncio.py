@@ -156,7 +156,7 @@ class _Watchdog:
                 for lease in self._renewing.past_deadline(now):
                     lease._lost_by_clock()
                 self._mark(self._renewing.expired(now))
-                if self._renewing.idle():
+                if self._renewing.idle(now):
                     return
                 if self._batch is None:
                     rounds = self._renewing.due_rounds(now)
