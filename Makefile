@@ -232,7 +232,7 @@ lint-python: python-venv ## ruff (lint and format check) and mypy --strict on th
 
 # A fresh server per test; every test runs with redis-py and with valkey-py,
 # on the package installed from its wheel (LOCK_PACKAGE=wheel: conftest checks it).
-test-python: deps valkey lint-python dist-python ## The Python package's tests (pytest), installed from its wheel, on Redis 7.0, then on Valkey 8.1 (~55 s each)
+test-python: deps valkey lint-python dist-python ## The Python package's tests (pytest), installed from its wheel, on Redis 7.0, then on Valkey 8.1 (~85 s each)
 	cargo build --locked --lib -p redis-lock
 	$(PYTHON_VENV)/bin/pip install --quiet --no-deps --force-reinstall $(PYTHON_WHEEL)
 	$(PYTHON_RUN) && LOCK_PACKAGE=wheel LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) \

@@ -194,6 +194,24 @@ def admin(server: Server) -> Iterator[Any]:
     made.close()
 
 
+@pytest.fixture(params=["session", "extend"])
+def keepalive(request: pytest.FixtureRequest) -> str:
+    """How the holds are kept alive: one session lease for all (`LOCK.LEASE`),
+    or an extend each (the per-lock mode), for the tests that run in both."""
+    return str(request.param)
+
+
+def renewals(admin: Any, info: dict[str, int], keepalive: str) -> int:
+    """How many times a held key was renewed, checking that it was renewed
+    the `keepalive` way: its session's keepalives (the server's count: the
+    test's only session), or its own extends (`LOCK.INFO`)."""
+    if keepalive == "session":
+        assert "lease" in info and info["extends"] == 0
+        return int(admin.info("lock")["lock_keepalives"])
+    assert "lease" not in info
+    return info["extends"]
+
+
 def no_retry(lib: ModuleType, *, asyncio: bool = False) -> Any:
     """A Retry of `lib` (sync or asyncio) that never retries: the tests that take
     the server away need the connection error at once, not a backoff."""

@@ -10,7 +10,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-from conftest import Server
+from conftest import Server, renewals
 from test_locks import waiting_clients
 
 from redis_lock_client import Locks as SyncLocks
@@ -22,6 +22,7 @@ def run(
     server: Server,
     test: Callable[[Locks, Any], Awaitable[None]],
     safety_margin: float | None = None,
+    keepalive: str = "auto",
     **options: Any,
 ) -> None:
     """Runs `test(locks, client)` on a new loop with an asyncio client of `lib`."""
@@ -29,7 +30,8 @@ def run(
     async def main() -> None:
         client = lib.asyncio.Redis(port=server.port, socket_timeout=5, **options)
         try:
-            await test(Locks(client, safety_margin=safety_margin), client)
+            locks = Locks(client, safety_margin=safety_margin, keepalive=keepalive)  # type: ignore[arg-type]
+            await test(locks, client)
         finally:
             await client.connection_pool.disconnect()
 
@@ -54,7 +56,7 @@ def test_acquire_extend_release(lib: ModuleType, server: Server) -> None:
                     pass
         assert held.released and await locks.info("billing") is None
 
-    run(lib, server, test)
+    run(lib, server, test, keepalive="extend")  # an attached hold's extend moves nothing
 
 
 async def queue_behind_a_holder(locks: Locks) -> tuple[Lease, asyncio.Task[Lease | None]]:
@@ -114,14 +116,18 @@ def test_a_waiter_killed_by_an_operator_is_never_granted(
     run(lib, server, test)
 
 
-def test_watchdog_keeps_the_lease_for_five_ttls(lib: ModuleType, server: Server) -> None:
+def test_watchdog_keeps_the_lease_for_five_ttls(
+    lib: ModuleType, server: Server, admin: Any
+) -> None:
+    """In a session (the default); test_locks.py runs the sync API both ways."""
+
     async def test(locks: Locks, client: Any) -> None:
         async with locks.lock("billing", 0.5) as lease:
             await asyncio.sleep(2.5)  # 5 ttls
             assert not lease.lost.is_set(), (lease.lost_reason, lease.lost_message)
             info = await locks.info("billing")
             assert info is not None and info["fence"] == lease.fence
-            assert isinstance(info["extends"], int) and info["extends"] >= 6
+            assert renewals(admin, info, "session") >= 6
 
     run(lib, server, test)
 

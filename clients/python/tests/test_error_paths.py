@@ -11,7 +11,9 @@ with redis-py and valkey-py against a real server:
   forked child sees the parent's lease as not its own.
 
 Faults in the client are injected by a subclass of the library's client whose
-`execute_command` fails or stalls on `LOCK.EXTEND`; the server is real.
+`execute_command` fails or stalls on `LOCK.EXTEND`; the server is real. The
+confirming extend after a wait is the per-lock mode's (`keepalive="extend"`):
+a hold attached to a session needs none (test_sessions.py).
 """
 
 from __future__ import annotations
@@ -74,12 +76,15 @@ def test_a_waited_grant_is_released_when_the_confirming_extend_fails(
     locks = Locks(client)
     short_holder(locks)
     with pytest.raises(lib.ConnectionError, match="injected"):
-        Locks(failing_extends(lib, server.port)).acquire("billing", 30.0, wait=10)
+        Locks(failing_extends(lib, server.port), keepalive="extend").acquire(
+            "billing", 30.0, wait=10
+        )
     assert locks.info("billing") is None  # given back, not held for 30 s
 
     short_holder(locks)
     with pytest.raises(lib.ConnectionError, match="injected"):
-        Election(Locks(failing_extends(lib, server.port)), "billing", 30.0).campaign()
+        extends = Locks(failing_extends(lib, server.port), keepalive="extend")
+        Election(extends, "billing", 30.0).campaign()
     assert locks.info("billing") is None
 
 
@@ -100,9 +105,10 @@ def test_a_waited_grant_is_released_when_the_task_is_cancelled(
     async def main() -> None:
         stalling, stalled = stalling_extends(lib, server.port)
         try:
-            await cancelled(aio.Locks(stalling).acquire("billing", 30.0, wait=10), stalled)
+            extends = aio.Locks(stalling, keepalive="extend")
+            await cancelled(extends.acquire("billing", 30.0, wait=10), stalled)
             stalled.clear()
-            election = aio.Election(aio.Locks(stalling), "billing", 30.0)
+            election = aio.Election(extends, "billing", 30.0)
             await cancelled(election.campaign(), stalled)
         finally:
             await stalling.connection_pool.disconnect()
@@ -129,7 +135,8 @@ if sys.version_info >= (3, 11):  # asyncio.timeout()
                             timeout.reschedule(asyncio.get_running_loop().time())
 
                         expiring = asyncio.create_task(expire_once_confirming())
-                        await aio.Locks(stalling).acquire("billing", 30.0, wait=10)
+                        extends = aio.Locks(stalling, keepalive="extend")
+                        await extends.acquire("billing", 30.0, wait=10)
                 await expiring
                 assert locks.info("billing") is None
             finally:

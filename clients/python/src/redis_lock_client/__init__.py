@@ -7,6 +7,13 @@
     with locks.lock("billing", ttl=10, wait=30) as lease:
         write(lease.fence)            # stop when lease.lost is set
 
+Every hold taken through a `Locks` attaches to one server lease per ttl (a
+`Session`, `LOCK.LEASE`), kept alive by one keepalive every ttl/3 whatever
+the number of holds; `Locks(client, keepalive="extend")` extends each hold on
+its own instead (servers without `LOCK.LEASE` get that by themselves). A
+hold taken away by an operator (`locks.revoke(key, reason)`) is lost with
+`LostReason.REVOKED` and `lease.revoked_reason`.
+
 Read/write locks and semaphores: `locks.lock("catalog", 10, shared=True)` is a
 read lease beside other readers; `locks.semaphore("renders", 4).permit(10)`
 holds one of 4 permits (`SEM.*`), with the same watchdog and `lost`.
@@ -31,6 +38,7 @@ from ._errors import (
     NotReplicated,
     ServerError,
 )
+from ._session import Session
 from ._sync import Election, Lease, Locks, Semaphore
 
 __all__ = [
@@ -47,4 +55,5 @@ __all__ = [
     "ReplicaSync",
     "Semaphore",
     "ServerError",
+    "Session",
 ]

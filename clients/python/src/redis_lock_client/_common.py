@@ -15,13 +15,18 @@ import os
 import re
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from ._errors import LimitReached, LockError, Lost, LostReason, NotReplicated, ServerError
 
+if TYPE_CHECKING:
+    from ._session import Session
+
 Key = str | bytes
+# How a `Locks` keeps its holds alive: `Locks(keepalive=...)`.
+Keepalive = Literal["auto", "session", "extend"]
 
 # The server refuses a WAIT longer than this (docs/commands.md).
 MAX_WAIT_MS = 31_536_000_000
@@ -39,7 +44,18 @@ WAIT_READ_SLACK_S = 5.0
 # Codes the client libraries leave at the front of the message: everything
 # else they strip (and then `status_code` or the exception class tells it).
 _UNSTRIPPED_CODES = frozenset(
-    {"LIMIT", "LOST", "NOSYNC", "WRONGTYPE", "UNBLOCKED", "BUSY", "MISCONF", "NOREPLICAS"}
+    {
+        "LIMIT",
+        "LOST",
+        "NOSYNC",
+        "NOLEASE",
+        "REVOKED",
+        "WRONGTYPE",
+        "UNBLOCKED",
+        "BUSY",
+        "MISCONF",
+        "NOREPLICAS",
+    }
 )
 _CLASS_CODES = {
     "OutOfMemoryError": "OOM",
@@ -141,6 +157,12 @@ FORKED_MESSAGE = (
     "and the child must neither use it nor release it"
 )
 LOST_IN_BLOCK = "the lease was lost before the block ended: its work may not have been protected"
+LEASE_GONE_MESSAGE = (
+    "the session's lease is gone on the server (it ran out, was revoked, or the server lost it), "
+    "and the hold with it"
+)
+# The most bytes a LOCK.REVOKE reason may have.
+MAX_REASON_BYTES = 128
 
 
 def not_acquired_message(key: Key, wait: float | None) -> str:
@@ -153,6 +175,33 @@ def no_permits_message(key: Key, count: int, wait: float | None) -> str:
     if wait is None:
         return f"{key!r} has fewer than {count} free permits"
     return f"{key!r} still had fewer than {count} free permits when the wait of {wait} s ran out"
+
+
+def check_keepalive(keepalive: object) -> Keepalive:
+    if keepalive == "auto" or keepalive == "session" or keepalive == "extend":
+        return keepalive
+    raise ValueError(f'keepalive must be "auto", "session" or "extend", not {keepalive!r}')
+
+
+def no_lease_command(refusal: LockError) -> bool:
+    """Whether a refused `LOCK.LEASE GRANT` says the server has no lease
+    groups for this client: an older module (unknown command), or an ACL
+    that denies them (NOPERM)."""
+    if not isinstance(refusal, ServerError):
+        return False
+    text = refusal.message.lower()
+    unknown = text.startswith("unknown command") or text.startswith("unknown subcommand")
+    return refusal.code == "NOPERM" or (refusal.code == "ERR" and unknown)
+
+
+class LeaseGone(Exception):
+    """An acquire under a session was answered NOLEASE (nothing granted):
+    its lease is gone on the server; the acquire is sent again, once, under
+    a new one."""
+
+    def __init__(self, error: ServerError) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 def new_token() -> str:
@@ -382,6 +431,20 @@ class Acquire:
     def commands(self) -> Commands:
         return LOCK_COMMANDS if self.permits is None else SEMAPHORE_COMMANDS
 
+    def attaches(self, watchdog: bool) -> bool:
+        """Whether the hold may attach to a session: it is to be kept alive
+        (`watchdog`), and not with `sync` (a keepalive carries no `SYNC`, and
+        a replica that missed one would end the lease sooner than counted)."""
+        return watchdog and self.sync is None
+
+    def waited(self, elapsed: float) -> Acquire | None:
+        """The same request after `elapsed` seconds of its wait went by (to
+        send it again); None when nothing is left of the wait."""
+        if not self.wait_ms:
+            return self  # no wait, or no limit
+        left = self.wait_ms - round(elapsed * 1000)
+        return None if left < 1 else replace(self, wait_ms=left)
+
     @property
     def needs_own_connection(self) -> bool:
         """A wait and a sync block the connection they run on: a connection
@@ -536,6 +599,8 @@ def lock_error(error: Exception) -> LockError:
         return LimitReached(f"LIMIT {message}")
     if code == "LOST":
         return Lost(LostReason.REFUSED, f"LOST {message}")
+    if code == "REVOKED":
+        return Lost(LostReason.REVOKED, f"REVOKED {message}", revoked_reason=message)
     if code == "NOSYNC":
         counts = _NOSYNC.match(message)
         acked, wanted = (int(counts[1]), int(counts[2])) if counts else (0, 0)
@@ -621,11 +686,31 @@ class LeaseClock:
         return "the lease is about to end and no extend succeeded (server down or unreachable?)"
 
 
+@dataclass(frozen=True)
+class Loss:
+    """Why a lease is lost, as its `lost_reason`, `lost_message` and
+    `revoked_reason` will say."""
+
+    reason: LostReason
+    message: str
+    revoked_reason: str | None = None
+
+    @classmethod
+    def of(cls, lost: Lost) -> Loss:
+        return cls(lost.reason, str(lost), lost.revoked_reason)
+
+
+REFUSED = Loss(LostReason.REFUSED, REFUSED_MESSAGE)
+OVERWRITTEN = Loss(LostReason.REFUSED, OVERWRITTEN_MESSAGE)
+LEASE_GONE = Loss(LostReason.REFUSED, LEASE_GONE_MESSAGE)
+
+
 class Renewal(enum.Enum):
     """What one reply to a watchdog's extend means for its lease."""
 
     EXTENDED = "extended"  # 1: the deadline moves
     REFUSED = "refused"  # 0: the token no longer holds the lock: lost now
+    REVOKED = "revoked"  # REVOKED <reason>: taken away on the server: lost now
     OVERWRITTEN = "overwritten"  # WRONGTYPE: the key holds another type now: lost now
     LIMIT = "limit"  # LIMIT: no more extends; the lease ends at its deadline
     UNREPLICATED = "unreplicated"  # NOSYNC: on the master only; try again until the deadline
@@ -641,135 +726,11 @@ def renewal_of(reply: object) -> Renewal:
         return Renewal.UNREPLICATED
     if isinstance(reply, ServerError) and reply.code == "WRONGTYPE":
         return Renewal.OVERWRITTEN
+    if isinstance(reply, Lost) and reply.reason is LostReason.REVOKED:
+        return Renewal.REVOKED
     if isinstance(reply, BaseException):
         return Renewal.FAILED
     return Renewal.EXTENDED if reply == 1 else Renewal.REFUSED
-
-
-class Renewing:
-    """The leases a watchdog keeps, and what it does next: which to extend,
-    which are past their deadline, when to wake. One per `Locks`; the sync
-    and asyncio watchdogs add the I/O (and the sync one a lock around it).
-
-    How a batch is renewed is `commands()`: one extend a lease today; a
-    server-side group of leases would make it one command for the batch,
-    with nothing else here changing.
-    """
-
-    def __init__(self) -> None:
-        self.leases: set[LeaseFacts] = set()
-
-    def past_deadline(self, now: float) -> list[LeaseFacts]:
-        return [
-            lease for lease in self.leases if now >= lease._clock.lost_at and not lease._stopped
-        ]
-
-    def due(self, now: float) -> list[tuple[LeaseFacts, int]]:
-        """The leases to extend now, each with the ttl to extend it by; those
-        acquired with `sync` last (see `commands`)."""
-        due = [(lease, lease._clock.ttl_ms) for lease in self.leases if lease._extend_due(now)]
-        due.sort(key=lambda item: item[0]._sync is not None)  # stable
-        return due
-
-    def next_wake(self, now: float, *, extending: bool) -> float:
-        """The next deadline or (when `extending`) next extend of any lease."""
-        wake = math.inf
-        for lease in self.leases:
-            if lease._stopped:
-                continue  # being released: leaves the set at once
-            wake = min(wake, lease._clock.lost_at)
-            if extending and lease._extending and not lease._clock.limit_reached:
-                wake = min(wake, lease._clock.next_extend_at)
-        return wake
-
-    @staticmethod
-    def commands(batch: list[tuple[LeaseFacts, int]]) -> list[tuple[object, ...]]:
-        """One extend a lease, in the batch's order. The synced leases come
-        last, and only the last extend carries `SYNC`: a connection's writes
-        replicate in order, so the offset it waits for covers every extend
-        before it, and one wait serves the batch (a wait each would add up:
-        Redis 7.0's replicas acknowledge once a second). It asks for the most
-        replicas any of them wants, within the shortest of their timeouts;
-        `renewals` reads each lease's outcome from its answer."""
-        commands: list[tuple[object, ...]] = [
-            (lease._commands.extend, lease.key, lease.token, ttl_ms) for lease, ttl_ms in batch
-        ]
-        syncs = [lease._sync for lease, _ in batch if lease._sync is not None]
-        if syncs:
-            barrier = ReplicaSync(
-                max(sync.replicas for sync in syncs), min(sync.timeout for sync in syncs)
-            )
-            commands[-1] += tuple(sync_args(barrier))
-        return commands
-
-    @staticmethod
-    def shortest_interval(batch: list[tuple[LeaseFacts, int]]) -> float:
-        """How long the watchdog may wait to connect for a batch."""
-        return min(lease._clock.interval for lease, _ in batch)
-
-    @staticmethod
-    def patience(batch: list[tuple[LeaseFacts, int]]) -> float:
-        """How long to wait for a batch's replies before giving up on its
-        connection: the longest interval of its leases (each would be due
-        again), or its sync timeout and a second, if longer."""
-        waits = [lease._clock.interval for lease, _ in batch]
-        waits += [
-            lease._sync.timeout_ms / 1000 + 1.0 for lease, _ in batch if lease._sync is not None
-        ]
-        return max(waits)
-
-    @staticmethod
-    def settleable(batch: list[tuple[LeaseFacts, int]], answered: int) -> int:
-        """How many of a batch's first `answered` replies can be applied now:
-        the leases without `sync` as their replies come, the synced ones (the
-        batch's tail) only with the last reply, whose `SYNC` vouches for them."""
-        if answered >= len(batch):
-            return len(batch)
-        return min(answered, sum(1 for lease, _ in batch if lease._sync is None))
-
-    @staticmethod
-    def renewals(batch: list[tuple[LeaseFacts, int]], replies: list[object]) -> list[Renewal]:
-        """What the first replies of a batch (as many as `settleable` allows)
-        mean for their leases: a synced lease's extend counts once the last
-        extend's `SYNC` was answered with enough replicas for this lease."""
-        last = replies[-1] if replies and len(replies) == len(batch) else None
-        renewals = []
-        for (lease, _), reply in zip(batch, replies, strict=False):
-            renewal = renewal_of(reply)
-            if lease._sync is not None and renewal in (Renewal.EXTENDED, Renewal.UNREPLICATED):
-                renewal = _vouched(lease._sync, last)
-            renewals.append(renewal)
-        return renewals
-
-    @staticmethod
-    def apply(
-        lease: LeaseFacts, renewal: Renewal, sent: float, ttl_ms: int, now: float
-    ) -> tuple[LostReason, str] | None:
-        """Applies one reply to its lease's clock; the loss to record, if any."""
-        if lease._stopped:
-            return None  # released or lost meanwhile
-        if renewal is Renewal.EXTENDED:
-            lease._clock.extended(sent, ttl_ms)
-        elif renewal is Renewal.REFUSED:
-            return LostReason.REFUSED, REFUSED_MESSAGE
-        elif renewal is Renewal.OVERWRITTEN:
-            return LostReason.REFUSED, OVERWRITTEN_MESSAGE
-        elif renewal is Renewal.LIMIT:
-            lease._clock.limit_reached = True  # it ends at its deadline
-        elif renewal is Renewal.UNREPLICATED:
-            lease._clock.not_replicated(now)
-        else:
-            lease._clock.failed(now)
-        return None
-
-
-def _vouched(sync: ReplicaSync, last: object) -> Renewal:
-    """A synced lease's extend, by the answer to the batch's last extend (the
-    one with `SYNC`): enough replicas acknowledged it for this lease, or not,
-    or nothing is known (that extend failed or was refused at once)."""
-    if isinstance(last, NotReplicated):
-        return Renewal.EXTENDED if last.acked >= sync.replicas else Renewal.UNREPLICATED
-    return Renewal.EXTENDED if renewal_of(last) is Renewal.EXTENDED else Renewal.FAILED
 
 
 class LeaseFacts:
@@ -777,11 +738,20 @@ class LeaseFacts:
     why it was lost. Each adds its own `lost` event and I/O.
 
     `shared` is true for a read lease; `count` is the number of a semaphore's
-    permits the lease holds (None for a lock)."""
+    permits the lease holds (None for a lock). A hold attached to a `Session`
+    reads the session's clock (its lease is the session's) and is never
+    extended on its own."""
 
     lost: Any  # threading.Event or asyncio.Event, both asking `_lost_by_clock()`
 
-    def __init__(self, request: Acquire, fence: int, clock: LeaseClock, extending: bool) -> None:
+    def __init__(
+        self,
+        request: Acquire,
+        fence: int,
+        clock: LeaseClock,
+        extending: bool,
+        session: Session | None = None,
+    ) -> None:
         self.key = request.key
         self.token = request.token
         self.fence = fence
@@ -789,10 +759,10 @@ class LeaseFacts:
         self.count = None if request.permits is None else request.permits.count
         self._commands = request.commands
         self._sync = request.sync  # the watchdog's extends and extend() carry it
-        self._lost_reason: LostReason | None = None
-        self._lost_message: str | None = None
-        self._clock = clock
-        self._extending = extending  # the watchdog extends it
+        self._loss: Loss | None = None
+        self._attached = session  # its lease is this session's
+        self._clock = clock if session is None else session._clock
+        self._extending = extending and session is None  # the watchdog extends it
         self._stopped = False  # released or lost: the watchdog ends
         self._released = False  # a release was answered
         self._pid = os.getpid()
@@ -823,14 +793,32 @@ class LeaseFacts:
         return max(self._clock.lost_at - now(), 0.0)
 
     @property
+    def session(self) -> Session | None:
+        """The session whose lease this hold is attached to (`LEASE`), or None
+        when it is extended on its own (`keepalive="extend"`, `watchdog=False`,
+        `sync`, or a server without `LOCK.LEASE`)."""
+        return self._attached
+
+    @property
     def lost_reason(self) -> LostReason | None:
         """Why `lost` is set (None while it is not)."""
-        return LostReason.FORKED if self._forked else self._lost_reason
+        if self._forked:
+            return LostReason.FORKED
+        return None if self._loss is None else self._loss.reason
 
     @property
     def lost_message(self) -> str | None:
         """The loss in words (None while `lost` is not set)."""
-        return FORKED_MESSAGE if self._forked else self._lost_message
+        if self._forked:
+            return FORKED_MESSAGE
+        return None if self._loss is None else self._loss.message
+
+    @property
+    def revoked_reason(self) -> str | None:
+        """The reason the server gave when the hold was taken away
+        (`LostReason.REVOKED`: `LOCK.REVOKE`'s `REASON`, or `lease revoked`);
+        None otherwise."""
+        return None if self._loss is None or self._forked else self._loss.revoked_reason
 
     @property
     def _forked(self) -> bool:
@@ -847,29 +835,45 @@ class LeaseFacts:
             return True  # the parent's lease: nothing here may touch its state
         if self._stopped or now() < self._clock.lost_at:
             return False
-        self._mark_lost(self._clock.expiry_reason(), self._clock.expiry_message())
+        self._mark_lost(Loss(self._clock.expiry_reason(), self._clock.expiry_message()))
         return True
 
-    def _mark_lost(self, reason: LostReason, message: str) -> None:
+    def _mark_lost(self, loss: Loss) -> None:
         raise NotImplementedError
 
-    def _record_loss(self, reason: LostReason, message: str) -> bool:
+    def _record_loss(self, loss: Loss) -> bool:
         """Notes the loss; False when the lease was already released or lost."""
         if self._stopped:
             return False
         self._stopped = True
-        self._lost_reason = reason
-        self._lost_message = message
+        self._loss = loss
         return True
 
 
 def extend_error(lease: LeaseFacts, error: LockError) -> Lost | None:
     """The `Lost` an explicit extend raises for an error reply that means the
-    lock is gone (WRONGTYPE: the key was overwritten); None for the others."""
+    lock is gone (WRONGTYPE: the key was overwritten; REVOKED: taken away),
+    having marked the lease lost; None for the others."""
     if isinstance(error, ServerError) and error.code == "WRONGTYPE":
-        lease._mark_lost(LostReason.REFUSED, OVERWRITTEN_MESSAGE)
+        lease._mark_lost(OVERWRITTEN)
         return Lost(LostReason.REFUSED, OVERWRITTEN_MESSAGE)
+    if isinstance(error, Lost):
+        lease._mark_lost(Loss.of(error))
+        return error
     return None
+
+
+def check_reason(reason: object) -> Key | None:
+    """A LOCK.REVOKE reason: None (the server's default), or 1 to 128 bytes
+    (str is sent as UTF-8)."""
+    if reason is None:
+        return None
+    if not isinstance(reason, str | bytes):
+        raise TypeError(f"reason must be str or bytes, not {type(reason).__name__}")
+    size = len(reason.encode() if isinstance(reason, str) else reason)
+    if not 1 <= size <= MAX_REASON_BYTES:
+        raise ValueError(f"reason must be 1 to {MAX_REASON_BYTES} bytes, not {size}")
+    return reason
 
 
 def confirm_not_replicated(error: NotReplicated) -> NotReplicated:

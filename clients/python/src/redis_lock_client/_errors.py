@@ -38,14 +38,24 @@ class LostReason(str, enum.Enum):
     `NOSYNC` (fewer replicas than asked acknowledged them), and the deadline
     that the last replicated extend set, less the margin, came. The master may
     still hold it; a failover to a replica would not."""
+    REVOKED = "revoked"
+    """Taken away on the server: an operator's `LOCK.REVOKE key [REASON …]`,
+    or the hold's session lease ended by `LOCK.LEASE REVOKE` (the reason
+    `lease revoked`). `revoked_reason` holds the reason the server gave."""
 
 
 class Lost(LockError):
-    """The lease is gone, or is about to be: stop working on the resource."""
+    """The lease is gone, or is about to be: stop working on the resource.
 
-    def __init__(self, reason: LostReason, message: str) -> None:
+    `reason` says why; `revoked_reason` is the server's reason text when it
+    was taken away (`LostReason.REVOKED`), else None."""
+
+    def __init__(
+        self, reason: LostReason, message: str, *, revoked_reason: str | None = None
+    ) -> None:
         super().__init__(message)
         self.reason = reason
+        self.revoked_reason = revoked_reason
 
 
 class LimitReached(LockError):

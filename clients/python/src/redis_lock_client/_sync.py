@@ -1,13 +1,16 @@
 """Locks and leases over a synchronous client (redis.Redis, valkey.Valkey).
 
-Each `Locks` has one watchdog thread for all its leases (`_Watchdog`), started
-with the first lease and ended with the last. It extends the leases that are
-due every ttl/3, all of them in one pipelined batch on one connection of its
-own, and sets `lost` at each lease's deadline less the margin. It never waits
-on the network past the next deadline (its reads are bounded, its connect and
-handshake too), so an extend stuck on a paused server does not delay `lost`.
-`Lease.lost.is_set()`, `held` and `remaining()` also read the clock
-themselves, so they are right the moment a paused process runs again.
+Each `Locks` has one watchdog thread for all its holds (`_Watchdog`), started
+with the first hold and ended with the last, and one connection of its own.
+Every ttl/3 it keeps each session's lease alive (`LOCK.LEASE KEEPALIVE` and
+`INFO`: one round whatever the number of holds attached, `_session.py`) and
+extends the holds kept on their own (`LOCK.EXTEND` each), all in one
+pipelined batch (`_keeper.Batch`); it sets `lost` at each deadline less the
+margin. It never waits on the network past the next deadline (its reads are
+bounded, its connect and handshake too), so a renewal stuck on a paused
+server does not delay `lost`. `Lease.lost.is_set()`, `held` and
+`remaining()` also read the clock themselves, so they are right the moment a
+paused process runs again.
 """
 
 from __future__ import annotations
@@ -20,8 +23,18 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from . import _common as common
+from . import _keeper
 from ._common import Leader, ReplicaSync
-from ._errors import LimitReached, LockError, Lost, LostReason, NotAcquired, NotReplicated
+from ._errors import (
+    LimitReached,
+    LockError,
+    Lost,
+    LostReason,
+    NotAcquired,
+    NotReplicated,
+    ServerError,
+)
+from ._session import Session
 
 # While a batch of extends is in flight, the watchdog looks at its leases'
 # deadlines (and at leases added meanwhile) at least this often.
@@ -43,23 +56,6 @@ class _Dedicated:
     def close(self) -> None:
         """Closes the connection: a waiter leaves the server's queue with it."""
         self.pool.disconnect()
-
-
-class _Batch:
-    """Extends sent together on the watchdog's connection, awaiting replies
-    (those of synced leases are applied with the last one: see
-    `Renewing.commands`)."""
-
-    def __init__(self, leases: list[tuple[common.LeaseFacts, int]], sent: float) -> None:
-        self.leases = leases
-        self.sent = sent
-        self.replies: list[object] = []
-        self.settled = 0
-        self.give_up_at = sent + common.Renewing.patience(leases)
-
-    @property
-    def missing(self) -> int:
-        return len(self.leases) - len(self.replies)
 
 
 class _Link:
@@ -109,53 +105,114 @@ class _Link:
 
 
 class _Watchdog:
-    """The thread that keeps every lease of one `Locks` (see the module's doc).
+    """The thread that keeps every session and lease of one `Locks` (see the
+    module's doc), and grants the sessions' leases.
 
-    `lock` guards every lease's clock and state and the set of leases; the
-    thread holds it only between network calls, never during one.
+    `lock` guards every lease's and session's clock and state and what is
+    kept; the thread holds it only between network calls, never during one.
     """
 
     def __init__(self, locks: Locks) -> None:
         self.locks = locks
         self.lock = threading.RLock()
         self._wake = threading.Condition(self.lock)
-        self._renewing = common.Renewing()
+        self._renewing = _keeper.Renewing()
+        self._granting = threading.Lock()  # one LOCK.LEASE GRANT at a time
         self._running = False
         self.pid = os.getpid()
 
     def add(self, lease: Lease) -> None:
         with self.lock:
-            self._renewing.leases.add(lease)
-            if not self._running:
-                self._running = True
-                threading.Thread(target=self._run, name="redis-lock-watchdog", daemon=True).start()
-            self._wake.notify_all()
+            loss = self._renewing.add(lease)
+            self._start()
+        if loss is not None:
+            lease._mark_lost(loss)
 
     def remove(self, lease: Lease) -> None:
         with self.lock:
-            self._renewing.leases.discard(lease)
+            self._renewing.remove(lease)
             self._wake.notify_all()
+
+    def session(self, ttl_ms: int) -> Session | None:
+        """The session a hold of `ttl_ms` attaches to, its lease granted now
+        if none is usable; None when the server has no `LOCK.LEASE` (in
+        `keepalive="auto"`: the holds are extended on their own)."""
+        with self.lock:
+            session = self._renewing.usable_session(ttl_ms, common.now())
+        if session is not None or self.locks._lease_support is False:
+            return session
+        with self._granting:
+            with self.lock:  # another thread may have granted it meanwhile
+                session = self._renewing.usable_session(ttl_ms, common.now())
+            if session is not None:
+                return session
+            sent = common.now()
+            try:
+                lease_id = self.locks.client.execute_command("LOCK.LEASE", "GRANT", ttl_ms)
+            except self.locks.family.response_error as error:
+                refusal = common.lock_error(error)
+                if self.locks._without_leases(refusal):
+                    return None
+                raise refusal from error
+            self.locks._lease_support = True
+            session = Session(lease_id, ttl_ms, sent, self.locks.safety_margin)
+            with self.lock:
+                self._renewing.current[ttl_ms] = session
+            return session
+
+    def acquiring(self, session: Session, change: int) -> None:
+        """An acquire under `session` starts (+1; the lease is kept alive
+        meanwhile) or ends (-1)."""
+        with self.lock:
+            losses = self._renewing.acquiring(session, change)
+            if change > 0:
+                self._start()
+        self._mark(losses)
+
+    def lease_gone(self, session: Session) -> None:
+        """An acquire was answered NOLEASE: the lease is gone on the server."""
+        with self.lock:
+            session.gone()
+            self._wake.notify_all()
+
+    def _start(self) -> None:
+        """Under `lock`: runs the thread if it does not run, and wakes it."""
+        if not self._running:
+            self._running = True
+            threading.Thread(target=self._run, name="redis-lock-watchdog", daemon=True).start()
+        self._wake.notify_all()
+
+    def _mark(self, losses: list[tuple[common.LeaseFacts, common.Loss]]) -> None:
+        for lease, loss in losses:
+            lease._mark_lost(loss)
 
     def _run(self) -> None:
         link = _Link(self.locks)
-        batch: _Batch | None = None
+        batch: _keeper.Batch | None = None
         try:
             while True:
                 with self.lock:
                     now = common.now()
                     for lease in self._renewing.past_deadline(now):
                         lease._lost_by_clock()
-                    if not self._renewing.leases:
+                    self._mark(self._renewing.expired(now))
+                    if self._renewing.idle(now):
                         self._running = False  # decided under the lock: add() starts another
                         return
-                    due = self._renewing.due(now) if batch is None else []
-                    wake = self._renewing.next_wake(now, extending=batch is None)
+                    fresh = None
+                    if batch is None:
+                        rounds = self._renewing.due_rounds(now)
+                        due = self._renewing.due(now)
+                        if rounds or due:
+                            fresh = _keeper.Batch(rounds, due, now)
+                    idle = batch is None and fresh is None
+                    wake = self._renewing.next_wake(now, extending=idle)
                     deadline = self._renewing.next_wake(now, extending=False)
-                    if batch is None and not due:
+                    if idle:
                         self._wake.wait(None if math.isinf(wake) else max(wake - now, 0.0))
                         continue
-                if batch is None:
-                    batch = self._send(link, due, deadline)
+                if fresh is not None:
+                    batch = self._send(link, fresh, deadline)
                 if batch is not None:
                     batch = self._read(link, batch, min(wake, common.now() + _WATCH_SLICE_S))
         except BaseException:
@@ -165,58 +222,38 @@ class _Watchdog:
         finally:
             link.close()
 
-    def _send(
-        self, link: _Link, due: list[tuple[common.LeaseFacts, int]], deadline: float
-    ) -> _Batch | None:
-        """Sends the extends of `due` in one write; None when that failed. A
-        connection to open must be ready before `deadline` (the next lease's
-        loss): a handshake with a paused server does not hold `lost` back."""
-        sent = common.now()
+    def _send(self, link: _Link, batch: _keeper.Batch, deadline: float) -> _keeper.Batch | None:
+        """Sends the batch in one write; None when that failed (settled). A
+        connection to open must be ready before `deadline` (the next loss):
+        a handshake with a paused server does not hold `lost` back."""
+        batch.sent = common.now()
         try:
-            link.send(
-                common.Renewing.commands(due),
-                min(common.Renewing.shortest_interval(due), deadline - sent),
-            )
+            link.send(batch.commands(), min(batch.shortest_interval, deadline - batch.sent))
         except Exception as error:
             link.close()
-            self._settle(due, [error] * len(due), sent)
+            batch.fail(error)
+            self._settle(batch)
             return None
-        return _Batch(due, sent)
+        batch.give_up_at = batch.sent + batch.patience
+        return batch
 
-    def _read(self, link: _Link, batch: _Batch, until: float) -> _Batch | None:
+    def _read(self, link: _Link, batch: _keeper.Batch, until: float) -> _keeper.Batch | None:
         """Settles the replies that come before `until`; the batch while some
         are still to come, None once it is settled."""
         try:
-            replies = link.replies(batch.missing, until)
+            batch.replies += link.replies(batch.missing, until)
         except Exception as error:  # the connection failed: no reply will come
             link.close()
-            replies = [error] * batch.missing
-        if len(replies) < batch.missing and common.now() >= batch.give_up_at:
+            batch.fail(error)
+        if batch.missing and common.now() >= batch.give_up_at:
             link.close()  # replies that came later would be read as the next batch's
-            lost = TimeoutError("no reply to the watchdog's extend")
-            replies += [lost] * (batch.missing - len(replies))
-        batch.replies += replies
-        ready = common.Renewing.settleable(batch.leases, len(batch.replies))
-        self._settle(batch.leases[:ready], batch.replies[:ready], batch.sent, batch.settled)
-        batch.settled = ready
+            batch.fail(TimeoutError("no reply to the watchdog's renewal"))
+        self._settle(batch)
         return batch if batch.missing else None
 
-    def _settle(
-        self,
-        leases: list[tuple[common.LeaseFacts, int]],
-        replies: list[object],
-        sent: float,
-        start: int = 0,
-    ) -> None:
-        """Applies the replies to their leases, from the `start`th on (those
-        before were applied already)."""
-        renewals = common.Renewing.renewals(leases, replies)
+    def _settle(self, batch: _keeper.Batch) -> None:
         with self.lock:
-            now = common.now()
-            for (lease, ttl_ms), renewal in list(zip(leases, renewals, strict=True))[start:]:
-                loss = common.Renewing.apply(lease, renewal, sent, ttl_ms, now)
-                if loss is not None:
-                    lease._mark_lost(*loss)
+            self._mark(batch.settle(common.now()))
 
 
 class Locks:
@@ -225,16 +262,40 @@ class Locks:
     `safety_margin` is the fraction of the ttl by which `Lease.lost` is set
     before the client's deadline (default 0.1). One watchdog thread, with one
     connection of its own, keeps all the leases of a `Locks`.
+
+    `keepalive` says how: `"session"`, one server lease (`LOCK.LEASE`) per
+    ttl for every hold taken through this `Locks`, kept alive with one
+    `KEEPALIVE` every ttl/3 whatever their number (a `Session`); `"extend"`,
+    each hold extended on its own (`LOCK.EXTEND` every ttl/3: the per-lock
+    mode, for servers without `LOCK.LEASE`); `"auto"` (default), sessions
+    when the server has `LOCK.LEASE` (the first grant tells), else extends.
     """
 
-    def __init__(self, client: Any, *, safety_margin: float | None = None) -> None:
+    def __init__(
+        self,
+        client: Any,
+        *,
+        safety_margin: float | None = None,
+        keepalive: common.Keepalive = "auto",
+    ) -> None:
         self.client = client
         self.family = common.family_of(client)
         if self.family.asyncio:
             raise TypeError("an asyncio client: use redis_lock_client.asyncio.Locks")
         common.dedicated_pool_kwargs(client, self.family, None)
         self.safety_margin = common.check_margin(safety_margin)
+        self.keepalive = common.check_keepalive(keepalive)
+        # Whether the server has LOCK.LEASE: None until the first grant tells.
+        self._lease_support: bool | None = None if self.keepalive != "extend" else False
         self._watchdog_of_process = _Watchdog(self)
+
+    def _without_leases(self, refusal: LockError) -> bool:
+        """Whether a refused `LOCK.LEASE GRANT` means "no sessions here" (in
+        `keepalive="auto"`: the holds are then extended on their own)."""
+        if self.keepalive == "auto" and common.no_lease_command(refusal):
+            self._lease_support = False
+            return True
+        return False
 
     @property
     def _watchdog(self) -> _Watchdog:
@@ -287,19 +348,46 @@ class Locks:
 
     def _acquire(self, request: common.Acquire, watchdog: bool) -> Lease | None:
         common.check_sync_fits(request.sync, request.ttl_ms, self.safety_margin)
+        if not request.attaches(watchdog) or self._lease_support is False:
+            return self._acquire_under(request, watchdog, None)
+        started = common.now()
+        for attempt in (1, 2):
+            session = self._watchdog.session(request.ttl_ms)
+            try:
+                return self._acquire_under(request, watchdog, session)
+            except common.LeaseGone as gone:
+                if attempt == 2:
+                    raise gone.error from None
+                retry = request.waited(common.now() - started)  # NOLEASE: a new lease, once
+                if retry is None:
+                    return None  # the wait ran out
+                request = retry
+        raise AssertionError("unreachable")
+
+    def _acquire_under(
+        self, request: common.Acquire, watchdog: bool, session: Session | None
+    ) -> Lease | None:
+        """One acquire, attached to `session` when there is one (`LEASE`)."""
         dedicated = None
         if request.needs_own_connection:
             dedicated = _Dedicated(self, request.read_timeout(self.client))
+        args = request.args + ([] if session is None else session.lease_args())
         sent = common.now()
-        undone = False  # NOSYNC: the server undid the grant, nothing to give back
+        undone = False  # NOSYNC, NOLEASE: nothing granted, nothing to give back
+        if session is not None:
+            self._watchdog.acquiring(session, +1)
         try:
             try:
-                reply = self._call(
-                    self.client if dedicated is None else dedicated.client, *request.args
-                )
+                reply = self._call(self.client if dedicated is None else dedicated.client, *args)
             except NotReplicated:
                 undone = True
                 raise
+            except ServerError as error:
+                if session is None or error.code != "NOLEASE":
+                    raise
+                undone = True
+                self._watchdog.lease_gone(session)
+                raise common.LeaseGone(error) from error
             fence = common.fence_of(reply)
             if dedicated is not None and (fence is None or not request.session):
                 dedicated.close()
@@ -307,10 +395,10 @@ class Locks:
             if fence is None:
                 return None
             clock = common.LeaseClock(sent, request.ttl_ms, self.safety_margin)
-            lease = Lease(self, request, fence, clock, watchdog)
-            lease._session = dedicated
-            if request.wait_ms is not None:
-                lease._confirm_after_wait()
+            lease = Lease(self, request, fence, clock, watchdog, session)
+            lease._connection = dedicated
+            if request.wait_ms is not None and session is None:
+                lease._confirm_after_wait()  # an attached hold lives as its session's lease
             lease._start()
             return lease
         except BaseException:
@@ -322,6 +410,9 @@ class Locks:
             if not undone:
                 self._release_quietly(request)
             raise
+        finally:
+            if session is not None:
+                self._watchdog.acquiring(session, -1)
 
     def lock(
         self,
@@ -354,8 +445,23 @@ class Locks:
 
     def info(self, key: common.Key) -> dict[str, int] | None:
         """`LOCK.INFO`: None when free, else its numbers: fence, ttl, deadline,
-        granted, extends, waiters, holders."""
+        granted, extends, waiters, holders (and `lease`, the number of an
+        attached hold's session lease)."""
         return common.info_of(self._call(self.client, "LOCK.INFO", common.check_key(key)))
+
+    def revoke(self, key: common.Key, reason: str | bytes | None = None) -> int:
+        """Takes `key` back from whoever holds it (`LOCK.REVOKE key [REASON
+        reason]`), an operator's tool: every hold of the key ends as a
+        release would, its waiters are served, and the old holders are told
+        `REVOKED <reason>` (their `lost_reason` is `LostReason.REVOKED`).
+        Returns the number of holds ended (0 when free). `reason` is 1 to 128
+        bytes. The server's user needs `@dangerous` (a worker with
+        `+@lock -@dangerous` gets `ServerError` with code `NOPERM`)."""
+        args: list[object] = ["LOCK.REVOKE", common.check_key(key)]
+        checked = common.check_reason(reason)
+        if checked is not None:
+            args += ["REASON", checked]
+        return int(self._call(self.client, *args))
 
     def _call(self, client: Any, *args: object) -> Any:
         try:
@@ -439,10 +545,11 @@ class Lease(common.LeaseFacts):
         fence: int,
         clock: common.LeaseClock,
         extending: bool = True,
+        session: Session | None = None,
     ) -> None:
-        super().__init__(request, fence, clock, extending)
+        super().__init__(request, fence, clock, extending, session)
         self._locks = locks
-        self._session: _Dedicated | None = None
+        self._connection: _Dedicated | None = None  # a `session=True` lease's own
         self._watchdog = locks._watchdog
         self._lock = self._watchdog.lock
         self.lost: threading.Event = _LostEvent(self)
@@ -460,10 +567,17 @@ class Lease(common.LeaseFacts):
         time: the extension stands on the master, but the lease's deadline
         stays where the last replicated extend put it (a failover to a
         replica would keep only that one); the lease is not lost.
+
+        A hold attached to a session lives as long as the session's lease,
+        which the watchdog keeps alive: its extend only checks that it still
+        holds (`Lost` when not: `REFUSED`, or `REVOKED` with the reason) and
+        moves nothing; `ttl` is not used.
         """
         if self._forked:
             raise common.forked_error()
         ttl_ms = self._clock.ttl_ms if ttl is None else common.ttl_to_ms(ttl)
+        if self._attached is not None:
+            ttl_ms = self._clock.ttl_ms  # the session's: an attached hold's ttl moves nothing
         synced = self._sync if sync is None else common.sync_of(sync)
         common.check_sync_fits(synced, ttl_ms, self._locks.safety_margin)
         args = [self._commands.extend, self.key, self.token, ttl_ms, *common.sync_args(synced)]
@@ -480,10 +594,11 @@ class Lease(common.LeaseFacts):
                 raise
             raise lost from error
         if reply != 1:
-            self._mark_lost(LostReason.REFUSED, common.REFUSED_MESSAGE)
+            self._mark_lost(common.REFUSED)
             raise Lost(LostReason.REFUSED, common.REFUSED_MESSAGE)
-        with self._lock:
-            self._clock.extended(sent, ttl_ms)
+        if self._attached is None:
+            with self._lock:
+                self._clock.extended(sent, ttl_ms)
 
     def release(self) -> bool:
         """Stops the watchdog and releases: True if released, False if it was
@@ -502,8 +617,8 @@ class Lease(common.LeaseFacts):
                 self._locks.client, self._commands.release, self.key, self.token
             )
         finally:
-            if self._session is not None:
-                self._session.close()  # the server releases a session lock with it
+            if self._connection is not None:
+                self._connection.close()  # the server releases a session lock with it
         self._released = True
         return bool(reply == 1)
 
@@ -525,7 +640,7 @@ class Lease(common.LeaseFacts):
         try:
             return self._locks._call_synced(synced, *args)
         except Lost as lost:
-            self._mark_lost(LostReason.REFUSED, str(lost))
+            self._mark_lost(common.Loss.of(lost))
             raise
 
     def _confirm_after_wait(self) -> None:
@@ -543,9 +658,9 @@ class Lease(common.LeaseFacts):
         if not self._stopped:
             self._watchdog.add(self)
 
-    def _mark_lost(self, reason: LostReason, message: str) -> None:
+    def _mark_lost(self, loss: common.Loss) -> None:
         with self._lock:
-            if self._record_loss(reason, message):
+            if self._record_loss(loss):
                 self._watchdog.remove(self)
                 self.lost.set()
 

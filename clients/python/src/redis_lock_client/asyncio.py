@@ -2,11 +2,12 @@
 
 The same API as the package's top level, with coroutines and an
 `asyncio.Event` for `lost`. Each `Locks` has one watchdog task for all its
-leases (`_Watchdog`), started with the first lease and ended with the last:
-it sets `lost` at each lease's deadline less the margin, and extends the
-leases that are due every ttl/3 in one pipeline through the client's own
-connection pool, in a task of its own bounded in time, so that an extend
-stuck on a paused server does not delay `lost`.
+holds (`_Watchdog`), started with the first hold and ended with the last:
+it sets `lost` at each deadline less the margin, and every ttl/3 keeps each
+session's lease alive and extends the holds kept on their own, in one
+pipeline through the client's own connection pool, in a task of its own
+bounded in time, so that a renewal stuck on a paused server does not delay
+`lost`.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any, Literal
 
 from . import _common as common
+from . import _keeper
 from ._common import Leader, ReplicaSync
 from ._errors import (
     LimitReached,
@@ -27,6 +29,7 @@ from ._errors import (
     NotReplicated,
     ServerError,
 )
+from ._session import Session
 
 __all__ = [
     "Election",
@@ -42,6 +45,7 @@ __all__ = [
     "ReplicaSync",
     "Semaphore",
     "ServerError",
+    "Session",
 ]
 
 
@@ -59,7 +63,8 @@ class _Dedicated:
 
 
 class _Watchdog:
-    """The task that keeps every lease of one `Locks` (see the module's doc).
+    """The task that keeps every session and lease of one `Locks` (see the
+    module's doc), and grants the sessions' leases.
 
     A batch with synced leases blocks its connection until the replicas
     acknowledge: it goes through a connection of the watchdog's own (retries
@@ -68,26 +73,78 @@ class _Watchdog:
 
     def __init__(self, locks: Locks) -> None:
         self.locks = locks
-        self._renewing = common.Renewing()
+        self._renewing = _keeper.Renewing()
         self._task: asyncio.Task[None] | None = None
         self._batch: asyncio.Task[None] | None = None
         self._wake: asyncio.Event | None = None
         self._synced: _Dedicated | None = None
+        # One LOCK.LEASE GRANT at a time, in the event loop it was made for.
+        self._granting: tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None = None
 
     def add(self, lease: Lease) -> None:
-        self._renewing.leases.add(lease)
+        loss = self._renewing.add(lease)
+        self._start()
+        if loss is not None:
+            lease._mark_lost(loss)
+
+    def remove(self, lease: Lease) -> None:
+        self._renewing.remove(lease)
+        self._notify()
+
+    async def session(self, ttl_ms: int) -> Session | None:
+        """The session a hold of `ttl_ms` attaches to, its lease granted now
+        if none is usable; None when the server has no `LOCK.LEASE` (in
+        `keepalive="auto"`). See `redis_lock_client.Locks`."""
+        session = self._renewing.usable_session(ttl_ms, common.now())
+        if session is not None or self.locks._lease_support is False:
+            return session
+        loop = asyncio.get_running_loop()
+        if self._granting is None or self._granting[0] is not loop:
+            self._granting = (loop, asyncio.Lock())
+        async with self._granting[1]:
+            session = self._renewing.usable_session(ttl_ms, common.now())
+            if session is not None:
+                return session
+            sent = common.now()
+            try:
+                lease_id = await self.locks.client.execute_command("LOCK.LEASE", "GRANT", ttl_ms)
+            except self.locks.family.response_error as error:
+                refusal = common.lock_error(error)
+                if self.locks._without_leases(refusal):
+                    return None
+                raise refusal from error
+            self.locks._lease_support = True
+            session = Session(lease_id, ttl_ms, sent, self.locks.safety_margin)
+            self._renewing.current[ttl_ms] = session
+            return session
+
+    def acquiring(self, session: Session, change: int) -> None:
+        """An acquire under `session` starts (+1; the lease is kept alive
+        meanwhile) or ends (-1)."""
+        losses = self._renewing.acquiring(session, change)
+        if change > 0:
+            self._start()
+        self._mark(losses)
+
+    def lease_gone(self, session: Session) -> None:
+        """An acquire was answered NOLEASE: the lease is gone on the server."""
+        session.gone()
+        self._notify()
+
+    def _start(self) -> None:
         if self._task is None or self._task.done():
             self._wake = asyncio.Event()
             self._task = asyncio.create_task(self._run(), name="redis-lock-watchdog")
         self._notify()
 
-    def remove(self, lease: Lease) -> None:
-        self._renewing.leases.discard(lease)
-        self._notify()
-
     def _notify(self) -> None:
         if self._wake is not None:
             self._wake.set()
+
+    @staticmethod
+    def _mark(losses: list[tuple[common.LeaseFacts, common.Loss]]) -> None:
+        for lease, loss in losses:
+            lease._mark_lost(loss)
 
     async def _run(self) -> None:
         wake_event = self._wake
@@ -98,12 +155,15 @@ class _Watchdog:
                 now = common.now()
                 for lease in self._renewing.past_deadline(now):
                     lease._lost_by_clock()
-                if not self._renewing.leases:
+                self._mark(self._renewing.expired(now))
+                if self._renewing.idle(now):
                     return
                 if self._batch is None:
+                    rounds = self._renewing.due_rounds(now)
                     due = self._renewing.due(now)
-                    if due:
-                        self._batch = asyncio.create_task(self._renew(due))
+                    if rounds or due:
+                        batch = _keeper.Batch(rounds, due, now)
+                        self._batch = asyncio.create_task(self._renew(batch))
                 wake = self._renewing.next_wake(now, extending=self._batch is None)
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(wake_event.wait(), max(wake - now, 0.0))
@@ -115,13 +175,12 @@ class _Watchdog:
                 with contextlib.suppress(Exception):
                     await synced.close()
 
-    async def _renew(self, due: list[tuple[common.LeaseFacts, int]]) -> None:
-        """Extends `due` in one pipeline, for at most the longest interval of
-        its leases (or its sync timeout); settles each reply (a failure: a
-        retry before the deadline)."""
-        sent = common.now()
-        replies: list[object]
-        synced = any(lease._sync is not None for lease, _ in due)
+    async def _renew(self, batch: _keeper.Batch) -> None:
+        """Sends `batch` in one pipeline, for at most its patience (the
+        longest interval of what it renews, or its sync timeout); settles
+        each reply (a failure: a retry before the deadline)."""
+        batch.sent = common.now()
+        synced = any(lease._sync is not None for lease, _ in batch.leases)
         try:
             client = self.locks.client
             if synced:
@@ -129,14 +188,13 @@ class _Watchdog:
                     self._synced = _Dedicated(self.locks, None)
                 client = self._synced.client
             pipeline = client.pipeline(transaction=False)
-            for command in common.Renewing.commands(due):
+            for command in batch.commands():
                 pipeline.execute_command(*command)
-            answers = await asyncio.wait_for(
-                pipeline.execute(raise_on_error=False), common.Renewing.patience(due)
-            )
-            replies = [self._reply(answer) for answer in answers]
+            answers = await asyncio.wait_for(pipeline.execute(raise_on_error=False), batch.patience)
+            batch.replies = [self._reply(answer) for answer in answers]
         except Exception as error:  # a timeout too: redis-py then drops that connection
-            replies = [error] * len(due)
+            batch.replies = []
+            batch.fail(error)
             if synced and self._synced is not None:  # a reply may still come: not on it
                 dropped, self._synced = self._synced, None
                 with contextlib.suppress(Exception):
@@ -144,12 +202,7 @@ class _Watchdog:
         finally:
             self._batch = None
             self._notify()
-        now = common.now()
-        renewals = common.Renewing.renewals(due, replies)
-        for (lease, ttl_ms), renewal in zip(due, renewals, strict=True):
-            loss = common.Renewing.apply(lease, renewal, sent, ttl_ms, now)
-            if loss is not None:
-                lease._mark_lost(*loss)
+        self._mark(batch.settle(common.now()))
 
     def _reply(self, answer: object) -> object:
         if isinstance(answer, self.locks.family.response_error):
@@ -160,18 +213,34 @@ class _Watchdog:
 class Locks:
     """Fenced locks on one server, through an asyncio `client`
     (redis.asyncio.Redis or valkey.asyncio.Valkey). See `redis_lock_client.Locks`.
-    One watchdog task keeps all the leases of a `Locks`, through the client's
-    connection pool."""
+    One watchdog task keeps all the sessions and leases of a `Locks`,
+    through the client's connection pool; `keepalive` as there."""
 
-    def __init__(self, client: Any, *, safety_margin: float | None = None) -> None:
+    def __init__(
+        self,
+        client: Any,
+        *,
+        safety_margin: float | None = None,
+        keepalive: common.Keepalive = "auto",
+    ) -> None:
         self.client = client
         self.family = common.family_of(client)
         if not self.family.asyncio:
             raise TypeError("a synchronous client: use redis_lock_client.Locks")
         common.dedicated_pool_kwargs(client, self.family, None)
         self.safety_margin = common.check_margin(safety_margin)
+        self.keepalive = common.check_keepalive(keepalive)
+        # Whether the server has LOCK.LEASE: None until the first grant tells.
+        self._lease_support: bool | None = None if self.keepalive != "extend" else False
         self._watchdog = _Watchdog(self)
         self._giving_back: set[asyncio.Task[None]] = set()
+
+    def _without_leases(self, refusal: LockError) -> bool:
+        """See `redis_lock_client.Locks`."""
+        if self.keepalive == "auto" and common.no_lease_command(refusal):
+            self._lease_support = False
+            return True
+        return False
 
     async def acquire(
         self,
@@ -197,19 +266,48 @@ class Locks:
 
     async def _acquire(self, request: common.Acquire, watchdog: bool) -> Lease | None:
         common.check_sync_fits(request.sync, request.ttl_ms, self.safety_margin)
+        if not request.attaches(watchdog) or self._lease_support is False:
+            return await self._acquire_under(request, watchdog, None)
+        started = common.now()
+        for attempt in (1, 2):
+            session = await self._watchdog.session(request.ttl_ms)
+            try:
+                return await self._acquire_under(request, watchdog, session)
+            except common.LeaseGone as gone:
+                if attempt == 2:
+                    raise gone.error from None
+                retry = request.waited(common.now() - started)  # NOLEASE: a new lease, once
+                if retry is None:
+                    return None  # the wait ran out
+                request = retry
+        raise AssertionError("unreachable")
+
+    async def _acquire_under(
+        self, request: common.Acquire, watchdog: bool, session: Session | None
+    ) -> Lease | None:
+        """One acquire, attached to `session` when there is one (`LEASE`)."""
         dedicated = None
         if request.needs_own_connection:
             dedicated = _Dedicated(self, request.read_timeout(self.client))
+        args = request.args + ([] if session is None else session.lease_args())
         sent = common.now()
-        undone = False  # NOSYNC: the server undid the grant, nothing to give back
+        undone = False  # NOSYNC, NOLEASE: nothing granted, nothing to give back
+        if session is not None:
+            self._watchdog.acquiring(session, +1)
         try:
             try:
                 reply = await self._call(
-                    self.client if dedicated is None else dedicated.client, *request.args
+                    self.client if dedicated is None else dedicated.client, *args
                 )
             except NotReplicated:
                 undone = True
                 raise
+            except ServerError as error:
+                if session is None or error.code != "NOLEASE":
+                    raise
+                undone = True
+                self._watchdog.lease_gone(session)
+                raise common.LeaseGone(error) from error
             fence = common.fence_of(reply)
             if dedicated is not None and (fence is None or not request.session):
                 await dedicated.close()
@@ -217,10 +315,10 @@ class Locks:
             if fence is None:
                 return None
             clock = common.LeaseClock(sent, request.ttl_ms, self.safety_margin)
-            lease = Lease(self, request, fence, clock, watchdog)
-            lease._session = dedicated
-            if request.wait_ms is not None:
-                await lease._confirm_after_wait()
+            lease = Lease(self, request, fence, clock, watchdog, session)
+            lease._connection = dedicated
+            if request.wait_ms is not None and session is None:
+                await lease._confirm_after_wait()  # an attached hold lives as its session's lease
             lease._start()
             return lease
         except BaseException:
@@ -229,6 +327,9 @@ class Locks:
             # give back what this token may hold, even if cancelled again.
             await self._give_back(request, dedicated, release=not undone)
             raise
+        finally:
+            if session is not None:
+                self._watchdog.acquiring(session, -1)
 
     async def _give_back(
         self, request: common.Acquire, dedicated: _Dedicated | None, *, release: bool
@@ -276,8 +377,17 @@ class Locks:
 
     async def info(self, key: common.Key) -> dict[str, int] | None:
         """`LOCK.INFO`: None when free, else its numbers: fence, ttl, deadline,
-        granted, extends, waiters, holders."""
+        granted, extends, waiters, holders (and `lease` for an attached hold)."""
         return common.info_of(await self._call(self.client, "LOCK.INFO", common.check_key(key)))
+
+    async def revoke(self, key: common.Key, reason: str | bytes | None = None) -> int:
+        """`LOCK.REVOKE key [REASON reason]`: the number of holds taken back.
+        See `redis_lock_client.Locks.revoke` (the user needs `@dangerous`)."""
+        args: list[object] = ["LOCK.REVOKE", common.check_key(key)]
+        checked = common.check_reason(reason)
+        if checked is not None:
+            args += ["REASON", checked]
+        return int(await self._call(self.client, *args))
 
     async def _call(self, client: Any, *args: object) -> Any:
         try:
@@ -353,19 +463,23 @@ class Lease(common.LeaseFacts):
         fence: int,
         clock: common.LeaseClock,
         extending: bool = True,
+        session: Session | None = None,
     ) -> None:
-        super().__init__(request, fence, clock, extending)
+        super().__init__(request, fence, clock, extending, session)
         self._locks = locks
-        self._session: _Dedicated | None = None
+        self._connection: _Dedicated | None = None  # a `session=True` lease's own
         self.lost: asyncio.Event = _LostEvent(self)
 
     async def extend(self, ttl: float | None = None, *, sync: ReplicaSync | None = None) -> None:
         """Sets the lease to end `ttl` seconds from now (default: the current ttl).
         Raises `Lost`, `LimitReached` or `NotReplicated` (`sync`: by default
-        the lease's own), as `redis_lock_client.Lease.extend`."""
+        the lease's own), as `redis_lock_client.Lease.extend` (which see for a
+        hold attached to a session: it only checks that it still holds)."""
         if self._forked:
             raise common.forked_error()
         ttl_ms = self._clock.ttl_ms if ttl is None else common.ttl_to_ms(ttl)
+        if self._attached is not None:
+            ttl_ms = self._clock.ttl_ms  # the session's: an attached hold's ttl moves nothing
         synced = self._sync if sync is None else common.sync_of(sync)
         common.check_sync_fits(synced, ttl_ms, self._locks.safety_margin)
         args = [self._commands.extend, self.key, self.token, ttl_ms, *common.sync_args(synced)]
@@ -381,9 +495,10 @@ class Lease(common.LeaseFacts):
                 raise
             raise lost from error
         if reply != 1:
-            self._mark_lost(LostReason.REFUSED, common.REFUSED_MESSAGE)
+            self._mark_lost(common.REFUSED)
             raise Lost(LostReason.REFUSED, common.REFUSED_MESSAGE)
-        self._clock.extended(sent, ttl_ms)
+        if self._attached is None:
+            self._clock.extended(sent, ttl_ms)
 
     async def release(self) -> bool:
         """Stops the watchdog and releases: True if released, False if it was
@@ -398,8 +513,8 @@ class Lease(common.LeaseFacts):
                 self._locks.client, self._commands.release, self.key, self.token
             )
         finally:
-            if self._session is not None:
-                await self._session.close()  # the server releases a session lock with it
+            if self._connection is not None:
+                await self._connection.close()  # the server releases a session lock with it
         self._released = True
         return bool(reply == 1)
 
@@ -416,7 +531,7 @@ class Lease(common.LeaseFacts):
         try:
             return await self._locks._call_synced(synced, *args)
         except Lost as lost:
-            self._mark_lost(LostReason.REFUSED, str(lost))
+            self._mark_lost(common.Loss.of(lost))
             raise
 
     async def _confirm_after_wait(self) -> None:
@@ -434,8 +549,8 @@ class Lease(common.LeaseFacts):
         if not self._stopped:
             self._locks._watchdog.add(self)
 
-    def _mark_lost(self, reason: LostReason, message: str) -> None:
-        if self._record_loss(reason, message):
+    def _mark_lost(self, loss: common.Loss) -> None:
+        if self._record_loss(loss):
             self._locks._watchdog.remove(self)
             self.lost.set()
 
