@@ -77,6 +77,7 @@ mod locks;
 mod options;
 mod redlock;
 mod semaphore;
+mod session;
 
 /// The `redis` crate this client is built on: its types are the ones the
 /// API takes and returns.
@@ -89,7 +90,9 @@ pub use info::{LockInfo, LockMode, SemaphoreInfo, Waiter, WaiterMode};
 pub use lease::LostSignal;
 pub use locks::{Guard, Held, LockRequest, Locks};
 pub use options::{
-    LockOptions, ReplicaSync, DEFAULT_TTL, MAX_OWNER_LEN, MAX_SYNC_REPLICAS, MAX_TTL, MAX_WAIT,
+    KeepAlive, LockOptions, ReplicaSync, DEFAULT_TTL, MAX_OWNER_LEN, MAX_SYNC_REPLICAS, MAX_TTL,
+    MAX_WAIT,
 };
 pub use redlock::{FenceCheck, Redlock, RedlockGuard, RedlockOptions};
 pub use semaphore::{Permit, PermitRequest, Semaphore, MAX_LIMIT};
+pub use session::Session;

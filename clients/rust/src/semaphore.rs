@@ -12,6 +12,7 @@ use crate::info::SemaphoreInfo;
 use crate::lease::{Lease, LostSignal};
 use crate::locks::{run_guarded, Grant, Held, Locks, Spec};
 use crate::options::{ReplicaSync, DEFAULT_TTL};
+use crate::session::Session;
 
 /// The largest limit the module accepts for a semaphore.
 pub const MAX_LIMIT: u32 = 1_000_000;
@@ -243,6 +244,7 @@ pub struct Permit {
     fence: u64,
     count: u32,
     lease: Lease,
+    session: Option<Session>,
 }
 
 impl std::fmt::Debug for Permit {
@@ -264,7 +266,14 @@ impl Permit {
             fence: grant.fence,
             count,
             lease: grant.lease,
+            session: grant.session,
         }
+    }
+
+    /// The session these permits are attached to; see
+    /// [`Guard::session`](crate::Guard::session).
+    pub fn session(&self) -> Option<&Session> {
+        self.session.as_ref()
     }
 
     /// The semaphore's key.

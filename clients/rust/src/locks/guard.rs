@@ -7,11 +7,12 @@ use std::time::Duration;
 use redis::{Cmd, FromRedisValue};
 
 use super::{Grant, NO_LANE};
-use crate::commands::guard_cmd;
+use crate::commands::{guard_cmd, revoked_reason, REVOKED};
 use crate::conn::{LockConnection, SyncLane, WAIT_REPLY_SLACK};
 use crate::error::{Error, LostReason, Result};
 use crate::lease::{Lease, LostSignal};
 use crate::options::ReplicaSync;
+use crate::session::Session;
 
 /// What the work inside [`LockRequest::run`](crate::LockRequest::run) gets.
 #[derive(Clone, Debug)]
@@ -60,6 +61,8 @@ pub struct Guard {
     sync: Option<ReplicaSync>,
     /// The connection of its own for synced requests.
     lane: Option<Arc<SyncLane>>,
+    /// The session that keeps it alive (`None`: its own watchdog).
+    session: Option<Session>,
 }
 
 impl std::fmt::Debug for Guard {
@@ -89,7 +92,16 @@ impl Guard {
             lease: grant.lease,
             sync: sync.filter(|sync| sync.replicas() > 0),
             lane: grant.lane,
+            session: grant.session,
         }
+    }
+
+    /// The session this hold is attached to, which keeps it alive with one
+    /// keepalive for all of its holds ([`KeepAlive`](crate::KeepAlive));
+    /// `None` when the hold has its own watchdog (watchdog mode, a server
+    /// without `LOCK.LEASE`, a sync).
+    pub fn session(&self) -> Option<&Session> {
+        self.session.as_ref()
     }
 
     /// The locked key, as given.
@@ -250,11 +262,7 @@ impl Guard {
         let guarded = guard_cmd(&self.key, &self.token, cmd, None)?;
         match self.conn.query(&guarded).await {
             Ok(reply) => Ok(reply),
-            Err(e) if e.code() == Some("LOST") => {
-                self.lease.mark_lost(LostReason::NotHeld);
-                Err(Error::Lost(LostReason::NotHeld))
-            }
-            Err(e) => Err(e.into()),
+            Err(e) => Err(self.refused(e.into())),
         }
     }
 
@@ -302,14 +310,22 @@ impl Guard {
         let reply = lane
             .query::<T>(&guarded, sync.timeout() + WAIT_REPLY_SLACK)
             .await;
-        match reply {
-            Ok(reply) => Ok(reply),
-            Err(Error::Server(e)) if e.code() == Some("LOST") => {
-                self.lease.mark_lost(LostReason::NotHeld);
-                Err(Error::Lost(LostReason::NotHeld))
-            }
-            Err(e) => Err(e),
-        }
+        reply.map_err(|e| self.refused(e))
+    }
+
+    /// A guarded command's error: `LOST` (the token no longer holds the
+    /// lock) and `REVOKED <reason>` (it was taken away) are a loss, marked
+    /// on the lease; anything else is the command's own.
+    fn refused(&self, e: Error) -> Error {
+        let reason = match &e {
+            Error::Server(e) if e.code() == Some("LOST") => LostReason::NotHeld,
+            Error::Server(e) if e.code() == Some(REVOKED) => LostReason::Revoked(revoked_reason(e)),
+            _ => return e,
+        };
+        // The loss signal keeps its first reason (the keeper may have
+        // declared one already); the error is this reply's.
+        self.lease.mark_lost(reason.clone());
+        Error::Lost(reason)
     }
 
     /// Stop the watchdog and release: `Ok(true)` released, `Ok(false)` the
