@@ -180,8 +180,9 @@ impl Locks {
     /// `reason` is 1 to 128 bytes (any bytes; [`Error::InvalidArgument`]
     /// otherwise). `LOCK.REVOKE` is in the ACL categories `@dangerous` and
     /// `@admin`: a worker's user (`+@lock -@dangerous`, or only the lock
-    /// commands it uses) gets `NOPERM` ([`Error::Server`]), so revoking is
-    /// for an operator's user.
+    /// commands it uses; on Redis 7.0, which gives a module command no
+    /// category, `-lock.revoke` by name) gets `NOPERM`
+    /// ([`Error::Server`]), so revoking is for an operator's user.
     ///
     /// ```no_run
     /// # async fn demo(admin: redis_lock_client::Locks) -> Result<(), redis_lock_client::Error> {
