@@ -226,8 +226,9 @@ impl PermitRequest {
     }
 }
 
-/// Held permits of a [`Semaphore`]. The watchdog extends their lease
-/// (`SEM.EXTEND`) every ttl/3 while the permit lives.
+/// Held permits of a [`Semaphore`], kept alive while the permit lives by
+/// their session (as a [`Guard`](crate::Guard) is) or their watchdog
+/// (`SEM.EXTEND` every ttl/3).
 ///
 /// - [`Permit::lost`] resolves when the lease is lost (an extend was
 ///   refused: the key was deleted or the permits expired; the hold policy
