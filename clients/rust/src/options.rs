@@ -116,8 +116,9 @@ impl ReplicaSync {
 /// - [`KeepAlive::Auto`] (the default): a session where the server has
 ///   `LOCK.LEASE`, else the watchdog. The first hold asks for the session's
 ///   lease; an unknown command (a module without lease groups) or `NOPERM`
-///   (an ACL user without `LOCK.LEASE`) makes this `Locks` (and its
-///   clones) use the watchdog from then on, without asking again.
+///   (an ACL user without `LOCK.LEASE`, or in a cluster without `CLUSTER
+///   SLOTS`) makes this `Locks` (and its clones) use the watchdog from then
+///   on, without asking again.
 ///
 /// Whatever the mode, a hold taken with a sync
 /// ([`LockRequest::sync`](crate::LockRequest::sync)) keeps its own

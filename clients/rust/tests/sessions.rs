@@ -140,7 +140,7 @@ async fn a_hundred_holds_share_one_lease_and_one_keepalive() {
     );
     assert_eq!(calls(&mut admin, "lock.extend").0, 0, "no per-lock extend");
     assert_eq!(calls(&mut admin, "sem.extend").0, 0);
-    assert_eq!(lock_counter(&mut admin, "keepalives"), keepalives);
+    assert!(lock_counter(&mut admin, "keepalives") >= least);
     // One connection for all of it (and the admin's); the wait's own
     // connection was closed after its grant.
     common::wait_until(5 * SEC, || {

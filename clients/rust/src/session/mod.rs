@@ -110,10 +110,15 @@ impl Sessions {
             return Ok(None);
         }
         let (node, route) = match &self.topology {
-            Some(topology) => {
-                let (node, route) = topology.node_of(key).await?;
-                (Some(node), Some(route))
-            }
+            Some(topology) => match topology.node_of(key).await {
+                Ok((node, route)) => (Some(node), Some(route)),
+                // A user that may not read the slot map (`CLUSTER SLOTS`).
+                Err(Error::Server(e)) if mode == KeepAlive::Auto && lacks_leases(&e) => {
+                    *locked(&self.support) = Support::No;
+                    return Ok(None);
+                }
+                Err(e) => return Err(e),
+            },
             None => (None, None),
         };
         let which = SessionKey { node, ttl, margin };
