@@ -344,7 +344,7 @@ async fn failing_keepalives_lose_every_hold_at_once_as_expired() {
         .query(&mut admin)
         .unwrap();
     drop(guards);
-    let guard = locks.lock("job:0").ttl(ttl).acquire().await.unwrap();
+    let guard = locks.lock("fresh").ttl(ttl).acquire().await.unwrap();
     assert_ne!(guard.session().unwrap().id(), session.id());
     tokio::time::sleep(2 * ttl).await;
     assert!(!guard.is_lost());
