@@ -35,7 +35,8 @@ pub(crate) enum Wait {
 
 impl Kind {
     /// `LOCK.ACQUIRE` / `SEM.ACQUIRE` with the client's token, the wait,
-    /// the owner label and the sync.
+    /// the owner label, the sync and the session's lease (`LEASE id`).
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn acquire_cmd(
         self,
         key: &[u8],
@@ -44,6 +45,7 @@ impl Kind {
         wait: Wait,
         owner: Option<&str>,
         sync: Option<ReplicaSync>,
+        lease: Option<&str>,
     ) -> Result<Cmd> {
         let mut cmd = match self {
             Kind::Exclusive | Kind::Shared => {
@@ -78,6 +80,9 @@ impl Kind {
             cmd.arg("SHARED");
         }
         sync_args(&mut cmd, sync)?;
+        if let Some(lease) = lease {
+            cmd.arg("LEASE").arg(lease);
+        }
         Ok(cmd)
     }
 
@@ -128,6 +133,9 @@ pub(crate) enum Extended {
     /// `LIMIT …`: the hold policy refuses; the lease ends at its current
     /// deadline.
     Limit(RedisError),
+    /// `REVOKED <reason>`: the hold was taken away (`LOCK.REVOKE`, or its
+    /// session's lease revoked).
+    Revoked(String),
     /// `NOSYNC …`: extended on the master, but fewer replicas than asked
     /// acknowledged it in time.
     NotReplicated { acked: u32, wanted: u32 },
@@ -143,6 +151,7 @@ impl Extended {
             Ok(_) => Extended::NotHeld,
             Err(e) if e.code() == Some("WRONGTYPE") => Extended::NotHeld,
             Err(e) if e.code() == Some("LIMIT") => Extended::Limit(e),
+            Err(e) if e.code() == Some(REVOKED) => Extended::Revoked(revoked_reason(&e)),
             Err(e) => match Error::from(e) {
                 Error::NotReplicated { acked, wanted, .. } => {
                     Extended::NotReplicated { acked, wanted }
@@ -163,6 +172,19 @@ impl Extended {
             Err(e) => Extended::Failed(e),
         }
     }
+}
+
+/// The error code of a revoked hold's token (`REVOKED <reason>`), from
+/// `LOCK.EXTEND`, `SEM.EXTEND` and `LOCK.GUARD`.
+pub(crate) const REVOKED: &str = "REVOKED";
+
+/// The error code of an acquire whose `LEASE id` the server does not know
+/// (expired, revoked, or another server's).
+pub(crate) const NOLEASE: &str = "NOLEASE";
+
+/// The reason of a `REVOKED <reason>` error reply.
+pub(crate) fn revoked_reason(e: &RedisError) -> String {
+    e.detail().unwrap_or("").to_string()
 }
 
 /// A fresh random token: the client picks it so that it can release after a
@@ -228,4 +250,43 @@ pub(crate) fn observe_cmd(key: &[u8], seen: u64, timeout: Duration) -> Cmd {
     let mut cmd = redis::cmd("LOCK.OBSERVE");
     cmd.arg(key).arg(seen).arg(timeout.as_millis() as u64);
     cmd
+}
+
+/// `LOCK.LEASE GRANT ttl-ms [OWNER label]`: a session's server lease.
+pub(crate) fn lease_grant_cmd(ttl: Duration, owner: Option<&str>) -> Result<Cmd> {
+    let mut cmd = redis::cmd("LOCK.LEASE");
+    cmd.arg("GRANT").arg(ttl_ms(ttl)?);
+    if let Some(owner) = owner {
+        cmd.arg("OWNER").arg(owner);
+    }
+    Ok(cmd)
+}
+
+/// `LOCK.LEASE KEEPALIVE id`: `1` (renewed) or `0` (gone).
+pub(crate) fn lease_keepalive_cmd(id: &str) -> Cmd {
+    let mut cmd = redis::cmd("LOCK.LEASE");
+    cmd.arg("KEEPALIVE").arg(id);
+    cmd
+}
+
+/// `LOCK.LEASE INFO id`: null when gone, else a map with `holds`.
+pub(crate) fn lease_info_cmd(id: &str) -> Cmd {
+    let mut cmd = redis::cmd("LOCK.LEASE");
+    cmd.arg("INFO").arg(id);
+    cmd
+}
+
+/// The longest reason `LOCK.REVOKE` takes, in bytes.
+pub(crate) const MAX_REASON_LEN: usize = 128;
+
+/// `LOCK.REVOKE key REASON reason`.
+pub(crate) fn revoke_cmd(key: &[u8], reason: &[u8]) -> Result<Cmd> {
+    if reason.is_empty() || reason.len() > MAX_REASON_LEN {
+        return Err(Error::InvalidArgument(
+            "a revocation's reason must be 1 to 128 bytes",
+        ));
+    }
+    let mut cmd = redis::cmd("LOCK.REVOKE");
+    cmd.arg(key).arg("REASON").arg(reason);
+    Ok(cmd)
 }

@@ -8,6 +8,7 @@ use std::time::Duration;
 use redis::aio::{ConnectionManager, MultiplexedConnection};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::{AsyncConnectionConfig, Cmd, FromRedisValue, RedisResult};
 
 use crate::error::{timed_out, Error, Result};
@@ -55,6 +56,31 @@ impl LockConnection {
             LockConnection::Multiplexed(c) => cmd.query_async(&mut c.clone()).await,
             LockConnection::Cluster(c) => cmd.query_async(&mut c.clone()).await,
         }
+    }
+
+    /// A keyless command (`LOCK.LEASE …`) to one node: in a cluster, the
+    /// master that serves `slot` (redis-rs' own view of the slots, which
+    /// follows failovers); elsewhere the one server (`slot` is ignored).
+    pub(crate) async fn query_node<T: FromRedisValue>(
+        &self,
+        cmd: &Cmd,
+        slot: Option<u16>,
+    ) -> RedisResult<T> {
+        match (self, slot) {
+            (LockConnection::Cluster(c), Some(slot)) => {
+                let route = Route::new(slot, SlotAddr::Master);
+                let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route));
+                let reply = c.clone().route_command(cmd.clone(), routing).await?;
+                Ok(redis::from_redis_value(reply.extract_error()?)?)
+            }
+            _ => self.query(cmd).await,
+        }
+    }
+
+    /// Whether this is a Redis Cluster connection (holds live on many
+    /// nodes).
+    pub(crate) fn is_cluster(&self) -> bool {
+        matches!(self, LockConnection::Cluster(_))
     }
 }
 

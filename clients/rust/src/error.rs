@@ -5,7 +5,10 @@ use std::fmt;
 
 /// Why a held lease was lost. [`Guard::lost`](crate::Guard::lost) resolves
 /// with one of these.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+///
+/// Not `Copy`: [`LostReason::Revoked`] carries the reason an operator
+/// gave. Clone it where a copy is needed.
+#[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum LostReason {
     /// The server answered an extend with `0`, or `WRONGTYPE`: the key
@@ -37,6 +40,15 @@ pub enum LostReason {
     /// extend set, minus the safety margin. The master may still hold it;
     /// a failover to a replica would not.
     NotReplicated,
+    /// The hold was taken away on the server: an operator's `LOCK.REVOKE
+    /// key [REASON text]` ([`Locks::revoke`](crate::Locks::revoke)), or
+    /// the revocation of the session lease it was attached to
+    /// (`LOCK.LEASE REVOKE`, the reason `lease revoked`). The server said
+    /// so: an extend, a guarded command or the session's check was
+    /// answered `REVOKED <reason>`. The string is the reason as the server
+    /// sent it (bytes outside printable ASCII as `\xNN`); the lock may
+    /// already be someone else's.
+    Revoked(String),
 }
 
 impl fmt::Display for LostReason {
@@ -55,6 +67,7 @@ impl fmt::Display for LostReason {
             LostReason::NotReplicated => f.write_str(
                 "the lease's extends were not acknowledged by enough replicas before its deadline",
             ),
+            LostReason::Revoked(reason) => write!(f, "the hold was revoked: {reason}"),
         }
     }
 }
@@ -74,9 +87,11 @@ pub enum Error {
     /// [`LockRequest::run`](crate::LockRequest::run) ran (the work was
     /// stopped), before a guarded command
     /// ([`Guard::guarded`](crate::Guard::guarded), reason
-    /// [`LostReason::NotHeld`]), which then did not run, or when an
-    /// explicit [`Guard::extend`](crate::Guard::extend) was refused
-    /// ([`LostReason::Refused`], [`LostReason::Limit`]).
+    /// [`LostReason::NotHeld`], or [`LostReason::Revoked`] when it was
+    /// taken away), which then did not run, or when an explicit
+    /// [`Guard::extend`](crate::Guard::extend) was refused
+    /// ([`LostReason::Refused`], [`LostReason::Limit`],
+    /// [`LostReason::Revoked`]).
     Lost(LostReason),
     /// Redlock: connection errors or timeouts on some nodes kept a majority
     /// out of reach (had those nodes answered, the lock might have been

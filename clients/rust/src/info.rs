@@ -115,6 +115,10 @@ pub struct LockInfo {
     /// The holder's `OWNER` label, as sent (any bytes); `None` if it gave
     /// none.
     pub owner: Option<Vec<u8>>,
+    /// The public number of the lease group the holder is attached to (a
+    /// [`Session`](crate::Session)'s lease); `None` when it has none.
+    /// `ttl` and `deadline` are then the lease's. Never its id.
+    pub lease: Option<u64>,
 }
 
 impl LockInfo {
@@ -138,6 +142,10 @@ impl LockInfo {
             mode,
             holders: f.count_or("holders", 1)?,
             owner: f.bytes("owner")?,
+            lease: f
+                .opt_int("lease")?
+                .map(|n| u64::try_from(n).map_err(|_| f.missing("lease")))
+                .transpose()?,
         }))
     }
 }

@@ -29,20 +29,26 @@
 //!   [`owner`](LockRequest::owner), then [`acquire`](LockRequest::acquire)
 //!   for a [`Guard`] or [`run`](LockRequest::run) for the whole pattern.
 //!   Keys are any bytes (`&str`, `&[u8]`, `Vec<u8>`, …).
-//! - A [`Guard`] keeps its lease alive with a watchdog (an extend every
-//!   ttl/3) and tells you when the lease is lost ([`Guard::lost`]) *before*
-//!   its deadline passes on this client's monotonic clock, with a safety
-//!   margin ([`LockOptions::safety_margin`]). [`Guard::held`] and
+//! - A [`Guard`] is kept alive by its [`Session`]: one server lease
+//!   (`LOCK.LEASE`) per connection (per node in a cluster) and ttl, with
+//!   one keepalive every ttl/3 for every hold attached to it, whatever
+//!   their number; or, in [`KeepAlive::Watchdog`] mode (and where the
+//!   server has no `LOCK.LEASE`), by a watchdog of its own (an extend every
+//!   ttl/3). It tells you when the lease is lost ([`Guard::lost`], with a
+//!   [`LostReason`], [`LostReason::Revoked`] when an operator took it
+//!   back: [`Locks::revoke`]) *before* its deadline passes on this
+//!   client's monotonic clock, with a safety margin
+//!   ([`LockOptions::safety_margin`]). [`Guard::held`] and
 //!   [`Guard::remaining`] read that clock; [`Guard::extend`] extends by
 //!   hand. [`Guard::guarded`] runs a command only while the lease is live
 //!   on the server (`LOCK.GUARD`).
 //! - [`Locks::info`] and [`Locks::queue`]: the holder and the waiters, typed.
 //! - [`Semaphore`]: at most `limit` permits out at once (`SEM.*`); a
-//!   [`Permit`] has the same watchdog, loss signal and release as a guard.
+//!   [`Permit`] is kept alive, signals its loss and is released as a guard.
 //! - [`Election`]: leader election on one key, with no polling
 //!   ([`Election::campaign`], [`Observer::next`]).
 //! - [`Redlock`]: one lock across N independent masters (or clusters), with
-//!   per-node fences, a combined fence, and the same watchdog.
+//!   per-node fences, a combined fence, and a watchdog (never a session).
 //! - [`LockRequest::sync`] (and [`PermitRequest::sync`], [`Election::sync`],
 //!   [`Guard::guarded_synced`]): the module's `SYNC`, a grant answered only
 //!   once that many replicas hold it, undone otherwise
@@ -60,7 +66,7 @@
 //! # Connections
 //!
 //! [`Locks::connect`] uses a [`ConnectionManager`](redis::aio::ConnectionManager)
-//! so that the watchdog survives a reconnect; [`Locks::connect_cluster`] a
+//! so that sessions and watchdogs survive a reconnect; [`Locks::connect_cluster`] a
 //! cluster connection that routes each command by its key;
 //! [`Locks::from_connection`] whatever connection you pass. Waiting requests
 //! block a connection on the server, so they open a dedicated one each, and
@@ -77,6 +83,7 @@ mod locks;
 mod options;
 mod redlock;
 mod semaphore;
+mod session;
 
 /// The `redis` crate this client is built on: its types are the ones the
 /// API takes and returns.
@@ -89,7 +96,9 @@ pub use info::{LockInfo, LockMode, SemaphoreInfo, Waiter, WaiterMode};
 pub use lease::LostSignal;
 pub use locks::{Guard, Held, LockRequest, Locks};
 pub use options::{
-    LockOptions, ReplicaSync, DEFAULT_TTL, MAX_OWNER_LEN, MAX_SYNC_REPLICAS, MAX_TTL, MAX_WAIT,
+    KeepAlive, LockOptions, ReplicaSync, DEFAULT_TTL, MAX_OWNER_LEN, MAX_SYNC_REPLICAS, MAX_TTL,
+    MAX_WAIT,
 };
 pub use redlock::{FenceCheck, Redlock, RedlockGuard, RedlockOptions};
 pub use semaphore::{Permit, PermitRequest, Semaphore, MAX_LIMIT};
+pub use session::Session;

@@ -1,5 +1,6 @@
 //! Tuning knobs shared by [`Locks`](crate::Locks) and
-//! [`Redlock`](crate::Redlock): the watchdog's, and the owner label.
+//! [`Redlock`](crate::Redlock): how holds are kept alive (a session or a
+//! watchdog), the safety margin, and the owner label.
 
 use std::time::Duration;
 
@@ -102,22 +103,59 @@ impl ReplicaSync {
     }
 }
 
-/// How a guard's watchdog behaves, and the owner label the acquires carry.
+/// How the holds taken through a [`Locks`](crate::Locks) are kept alive:
+/// [`LockOptions::keepalive`].
+///
+/// - [`KeepAlive::Session`]: every hold is attached to the client's
+///   session, one server lease (`LOCK.LEASE GRANT`) per connection (per
+///   node in a cluster) and per ttl, kept alive by one task with one
+///   `LOCK.LEASE KEEPALIVE` every ttl/3, whatever the number of holds.
+/// - [`KeepAlive::Watchdog`]: each hold has its own watchdog, a
+///   `LOCK.EXTEND` (or `SEM.EXTEND`) every ttl/3: what this client did
+///   before sessions, and what a server without `LOCK.LEASE` needs.
+/// - [`KeepAlive::Auto`] (the default): a session where the server has
+///   `LOCK.LEASE`, else the watchdog. The first hold asks for the session's
+///   lease; an unknown command (a module without lease groups) or `NOPERM`
+///   (an ACL user without `LOCK.LEASE`, or in a cluster without `CLUSTER
+///   SLOTS`) makes this `Locks` (and its clones) use the watchdog from then
+///   on, without asking again.
+///
+/// Whatever the mode, a hold taken with a sync
+/// ([`LockRequest::sync`](crate::LockRequest::sync)) keeps its own
+/// watchdog (its extends carry the sync; a keepalive cannot), and so does a
+/// [`Redlock`](crate::Redlock) guard.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum KeepAlive {
+    /// A session where the server supports it, else the watchdog.
+    #[default]
+    Auto,
+    /// Always a session: an acquire fails ([`Error::Server`]) where the
+    /// server has no `LOCK.LEASE`.
+    Session,
+    /// One watchdog per hold.
+    Watchdog,
+}
+
+/// How a guard is kept alive (a session or its watchdog), its safety
+/// margin, and the owner label the acquires carry.
 ///
 /// ```
 /// use std::time::Duration;
-/// use redis_lock_client::LockOptions;
+/// use redis_lock_client::{KeepAlive, LockOptions};
 ///
 /// let options = LockOptions::default()
 ///     .safety_margin(Duration::from_millis(200))
 ///     .release_timeout(Duration::from_secs(1))
-///     .owner("billing-worker-3");
+///     .owner("billing-worker-3")
+///     .keepalive(KeepAlive::Auto);
 /// ```
 #[derive(Debug, Clone)]
 pub struct LockOptions {
     pub(crate) safety_margin: Option<Duration>,
     pub(crate) release_timeout: Duration,
     pub(crate) owner: Option<String>,
+    pub(crate) keepalive: KeepAlive,
 }
 
 impl Default for LockOptions {
@@ -126,6 +164,7 @@ impl Default for LockOptions {
             safety_margin: None,
             release_timeout: Duration::from_secs(2),
             owner: None,
+            keepalive: KeepAlive::Auto,
         }
     }
 }
@@ -159,6 +198,19 @@ impl LockOptions {
     pub fn owner(mut self, label: impl Into<String>) -> Self {
         self.owner = Some(label.into());
         self
+    }
+
+    /// How holds are kept alive: a session (one server lease and one
+    /// keepalive for all of them), a watchdog each, or a session where the
+    /// server supports it ([`KeepAlive`]). Default: [`KeepAlive::Auto`].
+    pub fn keepalive(mut self, mode: KeepAlive) -> Self {
+        self.keepalive = mode;
+        self
+    }
+
+    /// The keepalive mode in force.
+    pub fn keepalive_mode(&self) -> KeepAlive {
+        self.keepalive
     }
 
     /// The owner label, checked.

@@ -177,7 +177,7 @@ impl Redlock {
                 tokio::time::sleep(half + Duration::from_micros(jitter)).await;
             }
             let token = new_token();
-            let cmd = Kind::Exclusive.acquire_cmd(key, ttl, &token, Wait::No, owner, None)?;
+            let cmd = Kind::Exclusive.acquire_cmd(key, ttl, &token, Wait::No, owner, None, None)?;
             let sent = Instant::now();
             let answers = self
                 .on_all_nodes(ttl, |conn| {
@@ -441,6 +441,9 @@ struct Tally {
     no: usize,
     /// Nodes whose hold policy refused an extend (`LIMIT`).
     limit: usize,
+    /// The reason of a node that answered `REVOKED <reason>` (counted in
+    /// `no`).
+    revoked: Option<String>,
     nodes: usize,
 }
 
@@ -470,8 +473,12 @@ impl RedlockLease {
         };
         Tally {
             yes: count(|a| matches!(a, Extended::Yes)),
-            no: count(|a| matches!(a, Extended::NotHeld)),
+            no: count(|a| matches!(a, Extended::NotHeld | Extended::Revoked(_))),
             limit: count(|a| matches!(a, Extended::Limit(_))),
+            revoked: answers.iter().find_map(|a| match a {
+                Answer::Yes(Extended::Revoked(reason)) => Some(reason.clone()),
+                _ => None,
+            }),
             nodes: answers.len(),
         }
     }
@@ -500,11 +507,12 @@ impl Renew for RedlockLease {
                 Renewal::Extended { sent, valid_until }
             } else if tally.no + tally.limit > tally.nodes - quorum {
                 // No majority can extend any more: a hold limit among the
-                // refusals means the lease still runs to its deadline.
-                if tally.limit > 0 {
-                    Renewal::Limit
-                } else {
-                    Renewal::Refused
+                // refusals means the lease still runs to its deadline; a
+                // revocation among them says why it was taken.
+                match (tally.limit, tally.revoked) {
+                    (0, Some(reason)) => Renewal::Revoked(reason),
+                    (0, None) => Renewal::Refused,
+                    _ => Renewal::Limit,
                 }
             } else {
                 Renewal::Failed(RedlockLease::no_quorum(&tally))

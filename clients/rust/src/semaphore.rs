@@ -12,6 +12,7 @@ use crate::info::SemaphoreInfo;
 use crate::lease::{Lease, LostSignal};
 use crate::locks::{run_guarded, Grant, Held, Locks, Spec};
 use crate::options::{ReplicaSync, DEFAULT_TTL};
+use crate::session::Session;
 
 /// The largest limit the module accepts for a semaphore.
 pub const MAX_LIMIT: u32 = 1_000_000;
@@ -225,8 +226,9 @@ impl PermitRequest {
     }
 }
 
-/// Held permits of a [`Semaphore`]. The watchdog extends their lease
-/// (`SEM.EXTEND`) every ttl/3 while the permit lives.
+/// Held permits of a [`Semaphore`], kept alive while the permit lives by
+/// their session (as a [`Guard`](crate::Guard) is) or their watchdog
+/// (`SEM.EXTEND` every ttl/3).
 ///
 /// - [`Permit::lost`] resolves when the lease is lost (an extend was
 ///   refused: the key was deleted or the permits expired; the hold policy
@@ -243,6 +245,7 @@ pub struct Permit {
     fence: u64,
     count: u32,
     lease: Lease,
+    session: Option<Session>,
 }
 
 impl std::fmt::Debug for Permit {
@@ -264,7 +267,14 @@ impl Permit {
             fence: grant.fence,
             count,
             lease: grant.lease,
+            session: grant.session,
         }
+    }
+
+    /// The session these permits are attached to; see
+    /// [`Guard::session`](crate::Guard::session).
+    pub fn session(&self) -> Option<&Session> {
+        self.session.as_ref()
     }
 
     /// The semaphore's key.

@@ -1,12 +1,13 @@
 //! A 3-master Redis Cluster with the module on every master: the lock
 //! commands route by their key, across many slots; a guarded write goes to
-//! the lock key's master, with its keys in the same slot.
+//! the lock key's master, with its keys in the same slot; one session (one
+//! server lease) per master.
 
 mod common;
 
 use std::time::Duration;
 
-use common::{Cluster, LocksOn};
+use common::{info_field, Cluster, LocksOn};
 use redis::cluster::ClusterClient;
 use redis_lock_client::{Error, Locks, LostReason};
 
@@ -128,4 +129,54 @@ async fn waiting_the_watchdog_and_guarded_writes_work_in_a_cluster() {
         .unwrap();
     assert_eq!(total, 7, "the stale write did not land");
     assert!(next.release().await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_session_per_master_keeps_every_hold_of_its_slots() {
+    let cluster = Cluster::start();
+    let client = ClusterClient::new(cluster.urls()).unwrap();
+    let locks = Locks::connect_cluster(client).await.unwrap();
+    let ttl = Duration::from_millis(1200);
+    let mut guards = Vec::new();
+    for i in 0..150 {
+        let guard = locks
+            .lock(format!("lock:{i}"))
+            .ttl(ttl)
+            .acquire()
+            .await
+            .unwrap();
+        guards.push(guard);
+    }
+    // A hold attaches to the lease of its key's master: three leases, one
+    // on each master, each with the holds of its slots.
+    let sessions = locks.sessions();
+    assert_eq!(sessions.len(), 3);
+    assert_eq!(sessions.iter().map(|s| s.holds()).sum::<usize>(), 150);
+    for node in &cluster.nodes {
+        let mut admin = node.admin();
+        assert_eq!(info_field(&mut admin, "lock", "lock_leases"), "1");
+        let keys: i64 = redis::cmd("DBSIZE").query(&mut admin).unwrap();
+        let leased: Vec<String> = redis::cmd("KEYS").arg("lock:*").query(&mut admin).unwrap();
+        assert_eq!(leased.len() as i64, keys);
+        // Every key of this master is attached to this master's lease.
+        let numbers: std::collections::HashSet<Option<u64>> = {
+            let mut numbers = std::collections::HashSet::new();
+            for key in &leased {
+                numbers.insert(locks.info(key).await.unwrap().unwrap().lease);
+            }
+            numbers
+        };
+        assert_eq!(numbers.len(), 1, "one lease per master: {numbers:?}");
+        assert!(!numbers.contains(&None));
+    }
+    tokio::time::sleep(3 * ttl).await;
+    assert!(guards.iter().all(|g| !g.is_lost()));
+    for node in &cluster.nodes {
+        let stats = info_field(&mut node.admin(), "commandstats", "cmdstat_lock.extend");
+        assert_eq!(stats, "", "no per-lock extend");
+    }
+    for guard in guards {
+        assert!(guard.release().await.unwrap());
+    }
+    assert!(sessions.iter().all(|s| s.holds() == 0));
 }

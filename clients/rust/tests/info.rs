@@ -14,8 +14,9 @@ const SEC: Duration = Duration::from_secs(1);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn info_shows_the_holder_typed() {
+    // Its own watchdog: a lease of its own (`extends`, its own deadline).
     let server = Server::start();
-    let locks = server.locks().await;
+    let locks = server.watchdog_locks().await;
     assert_eq!(locks.info("job").await.unwrap(), None, "free");
 
     let before = SystemTime::now() - SEC;

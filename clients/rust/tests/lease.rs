@@ -1,6 +1,9 @@
 //! The lease of a guard beyond the watchdog's normal rounds: the hold
 //! policy's `LIMIT`, a manual extend, and the clock-read `held()` and
-//! `remaining()`, against a real redis-server with the module.
+//! `remaining()`, against a real redis-server with the module. Each hold
+//! with its own watchdog (`KeepAlive::Watchdog`): a hold in a session has
+//! the session's ttl, and the hold policy does not apply to it
+//! (sessions.rs).
 
 mod common;
 
@@ -52,7 +55,7 @@ async fn a_limit_reply_stops_the_watchdog_at_once_with_limit() {
     // One extension allowed: the watchdog's first extend passes, its second
     // is answered LIMIT.
     config_set(&mut admin, "lock.max-extends", 1);
-    let locks = server.locks().await;
+    let locks = server.watchdog_locks().await;
     let guard = locks
         .lock("job")
         .ttl(Duration::from_millis(1500))
@@ -74,7 +77,7 @@ async fn a_manual_extend_answered_limit_is_a_limit_loss_and_the_lease_still_hold
     let server = Server::start();
     let mut admin = server.admin();
     config_set(&mut admin, "lock.max-extends", 1);
-    let locks = server.locks().await;
+    let locks = server.watchdog_locks().await;
     let guard = locks.lock("job").ttl(10 * SEC).acquire().await.unwrap();
     guard
         .extend(10 * SEC)
@@ -99,7 +102,7 @@ async fn a_manual_extend_answered_limit_is_a_limit_loss_and_the_lease_still_hold
 async fn extend_moves_the_deadline_and_the_watchdog_keeps_the_new_ttl() {
     let server = Server::start();
     let mut admin = server.admin();
-    let locks = server.locks().await;
+    let locks = server.watchdog_locks().await;
     let guard = locks.lock("job").ttl(30 * SEC).acquire().await.unwrap();
     let first_deadline = guard.deadline();
 
@@ -145,7 +148,7 @@ async fn extend_moves_the_deadline_and_the_watchdog_keeps_the_new_ttl() {
 #[tokio::test(flavor = "current_thread")]
 async fn held_and_remaining_read_the_clock_after_a_pause() {
     let server = Server::start();
-    let locks = server.locks().await;
+    let locks = server.watchdog_locks().await;
     let ttl = Duration::from_millis(500);
     let guard = locks.lock("job").ttl(ttl).acquire().await.unwrap();
     assert!(guard.held());

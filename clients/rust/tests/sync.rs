@@ -111,7 +111,7 @@ async fn a_synced_grant_extension_guarded_write_and_waited_grant_are_on_the_repl
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_enough_replicas_nothing_is_held_and_the_error_says_what_stands() {
     let server = Server::start();
-    let locks = server.locks().await;
+    let locks = server.watchdog_locks().await;
     let mut admin = server.admin();
     let acquired = locks
         .lock("billing")

@@ -9,7 +9,7 @@ use std::process::ExitStatus;
 use std::time::Duration;
 
 use redis_lock_client::redis::aio::ConnectionManagerConfig;
-use redis_lock_client::{redis, Error, Guard, Locks, LostReason};
+use redis_lock_client::{redis, Error, Guard, KeepAlive, LockOptions, Locks, LostReason};
 use tokio::process::{Child, Command};
 use tokio::signal::unix::{signal, Signal, SignalKind};
 
@@ -121,10 +121,16 @@ pub async fn run(args: RunArgs) -> Exit {
 
 /// A connection that gives up quickly when the server is not there: a
 /// command under a lock should not start late because of a dead server.
+///
+/// The one lock keeps its own watchdog rather than a session: for one hold
+/// an extend every ttl/3 is the fewest calls (a session adds its check),
+/// and the server's hold policy (`lock.max-hold-ms`, which a hold in a
+/// session is not subject to) applies to the command it runs.
 async fn connect(url: &str) -> Result<Locks, Error> {
     let client = redis::Client::open(url)?;
     let config = ConnectionManagerConfig::new().set_number_of_retries(1);
-    Locks::connect_with(client, config).await
+    let locks = Locks::connect_with(client, config).await?;
+    Ok(locks.with_options(LockOptions::default().keepalive(KeepAlive::Watchdog)))
 }
 
 /// `host:pid`, for `LOCK.INFO`'s owner: who holds the lock.
@@ -183,7 +189,7 @@ async fn supervise(args: &RunArgs, key: &str, guard: &Guard) -> Exit {
                 };
             }
             reason = guard.lost() => {
-                say(format_args!("lost the lock on {key} ({}): stopping the command", describe(reason)));
+                say(format_args!("lost the lock on {key} ({}): stopping the command", describe(&reason)));
                 stop(&mut child, args.grace).await;
                 return Exit::Lost;
             }
@@ -192,15 +198,17 @@ async fn supervise(args: &RunArgs, key: &str, guard: &Guard) -> Exit {
     }
 }
 
-fn describe(reason: LostReason) -> &'static str {
-    match reason {
+fn describe(reason: &LostReason) -> String {
+    let text = match reason {
         LostReason::Refused => {
             "the server no longer has it: deleted, expired, taken or overwritten"
         }
         LostReason::Limit => "the server's hold limit refused to extend it",
         LostReason::Expired => "no extend succeeded before its deadline",
+        LostReason::Revoked(why) => return format!("revoked: {why}"),
         _ => "the server no longer has it",
-    }
+    };
+    text.to_string()
 }
 
 /// SIGTERM, then SIGKILL if the command is still running after `grace`.

@@ -1,8 +1,13 @@
 //! One lease, whatever it holds (a lock, a read lease, permits, a Redlock
-//! on N nodes): its facts ([`state`]), the keeper that extends it
-//! ([`watchdog`]), the loss signal everyone can wait on, a manual extend,
-//! and the release. The kinds differ only in their [`Renew`]: which
-//! commands extend and release, on which nodes.
+//! on N nodes): its facts ([`state`]), its keeper, the loss signal everyone
+//! can wait on, a manual extend, and the release. The kinds differ only in
+//! their [`Renew`]: which commands extend and release, on which nodes.
+//!
+//! Two keepers: the per-lease [`watchdog`] (an extend every ttl/3), or a
+//! session (`crate::session`): one server lease (`LOCK.LEASE`) that many
+//! holds are attached to, kept alive by one task that reports to every
+//! attached hold's cell. The guards, the loss signals and the manual
+//! extend are the same for both.
 
 mod state;
 mod watchdog;
@@ -15,8 +20,8 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-pub(crate) use state::Term;
-use state::{LeaseCell, Status, View};
+pub(crate) use state::{LeaseCell, Term};
+use state::{Status, View};
 
 use crate::error::{timed_out, Error, LostReason, Result};
 use crate::options::{sent_ttl, LockOptions, ReplicaSync};
@@ -33,6 +38,8 @@ pub(crate) enum Renewal {
     /// The server's hold policy refused (`LIMIT`): the lease ends at its
     /// current deadline.
     Limit,
+    /// The server answered `REVOKED <reason>`: the hold was taken away.
+    Revoked(String),
     /// Extended on the master, but answered `NOSYNC`: fewer replicas than
     /// asked acknowledged it, so the lease's term stays; try again.
     NotReplicated { acked: u32, wanted: u32 },
@@ -95,8 +102,8 @@ impl LostSignal {
         let mut view = self.view.clone();
         async move {
             loop {
-                if let Status::Lost(reason) = view.borrow_and_update().status {
-                    return reason;
+                if let Status::Lost(reason) = &view.borrow_and_update().status {
+                    return reason.clone();
                 }
                 if view.changed().await.is_err() {
                     // Every keeper and the guard are gone without a loss:
@@ -115,8 +122,8 @@ impl LostSignal {
 
     /// The reason, once lost.
     pub fn reason(&self) -> Option<LostReason> {
-        match self.view.borrow().status {
-            Status::Lost(reason) => Some(reason),
+        match &self.view.borrow().status {
+            Status::Lost(reason) => Some(reason.clone()),
             _ => None,
         }
     }
@@ -151,7 +158,9 @@ impl LostSignal {
 pub(crate) struct Lease {
     renew: Arc<dyn Renew>,
     cell: LeaseCell,
-    stop: Option<watch::Sender<()>>,
+    /// Dropping it stops keeping this lease alive: the watchdog's stop
+    /// sender, or the hold's attachment to its session.
+    keeper: Option<Box<dyn Send + Sync>>,
     /// The safety margin's rule and the release timeout.
     options: LockOptions,
     /// The sync its extends carry (the acquire's), if any.
@@ -174,9 +183,27 @@ impl Lease {
         Lease {
             renew,
             cell,
-            stop: Some(stop),
+            keeper: Some(Box::new(stop)),
             options: options.clone(),
             sync,
+            released: false,
+        }
+    }
+
+    /// A lease kept alive by a session: `cell` is the one the session
+    /// reports to, and dropping `attachment` detaches the hold from it.
+    pub(crate) fn attached(
+        renew: Arc<dyn Renew>,
+        cell: LeaseCell,
+        attachment: Box<dyn Send + Sync>,
+        options: &LockOptions,
+    ) -> Lease {
+        Lease {
+            renew,
+            cell,
+            keeper: Some(attachment),
+            options: options.clone(),
+            sync: None,
             released: false,
         }
     }
@@ -231,6 +258,7 @@ impl Lease {
             }
             Ok(Renewal::Refused) => self.lost(LostReason::Refused),
             Ok(Renewal::Limit) => self.lost(LostReason::Limit),
+            Ok(Renewal::Revoked(reason)) => self.lost(LostReason::Revoked(reason)),
             Ok(Renewal::NotReplicated { acked, wanted }) => {
                 self.cell.unreplicated();
                 Err(Error::NotReplicated {
@@ -248,7 +276,7 @@ impl Lease {
     }
 
     fn lost(&self, reason: LostReason) -> Result<()> {
-        self.cell.lose(reason);
+        self.cell.lose(reason.clone());
         Err(Error::Lost(self.lost_signal().reason().unwrap_or(reason)))
     }
 
@@ -256,7 +284,7 @@ impl Lease {
     /// no extend follows the release. Sent whatever the state: a lease
     /// lost to a `LIMIT` (or believed lost) may still be held.
     pub(crate) async fn release(&mut self) -> Result<bool> {
-        self.stop.take();
+        self.keeper.take();
         self.released = true;
         self.cell.released();
         match tokio::time::timeout(self.options.release_timeout, self.renew.release()).await {
@@ -268,8 +296,9 @@ impl Lease {
 
 impl Drop for Lease {
     fn drop(&mut self) {
-        // Dropping the stop sender ends the keeper.
-        self.stop.take();
+        // Dropping the keeper's handle ends the watchdog (or detaches the
+        // hold from its session).
+        self.keeper.take();
         if self.released {
             return;
         }

@@ -1,9 +1,9 @@
 //! The facts of one lease, in one place: whether it is held, lost (and
 //! why) or released, and its term (when the last successful acquire or
 //! extend was sent, how long it lasts, the safety margin). Whoever keeps
-//! the lease alive (the watchdog today) and whoever extends it by hand
-//! report to a [`LeaseCell`]; everyone else reads it, through a
-//! [`LostSignal`](super::LostSignal) or the guard.
+//! the lease alive (its watchdog, or the session it is attached to) and
+//! whoever extends it by hand report to a [`LeaseCell`]; everyone else
+//! reads it, through a [`LostSignal`](super::LostSignal) or the guard.
 //!
 //! Times are on the monotonic clock (`tokio::time::Instant`, which is
 //! `std::time::Instant` underneath and keeps counting while the process is
@@ -18,7 +18,7 @@ use tokio::time::Instant;
 
 use crate::error::LostReason;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Status {
     Held,
     Lost(LostReason),
@@ -59,7 +59,7 @@ impl Term {
     }
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) struct View {
     pub(crate) status: Status,
     pub(crate) term: Term,
@@ -109,8 +109,13 @@ impl LeaseCell {
         self.view.subscribe()
     }
 
+    /// Held: neither lost nor released.
+    pub(crate) fn is_held(&self) -> bool {
+        self.view.borrow().status == Status::Held
+    }
+
     pub(crate) fn view(&self) -> View {
-        *self.view.borrow()
+        self.view.borrow().clone()
     }
 
     /// An extend sent at `term.sent` succeeded. A reply to an older send

@@ -1,16 +1,18 @@
 //! The per-lease keeper: one task that extends one lease every ttl/3 and
 //! reports each outcome to the lease's [`LeaseCell`].
 //!
-//! It is the only keeper today. A server-side lease group (one KEEPALIVE
-//! for every hold of a client) would be another: one task for many leases,
-//! reporting to each lease's cell the same way ([`LeaseCell::extended`],
-//! [`LeaseCell::lose`], [`LeaseCell::expire_if_due`]), while the guards,
-//! the loss signals and the manual extend stay as they are.
+//! The other keeper is a session (`crate::session`): one task for many
+//! leases attached to one server lease group, reporting to each lease's
+//! cell the same way ([`LeaseCell::extended`], [`LeaseCell::lose`],
+//! [`LeaseCell::expire_if_due`]). This one serves the holds that are not
+//! attached to a session ([`KeepAlive::Watchdog`](crate::KeepAlive::Watchdog),
+//! a server without `LOCK.LEASE`, a sync, Redlock).
 //!
 //! The loop, for one lease: sleep until a third of the ttl has passed since
 //! the last successful acquire or extend was sent, then extend. A refused
-//! extend (`0`, `WRONGTYPE`) is a loss ([`LostReason::Refused`]), and so is
-//! a `LIMIT` ([`LostReason::Limit`]): no extend will be tried again. A
+//! extend (`0`, `WRONGTYPE`) is a loss ([`LostReason::Refused`]), and so are
+//! a `LIMIT` ([`LostReason::Limit`]) and a `REVOKED <reason>`
+//! ([`LostReason::Revoked`]): no extend will be tried again. A
 //! failed one (connection error, timeout, `OOM`) is tried again after a
 //! pause, so a reconnect in between is survived, until `valid_until −
 //! margin` comes on the monotonic clock ([`LostReason::Expired`]). So is
@@ -38,7 +40,7 @@ pub(crate) fn spawn(renew: Arc<dyn Renew>, cell: LeaseCell, stop: watch::Receive
 async fn run(renew: Arc<dyn Renew>, cell: LeaseCell, mut stop: watch::Receiver<()>) {
     let mut changes = cell.subscribe();
     loop {
-        let view = *changes.borrow_and_update();
+        let view = changes.borrow_and_update().clone();
         if view.status != Status::Held {
             return;
         }
@@ -73,6 +75,7 @@ async fn run(renew: Arc<dyn Renew>, cell: LeaseCell, mut stop: watch::Receiver<(
             }),
             Renewal::Refused => return cell.lose(LostReason::Refused),
             Renewal::Limit => return cell.lose(LostReason::Limit),
+            Renewal::Revoked(reason) => return cell.lose(LostReason::Revoked(reason)),
             // Extended on the master only: not counted; tried again, and a
             // loss at the term's end says why.
             Renewal::NotReplicated { .. } | Renewal::Failed(_) => {

@@ -7,11 +7,12 @@ use std::time::Duration;
 use redis::{Cmd, FromRedisValue};
 
 use super::{Grant, NO_LANE};
-use crate::commands::guard_cmd;
+use crate::commands::{guard_cmd, revoked_reason, REVOKED};
 use crate::conn::{LockConnection, SyncLane, WAIT_REPLY_SLACK};
 use crate::error::{Error, LostReason, Result};
 use crate::lease::{Lease, LostSignal};
 use crate::options::ReplicaSync;
+use crate::session::Session;
 
 /// What the work inside [`LockRequest::run`](crate::LockRequest::run) gets.
 #[derive(Clone, Debug)]
@@ -25,7 +26,11 @@ pub struct Held {
     pub lost: LostSignal,
 }
 
-/// A held lock. The watchdog extends it every ttl/3 while the guard lives.
+/// A held lock, kept alive while the guard lives: by its
+/// [`Session`] (one keepalive every ttl/3 for all of the session's holds:
+/// [`Guard::session`]), or by a watchdog of its own (an extend every
+/// ttl/3: [`KeepAlive::Watchdog`](crate::KeepAlive::Watchdog), a sync, a
+/// server without `LOCK.LEASE`).
 ///
 /// - [`Guard::lost`] resolves when the lease is lost; the watchdog then
 ///   stops, and so must the work. [`Guard::held`] and
@@ -60,6 +65,8 @@ pub struct Guard {
     sync: Option<ReplicaSync>,
     /// The connection of its own for synced requests.
     lane: Option<Arc<SyncLane>>,
+    /// The session that keeps it alive (`None`: its own watchdog).
+    session: Option<Session>,
 }
 
 impl std::fmt::Debug for Guard {
@@ -89,7 +96,16 @@ impl Guard {
             lease: grant.lease,
             sync: sync.filter(|sync| sync.replicas() > 0),
             lane: grant.lane,
+            session: grant.session,
         }
+    }
+
+    /// The session this hold is attached to, which keeps it alive with one
+    /// keepalive for all of its holds ([`KeepAlive`](crate::KeepAlive));
+    /// `None` when the hold has its own watchdog (watchdog mode, a server
+    /// without `LOCK.LEASE`, a sync).
+    pub fn session(&self) -> Option<&Session> {
+        self.session.as_ref()
     }
 
     /// The locked key, as given.
@@ -126,10 +142,19 @@ impl Guard {
     /// deleted, expired, overwritten or taken over:
     /// [`LostReason::Refused`]), the hold policy refused an extend
     /// ([`LostReason::Limit`]), a guarded command was answered `LOST`
-    /// ([`LostReason::NotHeld`]), or no extend succeeded before the
-    /// deadline minus the safety margin ([`LostReason::Expired`]: server
-    /// down, network stalled). It fires before the deadline passes on this
-    /// client's monotonic clock. Never resolves once the guard is released.
+    /// ([`LostReason::NotHeld`]), an operator took it back
+    /// ([`LostReason::Revoked`] with the reason), or no extend (no keepalive
+    /// of its session) succeeded before the deadline minus the safety
+    /// margin ([`LostReason::Expired`]: server down, network stalled). It
+    /// fires before the deadline passes on this client's monotonic clock.
+    /// Never resolves once the guard is released.
+    ///
+    /// A hold in a session is lost with its session (every hold of it at
+    /// once: a keepalive answered `0`, an acquire `NOLEASE`, or no
+    /// keepalive in time), or alone, found by the session's check at its
+    /// next keepalive (the server counts fewer holds than the client:
+    /// a `DEL`, an overwrite, a `LOCK.REVOKE`, …), or by its own guarded
+    /// command or extend.
     pub async fn lost(&self) -> LostReason {
         self.lease.lost_signal().wait().await
     }
@@ -172,6 +197,13 @@ impl Guard {
     /// make `ttl` the one the watchdog extends with from then on (longer or
     /// shorter than before; the safety margin follows the options' rule).
     ///
+    /// A hold in a session lives as long as its session's lease: this keeps
+    /// the session alive now (`LOCK.LEASE KEEPALIVE`, for all its holds)
+    /// and asks the server whether this hold still holds (its
+    /// `LOCK.EXTEND`, which moves nothing). `ttl` must then be the
+    /// session's ([`Error::InvalidArgument`] otherwise: a hold that needs a
+    /// ttl of its own takes [`KeepAlive::Watchdog`](crate::KeepAlive::Watchdog)).
+    ///
     /// - `Ok(())`: extended.
     /// - [`Error::Lost`]`(`[`LostReason::Refused`]`)`: the token no longer
     ///   holds the lock; the loss is signalled.
@@ -179,6 +211,9 @@ impl Guard {
     ///   refuses; the lease ends at its current deadline
     ///   ([`Guard::remaining`]), the loss is signalled and the watchdog
     ///   stops.
+    /// - [`Error::Lost`]`(`[`LostReason::Revoked`]`)`: an operator took it
+    ///   back (`LOCK.REVOKE`, or its session's lease revoked); the loss is
+    ///   signalled.
     /// - [`Error::NotReplicated`]: a guard acquired with a
     ///   [`sync`](crate::LockRequest::sync), whose extend (which carries the
     ///   same sync) fewer replicas acknowledged in time: the extension
@@ -210,6 +245,10 @@ impl Guard {
     ///   released, deleted or taken over), and `cmd` did not run. The lease
     ///   is marked lost as well, so [`Guard::lost`] and every
     ///   [`LostSignal`] fire and the watchdog stops.
+    /// - [`Error::Lost`]`(`[`LostReason::Revoked`]`)` when the server
+    ///   answered `REVOKED <reason>`: an operator took the lock back
+    ///   (`LOCK.REVOKE`, or the session's lease revoked); `cmd` did not
+    ///   run, and the lease is marked lost with the reason.
     /// - [`Error::Server`] when the command's own reply is an error
     ///   (`WRONGTYPE`, …) or the server refuses to guard it (`ERR … not
     ///   allowed in LOCK.GUARD`: blocking, transaction, pub/sub and lock
@@ -250,11 +289,7 @@ impl Guard {
         let guarded = guard_cmd(&self.key, &self.token, cmd, None)?;
         match self.conn.query(&guarded).await {
             Ok(reply) => Ok(reply),
-            Err(e) if e.code() == Some("LOST") => {
-                self.lease.mark_lost(LostReason::NotHeld);
-                Err(Error::Lost(LostReason::NotHeld))
-            }
-            Err(e) => Err(e.into()),
+            Err(e) => Err(self.refused(e.into())),
         }
     }
 
@@ -302,14 +337,22 @@ impl Guard {
         let reply = lane
             .query::<T>(&guarded, sync.timeout() + WAIT_REPLY_SLACK)
             .await;
-        match reply {
-            Ok(reply) => Ok(reply),
-            Err(Error::Server(e)) if e.code() == Some("LOST") => {
-                self.lease.mark_lost(LostReason::NotHeld);
-                Err(Error::Lost(LostReason::NotHeld))
-            }
-            Err(e) => Err(e),
-        }
+        reply.map_err(|e| self.refused(e))
+    }
+
+    /// A guarded command's error: `LOST` (the token no longer holds the
+    /// lock) and `REVOKED <reason>` (it was taken away) are a loss, marked
+    /// on the lease; anything else is the command's own.
+    fn refused(&self, e: Error) -> Error {
+        let reason = match &e {
+            Error::Server(e) if e.code() == Some("LOST") => LostReason::NotHeld,
+            Error::Server(e) if e.code() == Some(REVOKED) => LostReason::Revoked(revoked_reason(e)),
+            _ => return e,
+        };
+        // The loss signal keeps its first reason (the keeper may have
+        // declared one already); the error is this reply's.
+        self.lease.mark_lost(reason.clone());
+        Error::Lost(reason)
     }
 
     /// Stop the watchdog and release: `Ok(true)` released, `Ok(false)` the

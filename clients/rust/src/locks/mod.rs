@@ -18,12 +18,13 @@ pub use guard::{Guard, Held};
 pub(crate) use request::run_guarded;
 pub use request::LockRequest;
 
-use crate::commands::{info_cmd, new_token, queue_cmd, Extended, Kind, Wait};
+use crate::commands::{info_cmd, new_token, queue_cmd, revoke_cmd, Extended, Kind, Wait};
 use crate::conn::{LockConnection, Opener, SyncLane, WAIT_REPLY_SLACK};
-use crate::error::{timed_out, Error, Result};
+use crate::error::{timed_out, Error, LostReason, Result};
 use crate::info::{LockInfo, Waiter};
 use crate::lease::{BoxFuture, Lease, Renew, Renewal, Term};
 use crate::options::{check_owner, sent_ttl, LockOptions, ReplicaSync};
+use crate::session::{is_no_lease, Attached, Session, Sessions};
 
 /// A handle on the lock commands of one Redis server or one Redis Cluster.
 /// Cheap to clone; clones share the connection.
@@ -49,6 +50,8 @@ pub struct Locks {
     conn: LockConnection,
     opener: Option<Opener>,
     options: LockOptions,
+    /// The sessions of this connection (shared by the clones).
+    sessions: Arc<Sessions>,
 }
 
 impl Locks {
@@ -72,11 +75,7 @@ impl Locks {
         config: ConnectionManagerConfig,
     ) -> Result<Locks> {
         let manager = ConnectionManager::new_with_config(client.clone(), config).await?;
-        Ok(Locks {
-            conn: manager.into(),
-            opener: Some(Opener::Single(client)),
-            options: LockOptions::default(),
-        })
+        Ok(Locks::on(manager.into(), Some(Opener::Single(client))))
     }
 
     /// Connect to a Redis Cluster: each command goes to the master that owns
@@ -85,11 +84,10 @@ impl Locks {
     /// set on it must be longer than the waits.
     pub async fn connect_cluster(client: ClusterClient) -> Result<Locks> {
         let conn = client.get_async_connection().await?;
-        Ok(Locks {
-            conn: conn.into(),
-            opener: Some(Opener::Cluster(Box::new(client))),
-            options: LockOptions::default(),
-        })
+        Ok(Locks::on(
+            conn.into(),
+            Some(Opener::Cluster(Box::new(client))),
+        ))
     }
 
     /// Use a connection you already have. A waiting request
@@ -97,9 +95,14 @@ impl Locks {
     /// blocked command must not share a connection with the watchdogs'
     /// extends).
     pub fn from_connection(conn: impl Into<LockConnection>) -> Locks {
+        Locks::on(conn.into(), None)
+    }
+
+    fn on(conn: LockConnection, opener: Option<Opener>) -> Locks {
         Locks {
-            conn: conn.into(),
-            opener: None,
+            sessions: Arc::new(Sessions::new(conn.clone())),
+            conn,
+            opener,
             options: LockOptions::default(),
         }
     }
@@ -110,7 +113,10 @@ impl Locks {
         self
     }
 
-    /// Replace the watchdog options (and the default owner label).
+    /// Replace the options: how holds are kept alive (a session or a
+    /// watchdog each: [`KeepAlive`](crate::KeepAlive)), the safety margin,
+    /// the release timeout and the default owner label. The clones made
+    /// before keep theirs; all of them share this connection's sessions.
     pub fn with_options(mut self, options: LockOptions) -> Locks {
         self.options = options;
         self
@@ -161,6 +167,41 @@ impl Locks {
         reply.into_iter().map(Waiter::of).collect()
     }
 
+    /// Take a lock back (`LOCK.REVOKE key REASON reason`), for operators:
+    /// every current hold of `key` (the lock, each reader, each semaphore
+    /// holder) ends as a release would end it, the waiters are served at
+    /// once, and the reply is how many holds ended (0 when it was free).
+    /// Each revoked holder learns it: its extend and its guarded commands
+    /// are answered `REVOKED <reason>` (its loss signal fires with
+    /// [`LostReason::Revoked`](crate::LostReason::Revoked) and the reason;
+    /// a holder in a session learns it at its session's next keepalive),
+    /// and nothing it sends through `LOCK.GUARD` lands any more.
+    ///
+    /// `reason` is 1 to 128 bytes (any bytes; [`Error::InvalidArgument`]
+    /// otherwise). `LOCK.REVOKE` is in the ACL categories `@dangerous` and
+    /// `@admin`: a worker's user (`+@lock -@dangerous`, or only the lock
+    /// commands it uses; on Redis 7.0, which gives a module command no
+    /// category, `-lock.revoke` by name) gets `NOPERM`
+    /// ([`Error::Server`]), so revoking is for an operator's user.
+    ///
+    /// ```no_run
+    /// # async fn demo(admin: redis_lock_client::Locks) -> Result<(), redis_lock_client::Error> {
+    /// let ended = admin.revoke("billing", "stuck since 03:00, ticket OPS-1234").await?;
+    /// println!("{ended} hold(s) taken back");
+    /// # Ok(()) }
+    /// ```
+    pub async fn revoke(&self, key: impl AsRef<[u8]>, reason: impl AsRef<[u8]>) -> Result<u64> {
+        let cmd = revoke_cmd(key.as_ref(), reason.as_ref())?;
+        Ok(self.conn.query(&cmd).await?)
+    }
+
+    /// The sessions this connection (and its clones) has granted, one per
+    /// node and ttl, each the latest of its kind (it may have ended: the
+    /// next hold then gets a new one). Empty in watchdog mode.
+    pub fn sessions(&self) -> Vec<Session> {
+        self.sessions.sessions()
+    }
+
     pub(crate) fn connection(&self) -> &LockConnection {
         &self.conn
     }
@@ -176,8 +217,9 @@ impl Locks {
     /// The one acquire path: one try, or a wait in the server's queue.
     /// [`Error::NotAcquired`] when one try found the key held,
     /// [`Error::TimedOut`] when the wait ran out,
-    /// [`Error::NotReplicated`] when a synced grant was undone. The lease's
-    /// watchdog runs from the grant on.
+    /// [`Error::NotReplicated`] when a synced grant was undone. The hold is
+    /// attached to the session of its node and ttl (a sync, or no session:
+    /// its own watchdog runs from the grant on).
     pub(crate) async fn acquire_spec(&self, spec: &Spec) -> Result<Grant> {
         let ttl = sent_ttl(spec.ttl)?;
         let margin = self.options.margin_for(ttl)?;
@@ -193,9 +235,207 @@ impl Locks {
             owner,
             sync,
         };
-        match spec.wait {
-            Wait::No => self.acquire_once(spec, &how).await,
-            wait => self.acquire_queued(spec, wait, &how).await,
+        let session = match sync {
+            // A keepalive carries no sync: a synced hold keeps its watchdog.
+            Some(_) => None,
+            None => {
+                self.sessions
+                    .session_for(&spec.key, ttl, margin, &self.options)
+                    .await?
+            }
+        };
+        match (spec.wait, session) {
+            (_, Some(session)) => self.acquire_in_session(spec, &how, session).await,
+            (Wait::No, None) => self.acquire_once(spec, &how).await,
+            (wait, None) => self.acquire_queued(spec, wait, &how).await,
+        }
+    }
+
+    /// Acquire attached to `session` (`LEASE id`): one try, or a wait in
+    /// the server's queue on a connection of its own (the session's keeper
+    /// keeps the lease alive meanwhile). No pinning extend after a wait:
+    /// the hold lives as long as the lease, whose term this client counts
+    /// from its keepalives.
+    ///
+    /// Once, the lease may turn out gone: `NOLEASE` (it expired or was
+    /// revoked; in a cluster, the key may be another node's), or a grant
+    /// whose session ended before the reply came (given back). Then the
+    /// session is renewed (its other holds are lost, if its lease is gone)
+    /// and the acquire tried again, with what is left of the wait.
+    async fn acquire_in_session(
+        &self,
+        spec: &Spec,
+        how: &How<'_>,
+        mut session: Session,
+    ) -> Result<Grant> {
+        let end = match spec.wait {
+            Wait::For(wait) => Some(Instant::now() + wait),
+            _ => None,
+        };
+        let mut retried = false;
+        loop {
+            let token = new_token();
+            match self.acquire_with(spec, how, &session, &token, end).await {
+                Ok(fence) => {
+                    let probe = spec.kind.extend_cmd(&spec.key, &token, how.ttl, None)?;
+                    match session.attach(probe.clone()) {
+                        Ok(attached) => {
+                            return Ok(
+                                self.grant_attached(spec, token, fence, session, probe, attached)
+                            )
+                        }
+                        Err(reason) => {
+                            // Granted, but the session ended before the
+                            // reply: the hold went (or goes) with it.
+                            self.release_in_background(spec, &token);
+                            if retried {
+                                return Err(Error::Lost(reason));
+                            }
+                        }
+                    }
+                }
+                Err(e) if is_no_lease(&e) && !retried => {
+                    self.sessions.no_lease(&session, &spec.key).await;
+                }
+                Err(e) => return Err(e),
+            }
+            retried = true;
+            match self
+                .sessions
+                .session_for(&spec.key, how.ttl, how.margin, &self.options)
+                .await?
+            {
+                Some(next) => session = next,
+                // Cannot happen after a grant (the server has leases), but
+                // a watchdog serves as well.
+                None => {
+                    return match spec.wait {
+                        Wait::No => self.acquire_once(spec, how).await,
+                        wait => self.acquire_queued(spec, wait, how).await,
+                    }
+                }
+            }
+        }
+    }
+
+    /// One acquire with `session`'s lease: the fence, or why not. A wait
+    /// runs on a connection of its own until `end` (`None`: no limit).
+    async fn acquire_with(
+        &self,
+        spec: &Spec,
+        how: &How<'_>,
+        session: &Session,
+        token: &str,
+        end: Option<Instant>,
+    ) -> Result<u64> {
+        let _pending = session.pending();
+        let lease = Some(session.id());
+        if spec.wait == Wait::No {
+            let cmd = spec.kind.acquire_cmd(
+                &spec.key,
+                how.ttl,
+                token,
+                Wait::No,
+                how.owner,
+                None,
+                lease,
+            )?;
+            let reply = tokio::time::timeout(
+                how.ttl - how.margin,
+                self.conn.query::<Option<(Vec<u8>, u64)>>(&cmd),
+            )
+            .await;
+            return match reply {
+                Ok(Ok(Some((_, fence)))) => Ok(fence),
+                Ok(Ok(None)) => Err(Error::NotAcquired),
+                Ok(Err(e)) => {
+                    let e = Error::from(e);
+                    if matches!(e, Error::Connection(_)) {
+                        self.release_in_background(spec, token);
+                    }
+                    Err(e)
+                }
+                Err(_) => {
+                    self.release_in_background(spec, token);
+                    Err(timed_out(
+                        "no reply to the acquire before the lease would end",
+                    ))
+                }
+            };
+        }
+        let opener = self.opener()?;
+        let left = end.map(|end| end.saturating_duration_since(Instant::now()));
+        // WAIT 0 would mean "no limit" to the server.
+        if left.is_some_and(|left| left < Duration::from_millis(1)) {
+            return Err(Error::TimedOut);
+        }
+        let wait = left.map_or(Wait::Forever, Wait::For);
+        let cmd = spec
+            .kind
+            .acquire_cmd(&spec.key, how.ttl, token, wait, how.owner, None, lease)?;
+        let query = async {
+            let dedicated = opener.open().await?;
+            dedicated.query::<Option<(Vec<u8>, u64)>>(&cmd).await
+        };
+        let waited = match left {
+            Some(left) => tokio::time::timeout(left + WAIT_REPLY_SLACK, query).await,
+            None => Ok(query.await),
+        };
+        match waited {
+            Ok(Ok(Some((_, fence)))) => Ok(fence),
+            Ok(Ok(None)) => Err(Error::TimedOut),
+            Ok(Err(e)) => {
+                let e = Error::from(e);
+                if matches!(e, Error::Connection(_)) {
+                    self.release_in_background(spec, token);
+                }
+                Err(e)
+            }
+            Err(_) => {
+                self.release_in_background(spec, token);
+                Err(timed_out(
+                    "no reply to the waiting acquire within its timeout",
+                ))
+            }
+        }
+    }
+
+    /// A hold just granted and attached to `session`: no watchdog, the
+    /// session keeps it.
+    fn grant_attached(
+        &self,
+        spec: &Spec,
+        token: String,
+        fence: u64,
+        session: Session,
+        probe: redis::Cmd,
+        attached: Attached,
+    ) -> Grant {
+        let lane = self.opener.clone().map(|o| Arc::new(SyncLane::new(o)));
+        let renew = Arc::new(SessionHold {
+            hold: SingleLease {
+                conn: self.conn.clone(),
+                lane: lane.clone(),
+                sync: None,
+                kind: spec.kind,
+                key: spec.key.clone(),
+                token: token.clone(),
+            },
+            session: session.clone(),
+            probe,
+        });
+        Grant {
+            key: spec.key.clone(),
+            token,
+            fence,
+            lease: Lease::attached(
+                renew,
+                attached.cell,
+                Box::new(attached.detach),
+                &self.options,
+            ),
+            lane,
+            session: Some(session),
         }
     }
 
@@ -212,9 +452,15 @@ impl Locks {
     /// then keeps for its synced extends.
     async fn acquire_once(&self, spec: &Spec, how: &How<'_>) -> Result<Grant> {
         let token = new_token();
-        let cmd =
-            spec.kind
-                .acquire_cmd(&spec.key, how.ttl, &token, Wait::No, how.owner, how.sync)?;
+        let cmd = spec.kind.acquire_cmd(
+            &spec.key,
+            how.ttl,
+            &token,
+            Wait::No,
+            how.owner,
+            how.sync,
+            None,
+        )?;
         let limit = how.ttl - how.margin;
         let lane = match how.sync {
             Some(_) => Some(Arc::new(SyncLane::new(self.opener()?))),
@@ -280,7 +526,7 @@ impl Locks {
             let wait = left.map_or(Wait::Forever, Wait::For);
             let cmd = spec
                 .kind
-                .acquire_cmd(&spec.key, how.ttl, &token, wait, how.owner, how.sync)?;
+                .acquire_cmd(&spec.key, how.ttl, &token, wait, how.owner, how.sync, None)?;
             let query = async {
                 let dedicated = opener.open().await?;
                 let reply = dedicated.query::<Option<(Vec<u8>, u64)>>(&cmd).await?;
@@ -327,6 +573,9 @@ impl Locks {
                     return Ok(self.grant(spec, how, token, fence, sent, lane));
                 }
                 Extended::NotHeld => continue,
+                // Taken away by an operator as soon as granted: nothing
+                // to give back.
+                Extended::Revoked(reason) => return Err(Error::Lost(LostReason::Revoked(reason))),
                 Extended::Limit(e) => {
                     // Granted moments ago: only a lock.max-hold-ms barely
                     // above the ttl refuses this first extend, and without
@@ -385,6 +634,7 @@ impl Locks {
             fence,
             lease: Lease::start(renew, term, &self.options, how.sync),
             lane,
+            session: None,
         }
     }
 
@@ -432,6 +682,8 @@ pub(crate) struct Grant {
     /// Where its synced requests go (`None`: no way to open a connection
     /// of its own, as from [`Locks::from_connection`]).
     pub(crate) lane: Option<Arc<SyncLane>>,
+    /// The session it is attached to (`None`: its own watchdog).
+    pub(crate) session: Option<Session>,
 }
 
 /// One node's lease, as the watchdog sees it.
@@ -470,6 +722,7 @@ impl SingleLease {
             },
             Extended::NotHeld => Renewal::Refused,
             Extended::Limit(_) => Renewal::Limit,
+            Extended::Revoked(reason) => Renewal::Revoked(reason),
             Extended::NotReplicated { acked, wanted } => Renewal::NotReplicated { acked, wanted },
             Extended::Failed(e) => Renewal::Failed(e),
         }
@@ -497,5 +750,68 @@ impl Renew for SingleLease {
                 .await?;
             Ok(n == 1)
         })
+    }
+}
+
+/// A hold attached to a session, as its guard's manual extend and release
+/// see it: the session keeps it alive, the hold's own commands release it.
+struct SessionHold {
+    hold: SingleLease,
+    session: Session,
+    /// Its extend, which moves nothing for an attached hold and says
+    /// whether it still holds (or why not).
+    probe: redis::Cmd,
+}
+
+impl SessionHold {
+    /// Keep the session alive now, then ask the hold: the session's new
+    /// term, if the hold is still there.
+    async fn renew_now(&self, ttl: Duration) -> Renewal {
+        if ttl != self.session.ttl() {
+            return Renewal::Failed(Error::InvalidArgument(
+                "a hold in a session lives as long as its session's lease: extend it with the \
+                 session's ttl (KeepAlive::Watchdog gives each hold a ttl of its own)",
+            ));
+        }
+        let term = match self.session.keepalive_now().await {
+            Ok(term) => term,
+            // Lost with the session, for the reason its cell now has.
+            Err(Error::Lost(_)) => return Renewal::Refused,
+            Err(e) => return Renewal::Failed(e),
+        };
+        match self.session.probe(&self.probe).await {
+            Extended::Yes => Renewal::Extended {
+                sent: term.sent,
+                valid_until: term.valid_until,
+            },
+            Extended::NotHeld => Renewal::Refused,
+            Extended::Limit(_) => Renewal::Limit,
+            Extended::Revoked(reason) => Renewal::Revoked(reason),
+            Extended::NotReplicated { acked, wanted } => Renewal::NotReplicated { acked, wanted },
+            Extended::Failed(e) => Renewal::Failed(e),
+        }
+    }
+}
+
+impl Renew for SessionHold {
+    fn renew(&self, ttl: Duration) -> BoxFuture<'_, Renewal> {
+        Box::pin(self.renew_now(ttl))
+    }
+
+    fn renew_with_sync(
+        &self,
+        _ttl: Duration,
+        _sync: Option<ReplicaSync>,
+    ) -> BoxFuture<'_, Renewal> {
+        Box::pin(async {
+            Renewal::Failed(Error::InvalidArgument(
+                "a hold in a session is kept alive by its session's keepalives, which carry no \
+                 sync: acquire it with a sync (it then keeps its own watchdog)",
+            ))
+        })
+    }
+
+    fn release(&self) -> BoxFuture<'_, Result<bool>> {
+        self.hold.release()
     }
 }

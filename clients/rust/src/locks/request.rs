@@ -17,7 +17,7 @@ use crate::options::{ReplicaSync, DEFAULT_TTL};
 ///
 /// | Method | Default | |
 /// | --- | --- | --- |
-/// | [`ttl`](LockRequest::ttl) | [`DEFAULT_TTL`] (30 s) | the lease, kept alive by the watchdog |
+/// | [`ttl`](LockRequest::ttl) | [`DEFAULT_TTL`] (30 s) | the lease, kept alive by the session (or the watchdog) |
 /// | [`wait`](LockRequest::wait) | no wait | wait up to this long in the server's FIFO queue |
 /// | [`shared`](LockRequest::shared) | exclusive | a read lease beside other readers |
 /// | [`owner`](LockRequest::owner) | the [`LockOptions`](crate::LockOptions)' label | a public label for `LOCK.INFO`/`LOCK.QUEUE` |
@@ -84,9 +84,11 @@ impl LockRequest {
     }
 
     /// The lease's time to live (1 ms to [`MAX_TTL`](crate::MAX_TTL), sent
-    /// as whole milliseconds). The watchdog extends it every ttl/3 while
-    /// the guard lives, so it bounds how long a crashed holder blocks the
-    /// others, not how long the work may take. Default: [`DEFAULT_TTL`].
+    /// as whole milliseconds). It is kept alive every ttl/3 while the guard
+    /// lives (by the session of this ttl, or the guard's watchdog), so it
+    /// bounds how long a crashed holder blocks the others, not how long the
+    /// work may take. Holds of different ttls go to different sessions.
+    /// Default: [`DEFAULT_TTL`].
     pub fn ttl(mut self, ttl: Duration) -> Self {
         self.spec.ttl = ttl;
         self

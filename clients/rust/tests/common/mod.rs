@@ -10,7 +10,7 @@
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
-use redis_lock_client::{redis, Locks};
+use redis_lock_client::{redis, KeepAlive, LockOptions, Locks};
 pub use redis_lock_testsupport::Server;
 
 /// The client on a test server.
@@ -18,6 +18,11 @@ pub trait LocksOn {
     /// A [`Locks`] on this server through its own connection manager.
     #[allow(async_fn_in_trait)]
     async fn locks(&self) -> Locks;
+    /// The same, each hold with its own watchdog (`LOCK.EXTEND` every
+    /// ttl/3), as before sessions: for what only a per-hold lease does
+    /// (a hold's own ttl, the hold policy's `LIMIT`, synced extends).
+    #[allow(async_fn_in_trait)]
+    async fn watchdog_locks(&self) -> Locks;
     /// A `redis::Client` (the client crate's version) for this server.
     fn redis_client(&self) -> redis::Client;
     /// A new admin connection (the client crate's `redis` version).
@@ -29,6 +34,12 @@ impl LocksOn for Server {
         Locks::connect(self.redis_client())
             .await
             .expect("Locks::connect")
+    }
+
+    async fn watchdog_locks(&self) -> Locks {
+        self.locks()
+            .await
+            .with_options(LockOptions::default().keepalive(KeepAlive::Watchdog))
     }
 
     fn redis_client(&self) -> redis::Client {
