@@ -123,7 +123,7 @@ fn decode<'a>(id: u64, subevent: u64, data: *mut c_void) -> Option<ServerEvent<'
         }
         raw::REDISMODULE_EVENT_CRON_LOOP => Some(ServerEvent::Cron),
         raw::REDISMODULE_EVENT_EVENTLOOP
-            if subevent == raw::REDISMODULE_SUBEVENT_EVENTLOOP_BEFORE_SLEEP as u64 =>
+            if subevent == raw::REDISMODULE_SUBEVENT_EVENTLOOP_BEFORE_SLEEP =>
         {
             Some(ServerEvent::BeforeSleep)
         }
