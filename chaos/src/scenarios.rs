@@ -740,8 +740,11 @@ fn acquire(con: &mut Connection, key: &str, ttl: u64, token: &str) -> Result<Opt
 fn wait_bg(con: &mut Connection, field: &str) -> Result<(), String> {
     let start = Instant::now();
     loop {
-        let busy = info_field(con, "persistence", field);
+        // Scheduled first: the server cron turns a scheduled rewrite into a
+        // running one between two INFO calls, so read the other way round
+        // both could say 0 while a rewrite runs.
         let sched = info_field(con, "persistence", "aof_rewrite_scheduled");
+        let busy = info_field(con, "persistence", field);
         if busy == "0" && (sched.is_empty() || sched == "0") {
             return Ok(());
         }
