@@ -177,8 +177,8 @@ pub enum LockError {
     /// The token holds some of the keys of a multi-key request, or all of
     /// them but not with one fence: not one multi-key grant to renew.
     PartialHold,
-    /// `LOCK.MACQUIRE … LEASE`: not supported yet.
-    MultiLease,
+    /// `LOCK.MACQUIRE … LEASE` or `SYNC`: not supported yet.
+    MultiUnsupported,
     /// A bug: a panic was caught before it could reach Redis.
     Internal,
 }
@@ -388,8 +388,8 @@ impl LockError {
             LockError::PartialHold => {
                 c"ERR this token holds only some of these keys, or not as one grant: release them first"
             }
-            LockError::MultiLease => {
-                c"ERR LEASE is not supported by LOCK.MACQUIRE"
+            LockError::MultiUnsupported => {
+                c"ERR LOCK.MACQUIRE does not take LEASE or SYNC (yet)"
             }
             LockError::Internal => c"ERR internal error in redis-lock (see the server log)",
         }
@@ -423,7 +423,7 @@ mod tests {
         LockError::NumkeysMismatch,
         LockError::KeysDuplicate,
         LockError::PartialHold,
-        LockError::MultiLease,
+        LockError::MultiUnsupported,
         LockError::LeaseNumberInvalid,
         LockError::LeaseMismatch,
         LockError::HolderInternal,
@@ -611,7 +611,7 @@ mod tests {
             | LockError::NumkeysMismatch
             | LockError::KeysDuplicate
             | LockError::PartialHold
-            | LockError::MultiLease
+            | LockError::MultiUnsupported
             | LockError::Internal => {}
         }
     }

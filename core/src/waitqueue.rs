@@ -189,9 +189,12 @@ impl<W> WaitQueues<W> {
         Rc::try_unwrap(taken?).ok()
     }
 
-    /// The keys a waiter is queued on (several for a multi-key request).
-    pub fn keys_of(&self, id: WaiterId) -> Option<&[Box<[u8]>]> {
-        self.index.get(&id).map(|place| place.keys.as_slice())
+    /// The db and the keys a waiter is queued on (several for a multi-key
+    /// request).
+    pub fn keys_of(&self, id: WaiterId) -> Option<(i32, &[Box<[u8]>])> {
+        self.index
+            .get(&id)
+            .map(|place| (place.db, place.keys.as_slice()))
     }
 
     /// Whether a waiter is a multi-key request.
