@@ -1,0 +1,529 @@
+//! Multi-key locks (issue 28): `LOCK.MACQUIRE numkeys key [key ...] ttl-ms
+//! [options]`, `LOCK.MRELEASE numkeys key [key ...] token`, `LOCK.MEXTEND
+//! numkeys key [key ...] token ttl-ms`: all or nothing, one fence, waiting
+//! on every key without holding any, fair to single-key requests, declared
+//! keys (GETKEYS, ACL, CROSSSLOT), replicated as per-key effects.
+
+mod common;
+use common::*;
+
+use std::thread;
+use std::time::Duration;
+
+fn macquire(keys: &[&[u8]], ttl: i64, options: &[&[u8]]) -> redis::Cmd {
+    let mut cmd = redis::cmd("LOCK.MACQUIRE");
+    cmd.arg(keys.len()).arg(keys).arg(ttl);
+    for option in options {
+        cmd.arg(*option);
+    }
+    cmd
+}
+
+fn grant(con: &mut Connection, cmd: &redis::Cmd) -> Option<(Vec<u8>, u64)> {
+    cmd.query::<Option<(Vec<u8>, u64)>>(con)
+        .expect("LOCK.MACQUIRE")
+}
+
+fn mrelease(con: &mut Connection, keys: &[&[u8]], token: &[u8]) -> i64 {
+    redis::cmd("LOCK.MRELEASE")
+        .arg(keys.len())
+        .arg(keys)
+        .arg(token)
+        .query(con)
+        .expect("LOCK.MRELEASE")
+}
+
+fn mextend(con: &mut Connection, keys: &[&[u8]], token: &[u8], ttl: i64) -> i64 {
+    redis::cmd("LOCK.MEXTEND")
+        .arg(keys.len())
+        .arg(keys)
+        .arg(token)
+        .arg(ttl)
+        .query(con)
+        .expect("LOCK.MEXTEND")
+}
+
+fn fence_of(con: &mut Connection, key: &[u8]) -> Option<i64> {
+    let info: Option<std::collections::HashMap<String, Value>> =
+        redis::cmd("LOCK.INFO").arg(key).query(con).unwrap();
+    info.and_then(|i| match i.get("fence") {
+        Some(Value::Int(f)) => Some(*f),
+        _ => None,
+    })
+}
+
+/// `LOCK.QUEUE key`'s length: how many wait for it.
+fn queued(con: &mut Connection, key: &[u8]) -> usize {
+    let q: Vec<Value> = redis::cmd("LOCK.QUEUE").arg(key).query(con).unwrap();
+    q.len()
+}
+
+/// Run `cmd` on its own connection in a thread: its reply.
+fn in_thread(server: &Server, cmd: redis::Cmd) -> thread::JoinHandle<Option<(Vec<u8>, u64)>> {
+    let mut con = server.conn();
+    thread::spawn(move || cmd.query(&mut con).expect("waiter"))
+}
+
+#[test]
+fn all_keys_are_granted_with_one_fence_or_none_is() {
+    let server = Server::start();
+    let mut con = server.conn();
+    let (token, fence) = grant(&mut con, &macquire(&[b"a", b"b", b"c"], 60_000, &[])).unwrap();
+    assert_eq!(token.len(), 36);
+    for key in [&b"a"[..], b"b", b"c"] {
+        assert_eq!(fence_of(&mut con, key), Some(fence as i64));
+    }
+    // One deadline for all.
+    assert_eq!(
+        fence_and_deadline(&mut con, "a"),
+        fence_and_deadline(&mut con, "c")
+    );
+    // One key busy: nothing granted, nothing changed.
+    acquire(&mut con, "y", 60_000, Some("other")).unwrap();
+    assert_eq!(
+        grant(&mut con, &macquire(&[b"x", b"y", b"z"], 60_000, &[])),
+        None
+    );
+    assert!(!exists(&mut con, "x") && !exists(&mut con, "z"));
+    // A later grant's fence is above every fence its keys had.
+    let before = fence_of(&mut con, b"y").unwrap();
+    assert_eq!(release(&mut con, "y", "other"), 1);
+    let (_, later) = grant(&mut con, &macquire(&[b"x", b"y"], 60_000, &[])).unwrap();
+    assert!(later as i64 > before && later > fence);
+}
+
+#[test]
+fn the_same_token_retrying_gets_the_same_grant_and_a_fresh_lease() {
+    let server = Server::start();
+    let mut con = server.conn();
+    let cmd = macquire(&[b"a", b"b"], 5_000, &[b"TOKEN", b"t"]);
+    let first = grant(&mut con, &cmd).unwrap();
+    let longer = macquire(&[b"a", b"b"], 60_000, &[b"TOKEN", b"t"]);
+    assert_eq!(grant(&mut con, &longer), Some(first.clone()));
+    assert!(pttl(&mut con, "a") > 10_000 && pttl(&mut con, "b") > 10_000);
+    // Holding only some of them is not that grant: an error, nothing changed.
+    let wider = macquire(&[b"a", b"b", b"c"], 60_000, &[b"TOKEN", b"t"]);
+    assert!(error_of(&mut con, &wider).contains("only some"));
+    assert!(!exists(&mut con, "c"));
+    // Each key is a lock like any other.
+    assert_eq!(extend(&mut con, "a", "t", 30_000), 1);
+    assert_eq!(release(&mut con, "a", "t"), 1);
+    assert_eq!(fence_of(&mut con, b"b"), Some(first.1 as i64));
+}
+
+#[test]
+fn mrelease_counts_what_it_released_and_mextend_is_all_or_nothing() {
+    let server = Server::start();
+    let mut con = server.conn();
+    grant(&mut con, &macquire(&[b"a", b"b"], 5_000, &[b"TOKEN", b"t"])).unwrap();
+    assert_eq!(mextend(&mut con, &[b"a", b"b"], b"t", 60_000), 1);
+    assert!(pttl(&mut con, "b") > 10_000);
+    // Not every key held: 0, and no lease moved.
+    assert_eq!(mextend(&mut con, &[b"a", b"b", b"c"], b"t", 120_000), 0);
+    assert!(pttl(&mut con, "a") <= 60_000);
+    assert_eq!(mextend(&mut con, &[b"a", b"b"], b"other", 120_000), 0);
+    assert_eq!(mrelease(&mut con, &[b"a", b"b"], b"other"), 0);
+    assert_eq!(mrelease(&mut con, &[b"a", b"c", b"b"], b"t"), 2);
+    assert_eq!(dbsize(&mut con), 0);
+    assert_eq!(mrelease(&mut con, &[b"a", b"b"], b"t"), 0);
+}
+
+#[test]
+fn waiters_in_opposite_orders_are_both_granted() {
+    let server = Server::start();
+    let mut con = server.conn();
+    grant(
+        &mut con,
+        &macquire(&[b"a", b"b"], 60_000, &[b"TOKEN", b"h"]),
+    )
+    .unwrap();
+    let ab = in_thread(
+        &server,
+        macquire(&[b"a", b"b"], 60_000, &[b"TOKEN", b"ab", b"WAIT", b"0"]),
+    );
+    wait_until(Duration::from_secs(10), || queued(&mut con, b"a") == 1);
+    let ba = in_thread(
+        &server,
+        macquire(&[b"b", b"a"], 60_000, &[b"TOKEN", b"ba", b"WAIT", b"0"]),
+    );
+    wait_until(Duration::from_secs(10), || queued(&mut con, b"a") == 2);
+    assert_eq!(mrelease(&mut con, &[b"a", b"b"], b"h"), 2);
+    let (token, fence) = ab.join().unwrap().unwrap();
+    assert_eq!(token, b"ab");
+    assert_eq!(fence_of(&mut con, b"b"), Some(fence as i64));
+    assert_eq!(mrelease(&mut con, &[b"a", b"b"], b"ab"), 2);
+    let (token, later) = ba.join().unwrap().unwrap();
+    assert_eq!(token, b"ba");
+    assert!(later > fence);
+}
+
+#[test]
+fn a_waiting_multi_key_request_is_not_overtaken_by_single_key_requests() {
+    let server = Server::start();
+    let mut con = server.conn();
+    acquire(&mut con, "b", 60_000, Some("holder")).unwrap();
+    let multi = in_thread(
+        &server,
+        macquire(&[b"a", b"b"], 60_000, &[b"TOKEN", b"m", b"WAIT", b"0"]),
+    );
+    wait_until(Duration::from_secs(10), || queued(&mut con, b"a") == 1);
+    // `a` is free but reserved: no barging, blocking or not.
+    assert_eq!(acquire(&mut con, "a", 60_000, Some("late")), None);
+    let single = in_thread(&server, acquire_wait("a", 60_000, "single", 0).clone());
+    wait_until(Duration::from_secs(10), || queued(&mut con, b"a") == 2);
+    assert_eq!(release(&mut con, "b", "holder"), 1);
+    let (token, _) = multi.join().unwrap().unwrap();
+    assert_eq!(token, b"m");
+    assert_eq!(queued(&mut con, b"a"), 1);
+    assert_eq!(mrelease(&mut con, &[b"a", b"b"], b"m"), 2);
+    assert_eq!(single.join().unwrap().unwrap().0, b"single");
+}
+
+#[test]
+fn a_wait_that_runs_out_or_a_waiter_that_leaves_frees_its_place() {
+    let server = Server::start();
+    let mut con = server.conn();
+    acquire(&mut con, "b", 60_000, Some("holder")).unwrap();
+    let timed = macquire(&[b"a", b"b"], 60_000, &[b"TOKEN", b"m", b"WAIT", b"100"]);
+    assert_eq!(grant(&mut con, &timed), None);
+    assert_eq!(queued(&mut con, b"a"), 0);
+    // A waiter whose connection closes leaves every queue, and the request
+    // behind it on the free key is served.
+    let mut leaver = server.conn();
+    let id: i64 = redis::cmd("CLIENT").arg("ID").query(&mut leaver).unwrap();
+    let gone = thread::spawn(move || {
+        let _ = macquire(&[b"a", b"b"], 60_000, &[b"WAIT", b"0"]).query::<Value>(&mut leaver);
+    });
+    wait_until(Duration::from_secs(10), || queued(&mut con, b"a") == 1);
+    let single = in_thread(&server, acquire_wait("a", 60_000, "single", 0).clone());
+    wait_until(Duration::from_secs(10), || queued(&mut con, b"a") == 2);
+    let _: Value = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("ID")
+        .arg(id)
+        .query(&mut con)
+        .unwrap();
+    gone.join().unwrap();
+    assert_eq!(single.join().unwrap().unwrap().0, b"single");
+    assert_eq!(queued(&mut con, b"b"), 0);
+    assert_eq!(release(&mut con, "b", "holder"), 1);
+    assert!(!exists(&mut con, "b"));
+}
+
+#[test]
+fn expiry_of_one_key_ends_that_keys_hold_only() {
+    let server = Server::start();
+    let mut con = server.conn();
+    grant(
+        &mut con,
+        &macquire(&[b"a", b"b"], 60_000, &[b"TOKEN", b"t"]),
+    )
+    .unwrap();
+    assert_eq!(extend(&mut con, "a", "t", 50), 1);
+    wait_until(Duration::from_secs(10), || !exists(&mut con, "a"));
+    assert!(pttl(&mut con, "b") > 10_000);
+    assert_eq!(mextend(&mut con, &[b"a", b"b"], b"t", 60_000), 0);
+    assert_eq!(mrelease(&mut con, &[b"a", b"b"], b"t"), 1);
+}
+
+#[test]
+fn shared_takes_a_read_lease_on_every_key() {
+    let server = Server::start();
+    let mut con = server.conn();
+    grant(
+        &mut con,
+        &macquire(&[b"a", b"b"], 60_000, &[b"SHARED", b"TOKEN", b"r1"]),
+    )
+    .unwrap();
+    grant(
+        &mut con,
+        &macquire(&[b"b", b"a"], 60_000, &[b"SHARED", b"TOKEN", b"r2"]),
+    )
+    .unwrap();
+    assert_eq!(grant(&mut con, &macquire(&[b"a"], 60_000, &[])), None);
+    assert_eq!(acquire(&mut con, "b", 60_000, None), None);
+    assert_eq!(mrelease(&mut con, &[b"a", b"b"], b"r1"), 2);
+    assert_eq!(mrelease(&mut con, &[b"a", b"b"], b"r2"), 2);
+}
+
+#[test]
+fn binary_keys_tokens_and_labels_round_trip() {
+    let server = Server::start();
+    let mut con = server.conn();
+    let keys: [&[u8]; 3] = [b"k\0ey", b"k\r\ney", b"\xff\xfe"];
+    let token: &[u8] = b"t\0k\r\n\xff";
+    let (got, fence) = grant(
+        &mut con,
+        &macquire(&keys, 60_000, &[b"TOKEN", token, b"OWNER", b"o\0\xff"]),
+    )
+    .unwrap();
+    assert_eq!(got, token);
+    for key in keys {
+        assert_eq!(fence_of(&mut con, key), Some(fence as i64));
+    }
+    assert_eq!(mextend(&mut con, &keys, token, 60_000), 1);
+    assert_eq!(mrelease(&mut con, &keys, token), 3);
+}
+
+#[test]
+fn bad_input_is_an_error_and_changes_nothing() {
+    let server = Server::start();
+    let mut con = server.conn();
+    let _: () = redis::cmd("SET").arg("s").arg("v").query(&mut con).unwrap();
+    let _: Value = redis::cmd("SEM.ACQUIRE")
+        .arg("sem")
+        .arg(2)
+        .arg(60_000)
+        .query(&mut con)
+        .unwrap();
+    let raw = |args: &[&[u8]]| {
+        let mut cmd = redis::cmd(std::str::from_utf8(args[0]).unwrap());
+        for a in &args[1..] {
+            cmd.arg(*a);
+        }
+        cmd
+    };
+    let cases: Vec<(Vec<&[u8]>, &str)> = vec![
+        (vec![b"LOCK.MACQUIRE"], "wrong number"),
+        (vec![b"LOCK.MACQUIRE", b"1", b"a"], "wrong number"),
+        (vec![b"LOCK.MACQUIRE", b"0", b"a", b"100"], "numkeys"),
+        (vec![b"LOCK.MACQUIRE", b"-1", b"a", b"100"], "numkeys"),
+        (
+            vec![b"LOCK.MACQUIRE", b"\0\r\n\xff", b"a", b"100"],
+            "numkeys",
+        ),
+        (vec![b"LOCK.MACQUIRE", b"3", b"a", b"b", b"100"], "numkeys"),
+        (vec![b"LOCK.MACQUIRE", b"65", b"a", b"100"], "max-keys"),
+        (
+            vec![b"LOCK.MACQUIRE", b"2", b"a", b"a", b"100"],
+            "more than once",
+        ),
+        (vec![b"LOCK.MACQUIRE", b"1", b"a", b"b", b"100"], "ttl-ms"),
+        (
+            vec![b"LOCK.MACQUIRE", b"2", b"a", b"b", b"\xff\0"],
+            "ttl-ms",
+        ),
+        (vec![b"LOCK.MACQUIRE", b"2", b"a", b"b", b"0"], "ttl-ms"),
+        (
+            vec![b"LOCK.MACQUIRE", b"2", b"a", b"b", b"100", b"TOKEN"],
+            "syntax",
+        ),
+        (
+            vec![b"LOCK.MACQUIRE", b"2", b"a", b"b", b"100", b"WAIT", b"x\0"],
+            "timeout-ms",
+        ),
+        (
+            vec![b"LOCK.MACQUIRE", b"2", b"a", b"b", b"100", b"NOPE\r\n"],
+            "syntax",
+        ),
+        (
+            vec![b"LOCK.MACQUIRE", b"2", b"a", b"b", b"100", b"LEASE", b"x"],
+            "LEASE",
+        ),
+        (
+            vec![b"LOCK.MACQUIRE", b"2", b"a", b"s", b"100"],
+            "WRONGTYPE",
+        ),
+        (
+            vec![b"LOCK.MACQUIRE", b"2", b"a", b"sem", b"100"],
+            "WRONGTYPE",
+        ),
+        (vec![b"LOCK.MRELEASE", b"1", b"a"], "wrong number"),
+        (
+            vec![b"LOCK.MRELEASE", b"1", b"a", b"t", b"extra"],
+            "numkeys",
+        ),
+        (vec![b"LOCK.MRELEASE", b"x", b"a", b"t"], "numkeys"),
+        (vec![b"LOCK.MRELEASE", b"2", b"a", b"s", b"t"], "WRONGTYPE"),
+        (vec![b"LOCK.MEXTEND", b"1", b"a", b"t"], "wrong number"),
+        (vec![b"LOCK.MEXTEND", b"1", b"a", b"t", b"-5"], "ttl-ms"),
+        (
+            vec![b"LOCK.MEXTEND", b"2", b"a", b"a", b"t", b"5"],
+            "more than once",
+        ),
+        (
+            vec![b"LOCK.MEXTEND", b"1", b"a", b"t", b"5", b"junk"],
+            "numkeys",
+        ),
+    ];
+    for (args, expected) in cases {
+        let error = error_of(&mut con, &raw(&args));
+        assert!(error.contains(expected), "{args:?}: {error}");
+    }
+    assert!(!exists(&mut con, "a"));
+    assert_eq!(dbsize(&mut con), 2);
+    // lock.max-keys is a setting like the others.
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("lock.max-keys")
+        .arg(2)
+        .query(&mut con)
+        .unwrap();
+    let three = macquire(&[b"a", b"b", b"c"], 100, &[]);
+    assert!(error_of(&mut con, &three).contains("max-keys"));
+    assert!(grant(&mut con, &macquire(&[b"a", b"b"], 100, &[])).is_some());
+}
+
+#[test]
+fn wait_in_multi_and_scripts_does_not_block() {
+    let server = Server::start();
+    let mut con = server.conn();
+    acquire(&mut con, "b", 60_000, Some("holder")).unwrap();
+    let (reply,): (Value,) = redis::pipe()
+        .atomic()
+        .add_command(macquire(&[b"a", b"b"], 60_000, &[b"WAIT", b"0"]))
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(reply, Value::Nil);
+    let script: Value = redis::cmd("EVAL")
+        .arg("return redis.call('LOCK.MACQUIRE', '2', KEYS[1], KEYS[2], '60000', 'WAIT', '0')")
+        .arg(2)
+        .arg("a")
+        .arg("b")
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(script, Value::Nil);
+    assert_eq!(queued(&mut con, b"a"), 0);
+    assert!(!exists(&mut con, "a"));
+}
+
+#[test]
+fn command_getkeys_lists_every_key() {
+    let server = Server::start();
+    let mut con = server.conn();
+    for (command, tail) in [
+        ("LOCK.MACQUIRE", vec!["100", "WAIT", "5"]),
+        ("LOCK.MRELEASE", vec!["t"]),
+        ("LOCK.MEXTEND", vec!["t", "100"]),
+    ] {
+        let keys: Vec<String> = redis::cmd("COMMAND")
+            .arg("GETKEYS")
+            .arg(command)
+            .arg(3)
+            .arg("k1")
+            .arg("k2")
+            .arg("k3")
+            .arg(&tail)
+            .query(&mut con)
+            .unwrap();
+        assert_eq!(keys, ["k1", "k2", "k3"], "{command}");
+    }
+}
+
+#[test]
+fn acl_key_patterns_see_every_key() {
+    let server = Server::start();
+    let mut admin = server.conn();
+    acl_setuser(
+        &mut admin,
+        "worker on >pw ~app:* +lock.macquire +lock.mrelease +lock.mextend",
+    )
+    .unwrap();
+    let mut worker = conn_as(&server, "worker", "pw");
+    assert!(grant(
+        &mut worker,
+        &macquire(&[b"app:1", b"app:2"], 60_000, &[b"TOKEN", b"t"])
+    )
+    .is_some());
+    let outside = macquire(&[b"app:3", b"other"], 60_000, &[]);
+    assert!(error_of(&mut worker, &outside).contains("NOPERM"));
+    assert!(!exists(&mut admin, "app:3"));
+    let release = redis::cmd("LOCK.MRELEASE")
+        .arg(2)
+        .arg("app:1")
+        .arg("secret")
+        .arg("t")
+        .clone();
+    assert!(error_of(&mut worker, &release).contains("NOPERM"));
+    assert_eq!(mrelease(&mut worker, &[b"app:1", b"app:2"], b"t"), 2);
+}
+
+#[test]
+fn keys_of_several_slots_are_crossslot_in_cluster_mode() {
+    let server = Server::start_with(&["--cluster-enabled", "yes"]);
+    let mut con = server.conn();
+    let _: () = redis::cmd("CLUSTER")
+        .arg("ADDSLOTSRANGE")
+        .arg(0)
+        .arg(16383)
+        .query(&mut con)
+        .unwrap();
+    wait_until(Duration::from_secs(20), || {
+        info_field(&mut con, "cluster", "cluster_enabled") == "1"
+            && redis::cmd("CLUSTER")
+                .arg("INFO")
+                .query::<String>(&mut con)
+                .unwrap()
+                .contains("cluster_state:ok")
+    });
+    let cross = macquire(&[b"a", b"b"], 60_000, &[]);
+    assert!(error_of(&mut con, &cross).contains("CROSSSLOT"));
+    let (token, _) = grant(&mut con, &macquire(&[b"{u}a", b"{u}b"], 60_000, &[])).unwrap();
+    assert_eq!(mrelease(&mut con, &[b"{u}a", b"{u}b"], &token), 2);
+}
+
+#[test]
+fn a_replica_and_an_aof_reload_end_in_the_masters_state() {
+    let (master, replica) = pair();
+    let mut m = master.conn();
+    let mut r = replica.conn();
+    grant(
+        &mut m,
+        &macquire(&[b"a", b"b", b"c"], 60_000, &[b"TOKEN", b"t"]),
+    )
+    .unwrap();
+    assert_eq!(mextend(&mut m, &[b"a", b"b", b"c"], b"t", 120_000), 1);
+    assert_eq!(mrelease(&mut m, &[b"c"], b"t"), 1);
+    sync_replica(&master, &replica);
+    for key in ["a", "b"] {
+        assert_eq!(
+            fence_and_deadline(&mut m, key),
+            fence_and_deadline(&mut r, key),
+            "{key}"
+        );
+    }
+    assert!(!exists(&mut r, "c"));
+    assert_eq!(digest(&mut m), digest(&mut r));
+
+    let server = Server::start_with(&["--appendonly", "yes"]);
+    let mut con = server.conn();
+    let (_, fence) = grant(
+        &mut con,
+        &macquire(&[b"x", b"y"], 60_000, &[b"TOKEN", b"t"]),
+    )
+    .unwrap();
+    assert_eq!(mextend(&mut con, &[b"x", b"y"], b"t", 90_000), 1);
+    let before = (
+        fence_and_deadline(&mut con, "x"),
+        fence_and_deadline(&mut con, "y"),
+    );
+    let _: () = redis::cmd("DEBUG").arg("LOADAOF").query(&mut con).unwrap();
+    let after = (
+        fence_and_deadline(&mut con, "x"),
+        fence_and_deadline(&mut con, "y"),
+    );
+    assert_eq!(before, after);
+    assert_eq!(before.0 .0, fence as i64);
+    // The fence high-water mark came back too: the next grant is above it.
+    let (_, next) = grant(&mut con, &macquire(&[b"z"], 60_000, &[])).unwrap();
+    assert!(next > fence);
+}
+
+#[test]
+fn a_waiters_grant_reaches_the_replica() {
+    let (master, replica) = pair();
+    let mut m = master.conn();
+    let mut r = replica.conn();
+    acquire(&mut m, "b", 60_000, Some("holder")).unwrap();
+    let waiter = in_thread(
+        &master,
+        macquire(&[b"a", b"b"], 60_000, &[b"TOKEN", b"w", b"WAIT", b"0"]),
+    );
+    wait_until(Duration::from_secs(10), || queued(&mut m, b"a") == 1);
+    assert_eq!(release(&mut m, "b", "holder"), 1);
+    let (_, fence) = waiter.join().unwrap().unwrap();
+    sync_replica(&master, &replica);
+    assert_eq!(fence_of(&mut r, b"a"), Some(fence as i64));
+    assert_eq!(fence_of(&mut r, b"b"), Some(fence as i64));
+    assert_eq!(digest(&mut m), digest(&mut r));
+}
