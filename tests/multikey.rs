@@ -318,7 +318,7 @@ fn bad_input_is_an_error_and_changes_nothing() {
         ),
         (
             vec![b"LOCK.MACQUIRE", b"2", b"a", b"b", b"100", b"LEASE", b"x"],
-            "LEASE",
+            "lease id",
         ),
         (
             vec![b"LOCK.MACQUIRE", b"2", b"a", b"s", b"100"],

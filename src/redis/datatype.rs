@@ -44,9 +44,10 @@ pub struct Hooks {
     /// eviction, an overwrite) whose removal means this; its name is the
     /// slice.
     pub unlinked: fn(i32, &[u8], Kind, Removal),
-    /// A hold with this fence, attached to the lease group of this number,
-    /// leaves the keyspace (not by the module's hand).
-    pub lease_unlinked: fn(u64, u64),
+    /// A hold with this fence on this key (database and name, if the
+    /// server says), attached to the lease group of this number, leaves the
+    /// keyspace (not by the module's hand).
+    pub lease_unlinked: fn(Option<(i32, &[u8])>, u64, u64),
     /// A hold was loaded (an RDB, `RESTORE`) into the key of this database
     /// and name, with this fence, attached to the lease group of this
     /// number, its key running to this horizon: whether that lease exists
@@ -622,7 +623,8 @@ unsafe extern "C" fn unlink<T: Storage>(ctx: *mut raw::RedisModuleKeyOptCtx, val
     let holds = stored.holds();
     for hold in holds.all() {
         if let Some(number) = hold.tags.lease() {
-            guarded(|| (hooks.lease_unlinked)(hold.fence, number));
+            let key = unlinked_key(ctx);
+            guarded(|| (hooks.lease_unlinked)(key, hold.fence, number));
         }
     }
     let Some(removal) = guarded(|| (hooks.removed)(&holds)).flatten() else {
