@@ -527,3 +527,291 @@ fn a_waiters_grant_reaches_the_replica() {
     assert_eq!(fence_of(&mut r, b"b"), Some(fence as i64));
     assert_eq!(digest(&mut m), digest(&mut r));
 }
+
+fn grant_lease(con: &mut Connection, ttl: i64) -> String {
+    redis::cmd("LOCK.LEASE")
+        .arg("GRANT")
+        .arg(ttl)
+        .query(con)
+        .expect("LOCK.LEASE GRANT")
+}
+
+fn lease_cmd(con: &mut Connection, sub: &str, id: &str) -> i64 {
+    redis::cmd("LOCK.LEASE")
+        .arg(sub)
+        .arg(id)
+        .query(con)
+        .expect("LOCK.LEASE")
+}
+
+/// `LOCK.LEASE INFO id`'s `holds`, and its `keys` sorted (none: gone).
+fn lease_holds(con: &mut Connection, id: &str) -> Option<(i64, Vec<String>)> {
+    let shown: Option<std::collections::HashMap<String, Value>> = redis::cmd("LOCK.LEASE")
+        .arg("INFO")
+        .arg(id)
+        .query(con)
+        .expect("LOCK.LEASE INFO");
+    shown.map(|shown| {
+        let holds: i64 = redis::from_redis_value(&shown["holds"]).unwrap();
+        let mut keys: Vec<String> = redis::from_redis_value(&shown["keys"]).unwrap();
+        keys.sort();
+        (holds, keys)
+    })
+}
+
+fn counter(con: &mut Connection, name: &str) -> i64 {
+    info_field(con, "lock", &format!("lock_{name}"))
+        .parse()
+        .unwrap()
+}
+
+fn lease_number_of(con: &mut Connection, key: &[u8]) -> Option<i64> {
+    let info: Option<std::collections::HashMap<String, Value>> =
+        redis::cmd("LOCK.INFO").arg(key).query(con).unwrap();
+    info.and_then(|i| match i.get("lease") {
+        Some(Value::Int(n)) => Some(*n),
+        _ => None,
+    })
+}
+
+/// `LOCK.ACQUIRE key ttl TOKEN token WAIT 20000` in a thread.
+fn single_waiter(
+    server: &Server,
+    key: &str,
+    token: &str,
+) -> thread::JoinHandle<Option<(Vec<u8>, u64)>> {
+    let mut cmd = redis::cmd("LOCK.ACQUIRE");
+    cmd.arg(key)
+        .arg(60_000)
+        .arg("TOKEN")
+        .arg(token)
+        .arg("WAIT")
+        .arg(20_000);
+    in_thread(server, cmd)
+}
+
+#[test]
+fn a_leased_multi_key_hold_lives_with_its_lease_and_ends_with_it_on_every_key() {
+    let server = Server::start();
+    let mut con = server.conn();
+    let id = grant_lease(&mut con, 1000);
+    let keys: [&[u8]; 3] = [b"a", b"b", b"c"];
+    let leased = macquire(&keys, 20, &[b"TOKEN", b"t", b"LEASE", id.as_bytes()]);
+    let (token, fence) = grant(&mut con, &leased).unwrap();
+    assert_eq!(token, b"t");
+    assert_eq!(
+        lease_holds(&mut con, &id),
+        Some((3, vec!["a".into(), "b".into(), "c".into()]))
+    );
+    let number = lease_number_of(&mut con, b"a").expect("attached");
+    for key in keys {
+        assert_eq!(fence_of(&mut con, key), Some(fence as i64));
+        assert_eq!(lease_number_of(&mut con, key), Some(number));
+    }
+    // The same request again: the same grant, nothing moved.
+    assert_eq!(grant(&mut con, &leased), Some((token.clone(), fence)));
+    // The same token under another lease, or none: the error LOCK.ACQUIRE
+    // gives.
+    let other = grant_lease(&mut con, 60_000);
+    let single = redis::cmd("LOCK.ACQUIRE")
+        .arg("a")
+        .arg(20)
+        .arg("TOKEN")
+        .arg("t")
+        .arg("LEASE")
+        .arg(&other)
+        .clone();
+    let expected = error_of(&mut con, &single);
+    assert!(expected.contains("lease"), "{expected}");
+    let elsewhere = macquire(&keys, 20, &[b"TOKEN", b"t", b"LEASE", other.as_bytes()]);
+    assert_eq!(error_of(&mut con, &elsewhere), expected);
+    let unleased = macquire(&keys, 20, &[b"TOKEN", b"t"]);
+    assert_eq!(error_of(&mut con, &unleased), expected);
+    // Kept alive well past its 20 ms ttl: every key stays, and MEXTEND moves
+    // nothing and says 1, as EXTEND does.
+    for _ in 0..5 {
+        thread::sleep(Duration::from_millis(100));
+        assert_eq!(lease_cmd(&mut con, "KEEPALIVE", &id), 1);
+        assert!(keys
+            .iter()
+            .all(|key| exists(&mut con, std::str::from_utf8(key).unwrap())));
+    }
+    assert_eq!(mextend(&mut con, &keys, b"t", 5), 1);
+    // A client waits for each key; the lease runs out: every key ends, as
+    // an expiry, and goes to its waiter.
+    let waiters: Vec<_> = ["a", "b", "c"]
+        .into_iter()
+        .map(|key| single_waiter(&server, key, &format!("next-{key}")))
+        .collect();
+    wait_until(Duration::from_secs(10), || {
+        counter(&mut con, "waiters") == 3
+    });
+    for (waiter, key) in waiters.into_iter().zip(["a", "b", "c"]) {
+        let (got, next_fence) = waiter.join().unwrap().expect("handed on");
+        assert_eq!(got, format!("next-{key}").into_bytes());
+        assert!(next_fence > fence);
+    }
+    assert_eq!(lease_holds(&mut con, &id), None);
+    assert_eq!(counter(&mut con, "leases_expired"), 1);
+    assert_eq!(counter(&mut con, "expiries"), 3);
+    assert_eq!(mrelease(&mut con, &keys, b"t"), 0);
+}
+
+#[test]
+fn revoking_a_lease_counts_each_key_and_one_key_leaves_it_alone() {
+    let server = Server::start();
+    let mut con = server.conn();
+    let id = grant_lease(&mut con, 60_000);
+    let keys: [&[u8]; 3] = [b"x", b"y", b"z"];
+    grant(
+        &mut con,
+        &macquire(&keys, 60_000, &[b"TOKEN", b"t", b"LEASE", id.as_bytes()]),
+    )
+    .unwrap();
+    let waiter = single_waiter(&server, "y", "next");
+    wait_until(Duration::from_secs(10), || queued(&mut con, b"y") == 1);
+    assert_eq!(lease_cmd(&mut con, "REVOKE", &id), 3);
+    assert_eq!(waiter.join().unwrap().expect("served").0, b"next");
+    assert!(!exists(&mut con, "x") && !exists(&mut con, "z"));
+    assert_eq!(counter(&mut con, "revocations"), 3);
+    let error = error_of(
+        &mut con,
+        redis::cmd("LOCK.EXTEND").arg("x").arg("t").arg(100),
+    );
+    assert_eq!(error, "REVOKED lease revoked");
+
+    // One key released, one deleted: each leaves the lease alone, the
+    // others stay attached.
+    let id = grant_lease(&mut con, 60_000);
+    let keys: [&[u8]; 4] = [b"a", b"b", b"c", b"d"];
+    grant(
+        &mut con,
+        &macquire(&keys, 60_000, &[b"TOKEN", b"u", b"LEASE", id.as_bytes()]),
+    )
+    .unwrap();
+    assert_eq!(mrelease(&mut con, &[b"b"], b"u"), 1);
+    assert_eq!(release(&mut con, "d", "u"), 1);
+    assert_eq!(
+        lease_holds(&mut con, &id),
+        Some((2, vec!["a".into(), "c".into()]))
+    );
+    let deleted: i64 = redis::cmd("DEL").arg("c").query(&mut con).unwrap();
+    assert_eq!(deleted, 1);
+    assert_eq!(lease_holds(&mut con, &id), Some((1, vec!["a".into()])));
+    assert_eq!(lease_cmd(&mut con, "REVOKE", &id), 1);
+    assert_eq!(dbsize(&mut con), 1, "only y, its waiter's");
+}
+
+#[test]
+fn a_leased_multi_key_hold_survives_a_replica_the_aof_and_the_rdb() {
+    let (master, replica) = pair();
+    let mut m = master.conn();
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("appendonly")
+        .arg("yes")
+        .query(&mut m)
+        .unwrap();
+    wait_for_aof_rewrite(&mut m);
+    let id = grant_lease(&mut m, 60_000);
+    let keys: [&[u8]; 3] = [b"p", b"q", b"r"];
+    let (_, fence) = grant(
+        &mut m,
+        &macquire(
+            &keys,
+            100,
+            &[b"TOKEN", b"t", b"SHARED", b"LEASE", id.as_bytes()],
+        ),
+    )
+    .unwrap();
+    let attached = Some((3, vec!["p".into(), "q".into(), "r".into()]));
+    sync_replica(&master, &replica);
+    let mut r = replica.conn();
+    let want = digest(&mut m);
+    assert_eq!(digest(&mut r), want);
+    assert_eq!(lease_holds(&mut r, &id), attached);
+    // Replayed from the AOF as it was written, then rewritten (both forms),
+    // then from the RDB.
+    let _: () = redis::cmd("DEBUG").arg("LOADAOF").query(&mut m).unwrap();
+    assert_eq!(lease_holds(&mut m, &id), attached, "AOF");
+    for preamble in ["yes", "no"] {
+        let _: () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("aof-use-rdb-preamble")
+            .arg(preamble)
+            .query(&mut m)
+            .unwrap();
+        rewrite_aof(&mut m);
+        let _: () = redis::cmd("DEBUG").arg("LOADAOF").query(&mut m).unwrap();
+        assert_eq!(digest(&mut m), want, "AOF, preamble {preamble}");
+        assert_eq!(lease_holds(&mut m, &id), attached, "preamble {preamble}");
+    }
+    let _: () = redis::cmd("DEBUG").arg("RELOAD").query(&mut m).unwrap();
+    assert_eq!(digest(&mut m), want, "RDB");
+    assert_eq!(lease_holds(&mut m, &id), attached, "RDB");
+    for key in keys {
+        assert_eq!(fence_of(&mut m, key), Some(fence as i64));
+    }
+    // The attachment is whole: revoked on the master, every key goes on
+    // the replica too.
+    assert_eq!(lease_cmd(&mut m, "REVOKE", &id), 3);
+    sync_replica(&master, &replica);
+    assert_eq!(lease_holds(&mut r, &id), None);
+    assert_eq!(dbsize(&mut r), 0);
+}
+
+#[test]
+fn a_queued_multi_key_request_with_a_lease_is_attached_or_told_its_lease_is_gone() {
+    let server = Server::start();
+    let mut con = server.conn();
+    let id = grant_lease(&mut con, 60_000);
+    acquire(&mut con, "b", 60_000, Some("holder")).unwrap();
+    let waiter = in_thread(
+        &server,
+        macquire(
+            &[b"a", b"b"],
+            10,
+            &[b"TOKEN", b"w", b"WAIT", b"20000", b"LEASE", id.as_bytes()],
+        ),
+    );
+    wait_until(Duration::from_secs(10), || queued(&mut con, b"b") == 1);
+    assert_eq!(release(&mut con, "b", "holder"), 1);
+    let (_, fence) = waiter.join().unwrap().expect("granted");
+    assert_eq!(
+        lease_holds(&mut con, &id),
+        Some((2, vec!["a".into(), "b".into()]))
+    );
+    assert_eq!(fence_of(&mut con, b"a"), Some(fence as i64));
+    // Its 10 ms ttl does not end it: the lease does.
+    thread::sleep(Duration::from_millis(100));
+    assert!(exists(&mut con, "a") && exists(&mut con, "b"));
+
+    // A lease that runs out while its request waits: NOLEASE when its turn
+    // comes, and the next waiter is served.
+    let short = grant_lease(&mut con, 1000);
+    acquire(&mut con, "d", 60_000, Some("holder")).unwrap();
+    let mut leaving = server.conn();
+    let doomed = macquire(
+        &[b"c", b"d"],
+        60_000,
+        &[
+            b"TOKEN",
+            b"w2",
+            b"WAIT",
+            b"20000",
+            b"LEASE",
+            short.as_bytes(),
+        ],
+    );
+    let doomed = thread::spawn(move || error_of(&mut leaving, &doomed));
+    wait_until(Duration::from_secs(10), || queued(&mut con, b"d") == 1);
+    let next = single_waiter(&server, "c", "next");
+    wait_until(Duration::from_secs(10), || queued(&mut con, b"c") == 2);
+    wait_until(Duration::from_secs(10), || {
+        lease_holds(&mut con, &short).is_none()
+    });
+    assert_eq!(release(&mut con, "d", "holder"), 1);
+    assert!(doomed.join().unwrap().starts_with("NOLEASE"));
+    assert_eq!(next.join().unwrap().expect("served").0, b"next");
+    assert!(!exists(&mut con, "d"), "granted to nobody");
+}
