@@ -815,3 +815,73 @@ fn a_queued_multi_key_request_with_a_lease_is_attached_or_told_its_lease_is_gone
     assert_eq!(next.join().unwrap().expect("served").0, b"next");
     assert!(!exists(&mut con, "d"), "granted to nobody");
 }
+
+#[test]
+fn a_queued_shared_request_at_max_holders_waits_as_a_single_key_reader_does() {
+    let server = Server::start_with(&["--lock.max-holders", "2"]);
+    let mut con = server.conn();
+    acquire(&mut con, "a", 60_000, Some("writer")).unwrap();
+    grant(
+        &mut con,
+        &macquire(&[b"b"], 60_000, &[b"SHARED", b"TOKEN", b"r1"]),
+    )
+    .unwrap();
+    let shared_wait = |keys: &[&[u8]], token: &[u8]| {
+        macquire(
+            keys,
+            60_000,
+            &[b"SHARED", b"TOKEN", token, b"WAIT", b"20000"],
+        )
+    };
+    let many = in_thread(&server, shared_wait(&[b"a", b"b"], b"m"));
+    wait_until(Duration::from_secs(10), || queued(&mut con, b"b") == 1);
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("lock.max-holders")
+        .arg(1)
+        .query(&mut con)
+        .unwrap();
+    // Its first key frees: it is served, finds its other key full (as a
+    // single-key reader queued there would), and keeps waiting, not LIMIT.
+    assert_eq!(release(&mut con, "a", "writer"), 1);
+    assert_eq!(queued(&mut con, b"b"), 1, "still waiting");
+    assert_eq!(queued(&mut con, b"a"), 1);
+    // The reader leaves: the request gets both keys.
+    assert_eq!(mrelease(&mut con, &[b"b"], b"r1"), 1);
+    let (token, fence) = many.join().unwrap().expect("granted");
+    assert_eq!(token, b"m");
+    assert_eq!(fence_of(&mut con, b"a"), Some(fence as i64));
+}
+
+#[test]
+fn a_waiter_granted_with_session_gives_every_key_back_when_it_leaves() {
+    let server = Server::start();
+    let mut con = server.conn();
+    acquire(&mut con, "b", 60_000, Some("holder")).unwrap();
+    let mut session = server.conn();
+    let waiter = thread::spawn(move || {
+        let granted = macquire(
+            &[b"a", b"b", b"c"],
+            60_000,
+            &[b"TOKEN", b"s", b"WAIT", b"20000", b"SESSION"],
+        )
+        .query::<Option<(Vec<u8>, u64)>>(&mut session)
+        .expect("waiter");
+        (granted, session)
+    });
+    wait_until(Duration::from_secs(10), || queued(&mut con, b"b") == 1);
+    assert_eq!(release(&mut con, "b", "holder"), 1);
+    let (granted, session) = waiter.join().unwrap();
+    let (_, fence) = granted.expect("granted");
+    for key in [&b"a"[..], b"b", b"c"] {
+        assert_eq!(fence_of(&mut con, key), Some(fence as i64));
+    }
+    let next = in_thread(&server, acquire_wait("c", 60_000, "next", 20_000).clone());
+    wait_until(Duration::from_secs(10), || queued(&mut con, b"c") == 1);
+    drop(session);
+    assert_eq!(next.join().unwrap().expect("served").0, b"next");
+    wait_until(Duration::from_secs(10), || {
+        !exists(&mut con, "a") && !exists(&mut con, "b")
+    });
+    assert_eq!(counter(&mut con, "session_releases"), 3);
+}
