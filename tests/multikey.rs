@@ -679,6 +679,10 @@ fn revoking_a_lease_counts_each_key_and_one_key_leaves_it_alone() {
         redis::cmd("LOCK.EXTEND").arg("x").arg("t").arg(100),
     );
     assert_eq!(error, "REVOKED lease revoked");
+    // A lease that is gone grants nothing, on any key.
+    let gone = macquire(&[b"x", b"z"], 60_000, &[b"LEASE", id.as_bytes()]);
+    assert!(error_of(&mut con, &gone).starts_with("NOLEASE"));
+    assert!(!exists(&mut con, "x") && !exists(&mut con, "z"));
 
     // One key released, one deleted: each leaves the lease alone, the
     // others stay attached.
