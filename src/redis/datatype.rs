@@ -29,6 +29,9 @@ use redis_module::raw;
 use super::guard::guarded;
 use super::server;
 
+/// A key's database and name.
+pub type KeyName<'a> = (i32, &'a [u8]);
+
 /// What the module does when Redis hands it module-wide state or tells it a
 /// key is leaving the keyspace.
 pub struct Hooks {
@@ -47,7 +50,7 @@ pub struct Hooks {
     /// A hold with this fence on this key (database and name, if the
     /// server says), attached to the lease group of this number, leaves the
     /// keyspace (not by the module's hand).
-    pub lease_unlinked: fn(Option<(i32, &[u8])>, u64, u64),
+    pub lease_unlinked: fn(Option<KeyName<'_>>, u64, u64),
     /// A hold was loaded (an RDB, `RESTORE`) into the key of this database
     /// and name, with this fence, attached to the lease group of this
     /// number, its key running to this horizon: whether that lease exists
