@@ -16,7 +16,8 @@
 //! expired or deleted on its own. Each path that adds or removes a leased
 //! hold tells this file:
 //! a grant, the master's effects, an RDB load ([`attached`]); a release, an
-//! expiry, a `DEL` or an overwrite ([`detached`]); a flush ([`flushed`]).
+//! expiry, a `DEL` or an overwrite ([`detached`]); a flush ([`flushed`]);
+//! `SWAPDB` ([`swapped`]).
 
 use std::cell::RefCell;
 use std::collections::{BTreeSet, HashMap};
@@ -307,6 +308,29 @@ pub fn flushed(db: Option<i32>) {
             for entry in gone {
                 lease.horizons.remove(&entry.1);
                 lease.holds.remove(&entry);
+            }
+        }
+    });
+}
+
+/// `SWAPDB a b`: the holds of each database are the other's now.
+pub fn swapped(a: i32, b: i32) {
+    with(|r| {
+        for lease in r.leases.values_mut() {
+            let moved: Vec<(i64, Attached)> = lease
+                .holds
+                .iter()
+                .filter(|(_, at)| at.db == a || at.db == b)
+                .cloned()
+                .collect();
+            for entry in &moved {
+                lease.horizons.remove(&entry.1);
+                lease.holds.remove(entry);
+            }
+            for (horizon, mut at) in moved {
+                at.db = if at.db == a { b } else { a };
+                lease.horizons.insert(at.clone(), horizon);
+                lease.holds.insert((horizon, at));
             }
         }
     });

@@ -889,3 +889,25 @@ fn a_waiter_granted_with_session_gives_every_key_back_when_it_leaves() {
     });
     assert_eq!(counter(&mut con, "session_releases"), 3);
 }
+
+#[test]
+fn a_leased_multi_key_hold_follows_its_keys_through_swapdb() {
+    let server = Server::start();
+    let mut con = server.conn();
+    let id = grant_lease(&mut con, 60_000);
+    grant(
+        &mut con,
+        &macquire(
+            &[b"a", b"b"],
+            60_000,
+            &[b"TOKEN", b"t", b"LEASE", id.as_bytes()],
+        ),
+    )
+    .unwrap();
+    let _: () = redis::cmd("SWAPDB").arg(0).arg(1).query(&mut con).unwrap();
+    let _: () = redis::cmd("SELECT").arg(1).query(&mut con).unwrap();
+    assert_eq!(mrelease(&mut con, &[b"a"], b"t"), 1);
+    assert_eq!(lease_holds(&mut con, &id), Some((1, vec!["b".into()])));
+    assert_eq!(lease_cmd(&mut con, "REVOKE", &id), 1);
+    assert_eq!(dbsize(&mut con), 0, "b, revoked where it is now");
+}
