@@ -439,7 +439,7 @@ fn acl_key_patterns_see_every_key() {
 }
 
 #[test]
-fn keys_of_several_slots_are_crossslot_in_cluster_mode() {
+fn keys_of_several_slots_are_crossslot_on_a_one_node_cluster() {
     let server = Server::start_with(&["--cluster-enabled", "yes"]);
     let mut con = server.conn();
     let _: () = redis::cmd("CLUSTER")
