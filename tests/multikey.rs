@@ -608,8 +608,11 @@ fn a_leased_multi_key_hold_lives_with_its_lease_and_ends_with_it_on_every_key() 
         assert_eq!(fence_of(&mut con, key), Some(fence as i64));
         assert_eq!(lease_number_of(&mut con, key), Some(number));
     }
-    // The same request again: the same grant, nothing moved.
+    // The same request again: the same grant, nothing moved (a renewal,
+    // not a second multi-key grant).
     assert_eq!(grant(&mut con, &leased), Some((token.clone(), fence)));
+    assert_eq!(counter(&mut con, "macquires"), 1);
+    assert_eq!(counter(&mut con, "grants"), 3, "one per key");
     // The same token under another lease, or none: the error LOCK.ACQUIRE
     // gives.
     let other = grant_lease(&mut con, 60_000);
@@ -888,6 +891,7 @@ fn a_waiter_granted_with_session_gives_every_key_back_when_it_leaves() {
         !exists(&mut con, "a") && !exists(&mut con, "b")
     });
     assert_eq!(counter(&mut con, "session_releases"), 3);
+    assert_eq!(counter(&mut con, "macquires"), 1, "granted from the queue");
 }
 
 #[test]
