@@ -164,6 +164,175 @@ pub fn acquire(case: &AcquireCase) -> Result<Acquire, LockError> {
     }
 }
 
+/// One key of a multi-key acquire (`LOCK.MACQUIRE`), as that key's own
+/// acquire would see it ([`AcquireCase`]'s per-key fields).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ManyKey {
+    pub key: KeyState,
+    pub mine: Option<MyHold>,
+    /// Clients queued for this key ahead of the caller: for a new request,
+    /// anyone; for a queued one being served, anyone older.
+    pub others_waiting: bool,
+    pub delayed_until_ms: Option<i64>,
+}
+
+/// Everything a multi-key acquire depends on: its keys, and what
+/// [`AcquireCase`] says of the request.
+#[derive(Debug, Clone, Copy)]
+pub struct AcquireManyCase<'a> {
+    pub keys: &'a [ManyKey],
+    pub want: Want,
+    pub ttl_ms: i64,
+    pub now_ms: i64,
+    pub hold: HoldPolicy,
+    pub may_wait: bool,
+    pub max_holders: usize,
+    pub lease: Option<Attach>,
+    /// A queued request being served (first in every key's queue): each
+    /// key is decided as the hand-off decides a single-key waiter
+    /// ([`serve_head`]), so that a key it cannot have yet (even one at
+    /// `lock.max-holders`) keeps it waiting rather than failing it. `lease`
+    /// is then the number of the lease it asked for even if that lease is
+    /// gone (`until_ms` is only read for a grant, which the module refuses
+    /// with `NOLEASE` when the lease is gone).
+    pub queued: bool,
+}
+
+/// What a multi-key acquire does: all keys or none.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AcquireMany {
+    /// Make the caller a holder of every key, with one new fence (the
+    /// next one, above every fence any of the keys has had), until
+    /// `deadline_ms`.
+    Grant { deadline_ms: i64 },
+    /// The caller holds every key, all with `fence` (its own earlier
+    /// multi-key grant): each lease renewed, in key order.
+    Renew { fence: u64, renewals: Vec<Renewal> },
+    /// As `Renew`, held through a lease group: reply the grant.
+    Held { fence: u64 },
+    /// Queue the caller on every key; look at key `i` again at its time
+    /// (keys with no time are looked at when they change).
+    Queue { wake: Vec<(usize, i64)> },
+    /// Reply null: some key is busy, and the caller does not wait.
+    Refuse,
+}
+
+/// `LOCK.MACQUIRE`: each key is decided as `LOCK.ACQUIRE` would decide it
+/// alone ([`acquire`]), and the request is granted only when every key
+/// would be granted; an error on any key (`WRONGTYPE`, a limit) refuses
+/// the whole request, whatever the other keys say. A token that holds
+/// every key with one fence renews them all (an idempotent retry); one
+/// that holds only some, or with several fences, is refused
+/// ([`LockError::PartialHold`]): a fence must be the same on every key.
+/// The same function serves a queued request once it is first in every
+/// key's queue (`queued`: each key decided as a single-key waiter's hand-off
+/// would decide it; `Queue` then means "not yet").
+pub fn acquire_many(case: &AcquireManyCase) -> Result<AcquireMany, LockError> {
+    let mut decisions = Vec::with_capacity(case.keys.len());
+    for key in case.keys {
+        let single = AcquireCase {
+            key: key.key,
+            mine: key.mine,
+            want: case.want,
+            ttl_ms: case.ttl_ms,
+            now_ms: case.now_ms,
+            others_waiting: key.others_waiting,
+            delayed_until_ms: key.delayed_until_ms,
+            hold: case.hold,
+            may_wait: true,
+            max_holders: case.max_holders,
+            lease: case.lease,
+        };
+        decisions.push(match case.queued {
+            true => serve_queued(&single)?,
+            false => acquire(&single)?,
+        });
+    }
+    let mine: Vec<u64> = case
+        .keys
+        .iter()
+        .filter_map(|k| k.mine.map(|m| m.fence))
+        .collect();
+    if let Some(&fence) = mine.first() {
+        if mine.len() != case.keys.len() || mine.iter().any(|f| *f != fence) {
+            return Err(LockError::PartialHold);
+        }
+        let mut renewals = Vec::with_capacity(decisions.len());
+        for decision in decisions {
+            match decision {
+                Acquire::Renew(renewal) => renewals.push(renewal),
+                Acquire::Held { .. } => return Ok(AcquireMany::Held { fence }),
+                _ => return Err(LockError::Internal),
+            }
+        }
+        return Ok(AcquireMany::Renew { fence, renewals });
+    }
+    let mut deadline = None;
+    let mut wake = Vec::new();
+    let mut busy = false;
+    for (i, decision) in decisions.into_iter().enumerate() {
+        match decision {
+            Acquire::Grant { deadline_ms } => deadline = Some(deadline_ms),
+            Acquire::Queue { wake_at_ms } => {
+                busy = true;
+                wake.extend(wake_at_ms.map(|at| (i, at)));
+            }
+            _ => return Err(LockError::Internal),
+        }
+    }
+    match (busy, deadline) {
+        (false, Some(deadline_ms)) => Ok(AcquireMany::Grant { deadline_ms }),
+        (false, None) => Err(LockError::Internal),
+        (true, _) if case.may_wait => Ok(AcquireMany::Queue { wake }),
+        (true, _) => Ok(AcquireMany::Refuse),
+    }
+}
+
+/// One key of a queued multi-key request, as the hand-off serves a
+/// single-key waiter ([`serve_head`]), put as an acquire's decision.
+fn serve_queued(case: &AcquireCase) -> Result<Acquire, LockError> {
+    let head = (case.want, case.lease.map(|a| a.number));
+    let served = serve_head(
+        case.key,
+        head,
+        case.mine,
+        case.delayed_until_ms,
+        case.max_holders,
+    );
+    match (served, case.mine) {
+        (Serve::Grant, _) => grant(case),
+        (Serve::Renew, Some(mine)) => {
+            renew(mine, case.ttl_ms, case.now_ms, case.hold).map(Acquire::Renew)
+        }
+        (Serve::Held, Some(mine)) => Ok(Acquire::Held { fence: mine.fence }),
+        (Serve::Renew | Serve::Held, None) => Err(LockError::Internal),
+        (Serve::WakeAt(at), _) => Ok(Acquire::Queue {
+            wake_at_ms: Some(at),
+        }),
+        (Serve::Idle, _) => Ok(Acquire::Queue { wake_at_ms: None }),
+        (Serve::FailAll(error) | Serve::FailHead(error), _) => Err(error),
+    }
+}
+
+/// `LOCK.MEXTEND`: every key's lease moves, or none. `mine` is the caller's
+/// live hold on each key; `None` (reply 0, nothing changed) when it lacks
+/// one; a key held through a lease group is not moved (its lease moves it).
+pub fn extend_many(
+    mine: &[Option<MyHold>],
+    ttl_ms: i64,
+    now_ms: i64,
+    hold: HoldPolicy,
+) -> Result<Option<Vec<Extend>>, LockError> {
+    let mut extended = Vec::with_capacity(mine.len());
+    for hold_of_key in mine {
+        match extend(*hold_of_key, ttl_ms, now_ms, hold)? {
+            Extend::NotHolder => return Ok(None),
+            done => extended.push(done),
+        }
+    }
+    Ok(Some(extended))
+}
+
 /// A grant to the caller: until its ttl from now, or, attached to a lease
 /// group, until the horizon its key runs to (the ttl must be valid all the
 /// same).
@@ -1360,5 +1529,107 @@ mod tests {
         assert!(!guard_sync_waits(None, &plain, true));
         // A script may write whatever its command's flags say.
         assert!(guard_sync_waits(reads, &script, false));
+    }
+
+    /// A multi-key case over `keys`, shared, as a new request (`queued`
+    /// false) or a queued one being served.
+    fn many_case(keys: &[ManyKey], queued: bool, lease: Option<Attach>) -> AcquireManyCase<'_> {
+        AcquireManyCase {
+            keys,
+            want: Want::Shared,
+            ttl_ms: 100,
+            now_ms: NOW,
+            hold: HoldPolicy::default(),
+            may_wait: true,
+            max_holders: 2,
+            lease,
+            queued,
+        }
+    }
+
+    fn key(state: KeyState, mine: Option<MyHold>) -> ManyKey {
+        ManyKey {
+            key: state,
+            mine,
+            others_waiting: false,
+            delayed_until_ms: None,
+        }
+    }
+
+    #[test]
+    fn a_queued_multi_key_request_waits_at_max_holders_as_a_single_key_waiter_does() {
+        let full = KeyState::Shared {
+            earliest_ms: Some(NOW + 50),
+            holders: 2,
+        };
+        let keys = [key(KeyState::Free, None), key(full, None)];
+        // A new request is refused as LOCK.ACQUIRE … SHARED WAIT is.
+        assert_eq!(
+            acquire_many(&many_case(&keys, false, None)),
+            Err(LockError::HoldersLimit)
+        );
+        assert_eq!(
+            serve(full, Want::Shared, None, 2),
+            Serve::WakeAt(rules::lease_over_at(NOW + 50))
+        );
+        // Queued, it waits for a reader to leave, as a single-key waiter.
+        assert_eq!(
+            acquire_many(&many_case(&keys, true, None)),
+            Ok(AcquireMany::Queue {
+                wake: vec![(1, rules::lease_over_at(NOW + 50))]
+            })
+        );
+        let room = KeyState::Shared {
+            earliest_ms: Some(NOW + 50),
+            holders: 1,
+        };
+        let keys = [key(KeyState::Free, None), key(room, None)];
+        assert_eq!(
+            acquire_many(&many_case(&keys, true, None)),
+            Ok(AcquireMany::Grant {
+                deadline_ms: NOW + 100
+            })
+        );
+    }
+
+    #[test]
+    fn a_queued_multi_key_request_with_a_lease_is_held_renewed_or_refused_as_one() {
+        let attach = Attach {
+            number: 7,
+            until_ms: NOW + 9_000,
+        };
+        let mine = |lease| MyHold {
+            want: Want::Shared,
+            fence: 42,
+            granted_ms: NOW - 10,
+            extends: 0,
+            lease,
+        };
+        let state = KeyState::Shared {
+            earliest_ms: Some(NOW + 9_000),
+            holders: 1,
+        };
+        let held = [
+            key(state, Some(mine(Some(7)))),
+            key(state, Some(mine(Some(7)))),
+        ];
+        for queued in [false, true] {
+            assert_eq!(
+                acquire_many(&many_case(&held, queued, Some(attach))),
+                Ok(AcquireMany::Held { fence: 42 })
+            );
+            // Under another lease, or none: the same error as LOCK.ACQUIRE.
+            assert_eq!(
+                acquire_many(&many_case(&held, queued, None)),
+                Err(LockError::LeaseMismatch)
+            );
+        }
+        let free = [key(KeyState::Free, None), key(KeyState::Free, None)];
+        assert_eq!(
+            acquire_many(&many_case(&free, true, Some(attach))),
+            Ok(AcquireMany::Grant {
+                deadline_ms: NOW + 9_000
+            })
+        );
     }
 }
