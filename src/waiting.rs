@@ -589,6 +589,15 @@ pub fn release(
     hand_off(ctx, db, name, Cause::Release);
 }
 
+/// Serve `name`'s queue after its holder's release (`lease::release`,
+/// made by the caller, who closed the key since): `LOCK.MRELEASE` releases
+/// every key it gives back before it hands any on, because a hand-off may
+/// open and change another of its keys (a multi-key waiter's) while the
+/// command still has that key open.
+pub fn handed_on(ctx: &Context, db: i32, name: &RedisString) {
+    hand_off(ctx, db, name, Cause::Release);
+}
+
 /// `LOCK.REVOKE`: the holds of `tokens` on `name` (open as `key`, of
 /// `kind`) go, each as a release would take it, then the queue is served
 /// once, as after a release.
@@ -1033,9 +1042,10 @@ fn redirect_waiters_of(ctx: &Context, db: i32, key: Box<[u8]>, error: &CString) 
         timer::stop_at::<Wake>(ctx, timer);
         with_queues(|q| q.set_timer(db, &key, None));
     }
-    while let Some((id, waiter)) = with_queues(|q| q.pop_front(db, &key)) {
+    while let Some((id, waiter, multi)) = pop_head(db, &key) {
         dismiss(ctx, &waiter);
         blocked::unblock::<Queue>(id, Outcome::Redirected(error.clone()));
+        left(ctx, multi);
         answered += 1;
     }
     forget_idle(db, key);
@@ -1043,10 +1053,22 @@ fn redirect_waiters_of(ctx: &Context, db: i32, key: Box<[u8]>, error: &CString) 
 }
 
 fn fail_waiters_of(ctx: &Context, db: i32, key: &[u8], error: LockError) {
-    while let Some((id, waiter)) = with_queues(|q| q.pop_front(db, key)) {
+    while let Some((id, waiter, multi)) = pop_head(db, key) {
         dismiss(ctx, &waiter);
         blocked::unblock::<Queue>(id, Outcome::Failed(error));
+        left(ctx, multi);
     }
+}
+
+/// Take the head of `key`'s queue out of every queue it is in, with the
+/// db and keys of a multi-key head: whoever waited behind it on its other
+/// keys may be served now ([`left`]), and nothing else would look at them
+/// (one of them may be free, kept for it).
+fn pop_head(db: i32, key: &[u8]) -> Option<(WaiterId, Waiter, Option<MultiKeys>)> {
+    let id = with_queues(|q| q.head(db, key))?;
+    let multi = multi_keys_of(id);
+    let waiter = with_queues(|q| q.remove(id))?;
+    Some((id, waiter, multi))
 }
 
 /// A waiter leaves its queue other than by timing out: stop its timeout.
@@ -1128,8 +1150,11 @@ fn time_out(ctx: &Context, waiter: WaiterId) {
     }
 }
 
+/// The db and keys of a multi-key waiter.
+type MultiKeys = (i32, Vec<Box<[u8]>>);
+
 /// The db and keys of a multi-key waiter (none for a single-key one).
-fn multi_keys_of(waiter: WaiterId) -> Option<(i32, Vec<Box<[u8]>>)> {
+fn multi_keys_of(waiter: WaiterId) -> Option<MultiKeys> {
     with_queues(|q| {
         q.is_multi(waiter)
             .then(|| q.keys_of(waiter).map(|(db, keys)| (db, keys.to_vec())))
@@ -1140,7 +1165,7 @@ fn multi_keys_of(waiter: WaiterId) -> Option<(i32, Vec<Box<[u8]>>)> {
 /// A multi-key waiter left (timed out, disconnected): it kept its place
 /// first in queues whose keys may be free, so serve them again. (A
 /// single-key waiter only ever waits for its busy key: nothing to do.)
-fn left(ctx: &Context, multi: Option<(i32, Vec<Box<[u8]>>)>) {
+fn left(ctx: &Context, multi: Option<MultiKeys>) {
     if let Some((db, keys)) = multi {
         for key in keys {
             look_again(ctx, db, &key);

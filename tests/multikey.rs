@@ -915,3 +915,136 @@ fn a_leased_multi_key_hold_follows_its_keys_through_swapdb() {
     assert_eq!(lease_cmd(&mut con, "REVOKE", &id), 1);
     assert_eq!(dbsize(&mut con), 0, "b, revoked where it is now");
 }
+
+/// A key overwritten with another type fails every waiter of it
+/// (`WRONGTYPE`); a multi-key waiter failed that way leaves its other
+/// keys' queues too, and whoever waited behind it there is served: here a
+/// single-key waiter on a free key it kept (found stuck until its own
+/// timeout before the fix).
+#[test]
+fn a_multi_key_waiter_failed_by_another_key_frees_the_key_it_kept() {
+    let server = Server::start();
+    let mut con = server.conn();
+    acquire(&mut con, "k2", 60_000, Some("holder")).unwrap();
+    let first = {
+        let mut waiter = server.conn();
+        thread::spawn(move || {
+            acquire_wait("k2", 60_000, "first", 0)
+                .query::<Option<(Vec<u8>, u64)>>(&mut waiter)
+                .map_err(|e| e.to_string())
+        })
+    };
+    wait_until(Duration::from_secs(10), || queued(&mut con, b"k2") == 1);
+    let multi = {
+        let mut waiter = server.conn();
+        let cmd = macquire(&[b"k1", b"k2"], 60_000, &[b"WAIT", b"0"]);
+        thread::spawn(move || {
+            cmd.query::<Option<(Vec<u8>, u64)>>(&mut waiter)
+                .map_err(|e| e.to_string())
+        })
+    };
+    wait_until(Duration::from_secs(10), || queued(&mut con, b"k2") == 2);
+    // Behind the multi-key request on k1, which is free but kept for it.
+    let behind = in_thread(&server, acquire_wait("k1", 60_000, "behind", 30_000));
+    wait_until(Duration::from_secs(10), || queued(&mut con, b"k1") == 2);
+    assert_eq!(fence_of(&mut con, b"k1"), None);
+    redis::pipe()
+        .atomic()
+        .cmd("DEL")
+        .arg("k2")
+        .cmd("SET")
+        .arg("k2")
+        .arg("a string")
+        .query::<()>(&mut con)
+        .unwrap();
+    for waiter in [first, multi] {
+        let error = waiter.join().unwrap().unwrap_err();
+        assert!(error.starts_with("WRONGTYPE"), "{error}");
+    }
+    let (token, fence) = behind.join().unwrap().expect("granted k1, not timed out");
+    assert_eq!(token, b"behind");
+    assert_eq!(fence_of(&mut con, b"k1"), Some(fence as i64));
+    assert_eq!(queued(&mut con, b"k1"), 0);
+}
+
+/// `LOCK.MRELEASE` gives back every key before it hands any on. Before the
+/// fix it handed each key on as it went, while it still had the later keys
+/// open: a multi-key waiter served by that hand-off opened one of those
+/// keys again and changed it (expired a reader whose lease ran out in the
+/// meantime, and granted the key), so the release that followed worked on a
+/// value that was freed (use after free), and its reply counted a release
+/// that never happened. The moment is set by the clock inside one command:
+/// readers with leases ending at every 10 ms, each paired with a lock and a
+/// waiter for both, and thousands of other keys to make the command last;
+/// whatever the moment, the reply must count exactly the releases made, and
+/// each waiter hold both its keys.
+#[test]
+fn mrelease_hands_on_only_after_it_released_every_key() {
+    let server = Server::start();
+    let mut con = server.conn();
+    let pairs = 60;
+    let filler = 30_000;
+    redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("lock.max-keys")
+        .arg(100_000)
+        .query::<()>(&mut con)
+        .unwrap();
+    let lock = |i: usize| format!("lock{i}").into_bytes();
+    let reader = |i: usize| format!("reader{i}").into_bytes();
+    let mut keys: Vec<Vec<u8>> = Vec::new();
+    for i in 0..pairs {
+        acquire(
+            &mut con,
+            std::str::from_utf8(&lock(i)).unwrap(),
+            600_000,
+            Some("t"),
+        )
+        .unwrap();
+        let shared: Option<(Vec<u8>, u64)> = redis::cmd("LOCK.ACQUIRE")
+            .arg(reader(i))
+            .arg(600_000)
+            .arg("TOKEN")
+            .arg("t")
+            .arg("SHARED")
+            .query(&mut con)
+            .unwrap();
+        assert!(shared.is_some());
+        keys.push(lock(i));
+        keys.push(reader(i));
+    }
+    let mut waiters = Vec::new();
+    for i in 0..pairs {
+        let cmd = macquire(&[&lock(i), &reader(i)], 600_000, &[b"WAIT", b"0"]);
+        waiters.push(in_thread(&server, cmd));
+        wait_until(Duration::from_secs(10), || {
+            queued(&mut con, &reader(i)) == 1
+        });
+    }
+    keys.extend((0..filler).map(|i| format!("filler{i}").into_bytes()));
+    let releases = counter(&mut con, "releases");
+    // The readers' leases end 10 ms apart from now on, then the release.
+    let mut pipe = redis::pipe();
+    for i in 0..pairs {
+        pipe.cmd("LOCK.EXTEND")
+            .arg(reader(i))
+            .arg("t")
+            .arg(10 * (i as i64 + 1))
+            .ignore();
+    }
+    let keys: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
+    pipe.cmd("LOCK.MRELEASE")
+        .arg(keys.len())
+        .arg(&keys)
+        .arg("t");
+    let (released,): (i64,) = pipe.query(&mut con).unwrap();
+    assert_eq!(released, counter(&mut con, "releases") - releases);
+    assert!(released >= pairs as i64, "{released}");
+    for (i, waiter) in waiters.into_iter().enumerate() {
+        let (_, fence) = waiter.join().unwrap().expect("granted");
+        assert_eq!(fence_of(&mut con, &lock(i)), Some(fence as i64));
+        assert_eq!(fence_of(&mut con, &reader(i)), Some(fence as i64));
+    }
+    let pong: String = redis::cmd("PING").query(&mut con).unwrap();
+    assert_eq!(pong, "PONG");
+}

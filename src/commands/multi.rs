@@ -242,17 +242,24 @@ pub fn run_release(ctx: &Context, args: &[RedisString]) -> Result<(), LockError>
         drop(holds);
         held.push((key, kind.filter(|_| decide::release(mine))));
     }
-    let mut released = 0;
-    for ((key, kind), name) in held.into_iter().zip(names) {
+    // Every key is released before any is handed on: a hand-off may serve
+    // a multi-key waiter, which opens (and may change: expire a reader
+    // whose lease ran out since, grant) another of these keys, still open
+    // here with the value it had when it was looked up.
+    let mut released = Vec::with_capacity(held.len());
+    for ((mut key, kind), name) in held.into_iter().zip(names) {
         match kind {
             Some(kind) => {
-                waiting::release(ctx, db, key, name, kind, parsed.token, ReleasedBy::Holder);
-                released += 1;
+                lease::release(ctx, &mut key, name, kind, parsed.token, ReleasedBy::Holder);
+                released.push(name);
             }
             None => metrics::count(Counter::StaleReleases),
         }
     }
-    reply::integer(ctx, released);
+    for name in &released {
+        waiting::handed_on(ctx, db, name);
+    }
+    reply::integer(ctx, released.len() as i64);
     Ok(())
 }
 
