@@ -21,15 +21,17 @@ static MAX_EXTENDS: AtomicI64 = AtomicI64::new(settings::MAX_EXTENDS.default);
 static EXPIRY_DELAY_MS: AtomicI64 = AtomicI64::new(settings::EXPIRY_DELAY.default);
 static MAX_WAITERS: AtomicI64 = AtomicI64::new(settings::MAX_WAITERS.default);
 static MAX_HOLDERS: AtomicI64 = AtomicI64::new(settings::MAX_HOLDERS.default);
+static MAX_KEYS: AtomicI64 = AtomicI64::new(settings::MAX_KEYS.default);
 
 /// Each setting with the atomic that holds it, in the order of [`ALL`].
-const VALUES: [(Setting, &AtomicI64); 6] = [
+const VALUES: [(Setting, &AtomicI64); 7] = [
     (settings::MAX_TTL, &MAX_TTL_MS),
     (settings::MAX_HOLD, &MAX_HOLD_MS),
     (settings::MAX_EXTENDS, &MAX_EXTENDS),
     (settings::EXPIRY_DELAY, &EXPIRY_DELAY_MS),
     (settings::MAX_WAITERS, &MAX_WAITERS),
     (settings::MAX_HOLDERS, &MAX_HOLDERS),
+    (settings::MAX_KEYS, &MAX_KEYS),
 ];
 
 /// Register every setting with Redis, starting from the module arguments,
@@ -63,6 +65,11 @@ pub fn expiry_delay_ms() -> i64 {
 /// Holders of one shared lock or semaphore at once.
 pub fn max_holders() -> usize {
     usize::try_from(MAX_HOLDERS.load(Ordering::Relaxed)).unwrap_or(usize::MAX)
+}
+
+/// Keys of one multi-key request (`lock.max-keys`).
+pub fn max_keys() -> usize {
+    usize::try_from(MAX_KEYS.load(Ordering::Relaxed)).unwrap_or(usize::MAX)
 }
 
 /// 0: no limit.

@@ -44,6 +44,22 @@ pub fn grant(
     grantee: &Grantee,
     want: Want,
 ) -> Result<u64, LockError> {
+    let fence = fence::issue().ok_or(LockError::FenceExhausted)?;
+    grant_with_fence(ctx, key, name, grantee, want, fence)?;
+    Ok(fence)
+}
+
+/// [`grant`] with a fence already issued: one of the keys of a multi-key
+/// grant, which all get the same fence (`fence::issue` once, above every
+/// fence any of them had).
+pub fn grant_with_fence(
+    ctx: &Context,
+    key: &mut LockKey,
+    name: &RedisString,
+    grantee: &Grantee,
+    want: Want,
+    fence: u64,
+) -> Result<(), LockError> {
     let Grantee {
         token,
         owner,
@@ -51,7 +67,6 @@ pub fn grant(
         deadline_ms,
         lease,
     } = *grantee;
-    let fence = fence::issue().ok_or(LockError::FenceExhausted)?;
     let hold = Hold::granted(token, fence, now_ms, deadline_ms)
         .with_count(want.count())
         .with_owner(owner)
@@ -80,7 +95,7 @@ pub fn grant(
     replicate::notify(ctx, kind.event(Event::Acquired), name);
     metrics::count(Counter::Grants);
     observers::changed_here(ctx, name);
-    Ok(fence)
+    Ok(())
 }
 
 /// The holder `token` of `name` keeps its hold until `renewal.deadline_ms`,

@@ -52,7 +52,7 @@ pub mod waiting;
 use redis_module::{redis_module, Context, RedisString, Status};
 
 use commands::{
-    acquire, effects, extend, guard, info, lease_group, observe, queue, release, sem_acquire,
+    acquire, effects, extend, guard, info, lease_group, multi, observe, queue, release, sem_acquire,
 };
 use events::{on_expired, on_key_event};
 use redis::command::{self, Keys, Spec};
@@ -91,6 +91,9 @@ const COMMANDS: &[Spec] = &[
     spec(c"lock.guard_ro",  c"readonly getkeys-api",          "read slow",                  true,  guard::run_ro),
     spec(c"lock.queue",     c"readonly fast",                 "read fast",                  true,  queue::run),
     spec(c"lock.observe",   c"readonly blocking",             "read slow blocking",         true,  observe::run),
+    many(c"lock.macquire",  c"write deny-oom fast blocking getkeys-api", "write fast blocking", true, multi::run_acquire),
+    many(c"lock.mextend",   c"write deny-oom fast getkeys-api", "write fast",                true,  multi::run_extend),
+    many(c"lock.mrelease",  c"write fast getkeys-api",        "write fast",                 true,  multi::run_release),
     spec(c"lock.revoke",    c"write",                         "write slow dangerous admin", true,  lease_group::run_revoke),
     spec(c"sem.acquire",    c"write deny-oom fast blocking",  "write fast blocking",        true,  sem_acquire::run),
     spec(c"sem.extend",     c"write deny-oom fast",           "write fast",                 true,  extend::run_sem),
@@ -124,6 +127,20 @@ const fn spec(
         categories,
         in_lock_category,
         body: Some(body),
+    }
+}
+
+/// A command whose keys are `numkeys key [key ...]` from argument 1.
+const fn many(
+    name: &'static std::ffi::CStr,
+    flags: &'static std::ffi::CStr,
+    categories: &'static str,
+    in_lock_category: bool,
+    body: command::Body,
+) -> Spec {
+    Spec {
+        keys: Keys::Numkeys,
+        ..spec(name, flags, categories, in_lock_category, body)
     }
 }
 

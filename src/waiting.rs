@@ -45,7 +45,7 @@ use std::ffi::CString;
 
 use redis_lock_core::args::Sync;
 use redis_lock_core::cluster;
-use redis_lock_core::decide::{self, Serve};
+use redis_lock_core::decide::{self, AcquireMany, AcquireManyCase, ManyKey, Serve};
 use redis_lock_core::errors::LockError;
 use redis_lock_core::group::LeaseId;
 use redis_lock_core::hold::{Event, KeyState, Kind, MyHold, Want};
@@ -98,6 +98,13 @@ enum Outcome {
     Granted {
         db: i32,
         key: Box<[u8]>,
+        token: Box<[u8]>,
+        fence: u64,
+    },
+    /// A multi-key request, granted every key of `keys` with one fence.
+    GrantedMany {
+        db: i32,
+        keys: Vec<Box<[u8]>>,
         token: Box<[u8]>,
         fence: u64,
     },
@@ -280,6 +287,276 @@ pub fn enqueue(
     Ok(())
 }
 
+/// Block the calling client at the tail of the queue of every key of
+/// `names` at once (a multi-key request: `LOCK.MACQUIRE … WAIT`), holding
+/// none of them, and look at key `names[i]` again at each `(i, at)` of
+/// `wake`. It is served once it is first in each of those queues and every
+/// key fits ([`serve_many`]).
+pub fn enqueue_many(
+    ctx: &Context,
+    db: i32,
+    names: &[RedisString],
+    request: &WaitRequest,
+    wake: &[(usize, i64)],
+) -> Result<(), LockError> {
+    let max = config::max_waiters();
+    if max > 0 && names.iter().any(|name| waiters(db, name) >= max) {
+        metrics::count(Counter::WaitsRefused);
+        return Err(LockError::WaitersLimit);
+    }
+    let id = blocked::block::<Queue>(ctx).ok_or(LockError::Internal)?;
+    let timeout = (request.wait_ms > 0)
+        .then(|| timer::start(ctx, request.wait_ms, Wake::Timeout { waiter: id }, on_wake));
+    let queued_ms = server::now_ms();
+    let waiter = Waiter {
+        token: request.token.map(Into::into),
+        ttl_ms: request.ttl_ms,
+        session: request.session,
+        user: client::user(ctx),
+        timeout,
+        owner: request.owner.map(Into::into),
+        client: client::id(ctx),
+        want: request.want,
+        sync: request.sync,
+        lease: request.lease,
+        queued_ms,
+        ends_ms: (request.wait_ms > 0).then(|| queued_ms.saturating_add(request.wait_ms)),
+    };
+    let keys: Vec<&[u8]> = names.iter().map(|name| name.as_slice()).collect();
+    with_queues(|q| q.push_many(db, &keys, id, waiter));
+    metrics::count(Counter::Waits);
+    for (i, at) in wake {
+        if let Some(key) = keys.get(*i) {
+            wake_at(ctx, db, key, *at);
+        }
+    }
+    Ok(())
+}
+
+/// The head of a key's queue is the multi-key request `id`: serve it if it
+/// is first in each of its keys' queues (else someone older is, and is
+/// served first: arrival order is global, so this never deadlocks) and
+/// every key fits, all keys in one step, with one fence; fail it if a key
+/// can never fit; else leave it first where it is (later requests for its
+/// keys wait behind it) and look at the busy keys again when they can next
+/// fit. Whether it left the queue (the caller then serves the next head).
+fn serve_many(ctx: &Context, db: i32, id: WaiterId) -> bool {
+    let Some((keys, ask)) = with_queues(|q| {
+        if !q.is_first_everywhere(id) {
+            return None;
+        }
+        let (_, keys) = q.keys_of(id)?;
+        let waiter = q.get(id)?;
+        let ask = (waiter.token.clone(), waiter.want, waiter.ttl_ms);
+        Some((keys.to_vec(), ask))
+    }) else {
+        return false;
+    };
+    let (token, want, ttl_ms) = ask;
+    let names: Vec<RedisString> = keys.iter().map(|k| crate::redis::string(ctx, k)).collect();
+    let mut opened: Vec<LockKey> = Vec::with_capacity(names.len());
+    for name in &names {
+        let mut lock_key = LockKey::open_write(ctx, name);
+        lease::expire(ctx, &mut lock_key, name, server::now_ms());
+        opened.push(lock_key);
+    }
+    let now_ms = server::now_ms();
+    let many: Vec<ManyKey> = opened
+        .iter()
+        .zip(&keys)
+        .map(|(lock_key, key)| {
+            let state = key_state(lock_key, now_ms);
+            let mine = lock_key
+                .held()
+                .ok()
+                .and_then(|h| groups::live_mine(&h, token.as_deref(), now_ms));
+            ManyKey {
+                key: state,
+                mine,
+                others_waiting: false,
+                delayed_until_ms: match state {
+                    KeyState::Free => expiry::delayed_until(db, key, now_ms),
+                    _ => None,
+                },
+            }
+        })
+        .collect();
+    let case = AcquireManyCase {
+        keys: &many,
+        want,
+        ttl_ms,
+        now_ms,
+        hold: config::hold_policy(),
+        may_wait: true,
+        max_holders: config::max_holders(),
+        lease: None,
+    };
+    let decision = decide::acquire_many(&case);
+    match decision {
+        Ok(AcquireMany::Queue { wake }) => {
+            drop(opened);
+            for (i, at) in wake {
+                if let Some(key) = keys.get(i) {
+                    wake_at(ctx, db, key, at);
+                }
+            }
+            false
+        }
+        Ok(AcquireMany::Refuse) => false,
+        Err(error) => {
+            drop(opened);
+            let error = match error {
+                LockError::WrongType => LockError::WaitWrongType,
+                other => other,
+            };
+            leave_many(ctx, db, id, &keys, Outcome::Failed(error));
+            true
+        }
+        Ok(AcquireMany::Held { fence }) => {
+            drop(opened);
+            answer_many(ctx, db, id, &keys, token.as_deref(), fence);
+            true
+        }
+        Ok(AcquireMany::Renew { fence, renewals }) => {
+            let Some(token) = token.as_deref() else {
+                return false;
+            };
+            let owner = with_queues(|q| q.get(id).and_then(|w| w.owner.clone()));
+            for ((lock_key, name), renewal) in opened.iter_mut().zip(&names).zip(&renewals) {
+                // Decided renewable a moment ago, on keys still open.
+                let _ = lease::renew(ctx, lock_key, name, token, renewal, owner.as_deref());
+            }
+            drop(opened);
+            for (key, renewal) in keys.iter().zip(&renewals) {
+                wake_at(ctx, db, key, renewal.wake_at_ms());
+            }
+            answer_many(ctx, db, id, &keys, Some(token), fence);
+            true
+        }
+        Ok(AcquireMany::Grant { deadline_ms }) => {
+            grant_many(ctx, db, id, opened, &names, deadline_ms, now_ms);
+            true
+        }
+    }
+}
+
+/// Take the multi-key waiter `id` out of its queues and answer it.
+fn leave_many(ctx: &Context, db: i32, id: WaiterId, keys: &[Box<[u8]>], outcome: Outcome) {
+    if let Some(waiter) = with_queues(|q| q.remove(id)) {
+        dismiss(ctx, &waiter);
+        blocked::unblock::<Queue>(id, outcome);
+    }
+    // Who waited behind it may fit now.
+    for key in keys {
+        look_again(ctx, db, key);
+    }
+}
+
+/// A multi-key waiter whose token holds every key as it asks (renewed, or
+/// kept by its lease group): answered with its grant.
+fn answer_many(
+    ctx: &Context,
+    db: i32,
+    id: WaiterId,
+    keys: &[Box<[u8]>],
+    token: Option<&[u8]>,
+    fence: u64,
+) {
+    let Some(token) = token else {
+        return leave_many(ctx, db, id, keys, Outcome::Failed(LockError::Internal));
+    };
+    metrics::count(Counter::Renewals);
+    let session = with_queues(|q| q.get(id).and_then(|w| w.session));
+    if let Some(client) = session {
+        for key in keys {
+            sessions::bind(ctx, client, db, key, fence);
+        }
+    }
+    let outcome = Outcome::GrantedMany {
+        db,
+        keys: keys.to_vec(),
+        token: token.into(),
+        fence,
+    };
+    leave_many(ctx, db, id, keys, outcome);
+}
+
+/// Grant every key of `names` (open as `opened`, each free or with room,
+/// as decided) to the multi-key waiter `id`, with one fence, then answer
+/// it. A waiter whose ACL access to a key was revoked meanwhile is failed
+/// instead, with nothing granted.
+fn grant_many(
+    ctx: &Context,
+    db: i32,
+    id: WaiterId,
+    mut opened: Vec<LockKey>,
+    names: &[RedisString],
+    deadline_ms: i64,
+    now_ms: i64,
+) {
+    let keys: Vec<Box<[u8]>> = names.iter().map(|n| n.as_slice().into()).collect();
+    let Some(waiter) = with_queues(|q| q.remove(id)) else {
+        return;
+    };
+    dismiss(ctx, &waiter);
+    let refuse = |ctx: &Context, opened: Vec<LockKey>, error: LockError| {
+        drop(opened);
+        blocked::unblock::<Queue>(id, Outcome::Failed(error));
+        for key in &keys {
+            look_again(ctx, db, key);
+        }
+    };
+    if names
+        .iter()
+        .any(|name| !client::may_access(ctx, waiter.user.as_deref(), name))
+    {
+        return refuse(ctx, opened, LockError::WaitNoPerm);
+    }
+    let Some(fence) = crate::fence::issue() else {
+        return refuse(ctx, opened, LockError::FenceExhausted);
+    };
+    let mut drawn = [0u8; UUID_LEN];
+    let token: &[u8] = match &waiter.token {
+        Some(token) => token,
+        None => token::draw(&mut drawn),
+    };
+    let grantee = Grantee {
+        token,
+        owner: waiter.owner.as_deref(),
+        now_ms,
+        deadline_ms,
+        lease: None,
+    };
+    for (lock_key, name) in opened.iter_mut().zip(names) {
+        // Each key was decided free (or with room) a moment ago and is
+        // still open: a refusal here is a bug, and leaves that key alone.
+        let _ = lease::grant_with_fence(ctx, lock_key, name, &grantee, waiter.want, fence);
+    }
+    drop(opened);
+    if let Some(client) = waiter.session {
+        for key in &keys {
+            sessions::bind(ctx, client, db, key, fence);
+        }
+    }
+    for name in names {
+        replicate::notify(ctx, waiter.want.kind().event(Event::Handoff), name);
+    }
+    metrics::count(Counter::GrantsAfterWait);
+    blocked::unblock::<Queue>(
+        id,
+        Outcome::GrantedMany {
+            db,
+            keys: keys.clone(),
+            token: token.into(),
+            fence,
+        },
+    );
+    // Readers queued behind it on its other keys may fit beside it.
+    for key in &keys {
+        look_again(ctx, db, key);
+    }
+}
+
 /// The one release-and-hand-off path: `token`'s hold on `name` (open as
 /// `key`, of `kind`, checked by the caller) goes, replicated as `DEL` (or
 /// `LOCK.DELHOLDER`, while others hold the key), then the freed place goes to
@@ -345,6 +622,14 @@ fn hand_off(ctx: &Context, db: i32, name: &RedisString, cause: Cause) {
     let mut slot_checked = false;
     loop {
         if waiters(db, key) == 0 {
+            return;
+        }
+        // A multi-key request first in this queue: served for all its keys
+        // at once, or keeps its place.
+        if let Some(head) = with_queues(|q| q.head(db, key).filter(|id| q.is_multi(*id))) {
+            if serve_many(ctx, db, head) {
+                continue;
+            }
             return;
         }
         let mut lock_key = LockKey::open_write(ctx, name);
@@ -780,7 +1065,7 @@ fn on_wake(ctx: &Context, wake: Wake) {
                 }
             }
             // A timeout only replies: it needs no write.
-            Wake::Timeout { waiter } => time_out(waiter),
+            Wake::Timeout { waiter } => time_out(ctx, waiter),
             later => {
                 timer::start(ctx, PAUSED_RETRY_MS, later, on_wake);
             }
@@ -812,7 +1097,7 @@ fn on_wake(ctx: &Context, wake: Wake) {
                 forget_idle(db, key);
             }
         }
-        Wake::Timeout { waiter } => time_out(waiter),
+        Wake::Timeout { waiter } => time_out(ctx, waiter),
         Wake::Reclaim {
             db,
             key,
@@ -835,10 +1120,32 @@ fn forget_idle(db: i32, key: Box<[u8]>) {
     EXPIRED.with(|e| e.borrow_mut().remove(&(db, key)));
 }
 
-fn time_out(waiter: WaiterId) {
+fn time_out(ctx: &Context, waiter: WaiterId) {
+    let multi = multi_keys_of(waiter);
     if with_queues(|q| q.remove(waiter)).is_some() {
         metrics::count(Counter::WaitTimeouts);
         blocked::unblock::<Queue>(waiter, Outcome::TimedOut);
+        left(ctx, multi);
+    }
+}
+
+/// The db and keys of a multi-key waiter (none for a single-key one).
+fn multi_keys_of(waiter: WaiterId) -> Option<(i32, Vec<Box<[u8]>>)> {
+    with_queues(|q| {
+        q.is_multi(waiter)
+            .then(|| q.keys_of(waiter).map(|(db, keys)| (db, keys.to_vec())))
+            .flatten()
+    })
+}
+
+/// A multi-key waiter left (timed out, disconnected): it kept its place
+/// first in queues whose keys may be free, so serve them again. (A
+/// single-key waiter only ever waits for its busy key: nothing to do.)
+fn left(ctx: &Context, multi: Option<(i32, Vec<Box<[u8]>>)>) {
+    if let Some((db, keys)) = multi {
+        for key in keys {
+            look_again(ctx, db, &key);
+        }
     }
 }
 
@@ -886,6 +1193,7 @@ impl Waits for Queue {
     fn reply(ctx: &Context, outcome: &Outcome) {
         match outcome {
             Outcome::Granted { token, fence, .. } => reply::grant(ctx, token, *fence),
+            Outcome::GrantedMany { token, fence, .. } => reply::grant(ctx, token, *fence),
             Outcome::Failed(error) => reply::error(ctx, *error),
             Outcome::TimedOut => reply::null(ctx),
             Outcome::Redirected(error) => reply::error_text(ctx, error),
@@ -911,9 +1219,29 @@ impl Waits for Queue {
             timer::start(ctx, 0, wake, on_wake);
             return;
         }
+        if let Some(Outcome::GrantedMany {
+            db,
+            keys,
+            token,
+            fence,
+        }) = outcome
+        {
+            for key in keys {
+                let wake = Wake::Reclaim {
+                    db: *db,
+                    key: key.clone(),
+                    token: token.clone(),
+                    fence: *fence,
+                };
+                timer::start(ctx, 0, wake, on_wake);
+            }
+            return;
+        }
+        let multi = multi_keys_of(client);
         if let Some(waiter) = with_queues(|q| q.remove(client)) {
             dismiss(ctx, &waiter);
             blocked::unblock_without_reply(client);
+            left(ctx, multi);
             return;
         }
         // Granted with SYNC, waiting for its replicas: it leaves, and its

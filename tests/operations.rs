@@ -89,13 +89,14 @@ fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
 // ---------------------------------------------------------------------------
 // Settings
 
-const SETTINGS: [(&str, i64); 6] = [
+const SETTINGS: [(&str, i64); 7] = [
     ("lock.max-ttl-ms", 86_400_000),
     ("lock.max-hold-ms", 0),
     ("lock.max-extends", 0),
     ("lock.expiry-delay-ms", 0),
     ("lock.max-waiters", 0),
     ("lock.max-holders", 1000),
+    ("lock.max-keys", 64),
 ];
 
 #[test]

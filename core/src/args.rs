@@ -399,6 +399,131 @@ pub fn parse_acquire<A: ArgBytes>(
     })
 }
 
+/// `LOCK.MACQUIRE numkeys key [key ...] ttl-ms [TOKEN token] [WAIT
+/// timeout-ms] [SHARED] [OWNER label] [SESSION] [SYNC n timeout-ms] [LEASE
+/// id]`: the keys are `args[keys]`, distinct, and the options those of
+/// `LOCK.ACQUIRE`.
+#[derive(Debug, PartialEq, Eq)]
+pub struct MAcquireArgs<'a> {
+    pub keys: std::ops::Range<usize>,
+    pub lock: AcquireArgs<'a>,
+}
+
+/// `LOCK.MRELEASE numkeys key [key ...] token`
+#[derive(Debug, PartialEq, Eq)]
+pub struct MReleaseArgs<'a> {
+    pub keys: std::ops::Range<usize>,
+    pub token: &'a [u8],
+}
+
+/// `LOCK.MEXTEND numkeys key [key ...] token ttl-ms [SYNC n timeout-ms]`
+#[derive(Debug, PartialEq, Eq)]
+pub struct MExtendArgs<'a> {
+    pub keys: std::ops::Range<usize>,
+    pub extend: ExtendArgs<'a>,
+}
+
+/// Where the keys of `command numkeys key [key ...] …` are (`args[1]` is
+/// `numkeys`), as Redis' `numkeys` commands count them: `None` when
+/// `numkeys` is not a positive integer or more keys than there are
+/// arguments. For Cluster routing, ACL key patterns and `COMMAND GETKEYS`,
+/// which ask before the command runs.
+pub fn numkeys_range<A: ArgBytes>(args: &[A]) -> Option<std::ops::Range<usize>> {
+    let numkeys = args.get(1).and_then(|n| parse_i64(n.bytes()))?;
+    let numkeys = usize::try_from(numkeys).ok().filter(|n| *n >= 1)?;
+    let end = numkeys.checked_add(2)?;
+    (end <= args.len()).then_some(2..end)
+}
+
+/// The keys of a multi-key command: `numkeys` valid and at most `max_keys`,
+/// followed by at least `after` more arguments, and no key twice. `arity`
+/// for too few arguments to hold a `numkeys` at all.
+fn parse_keys<A: ArgBytes>(
+    args: &[A],
+    max_keys: usize,
+    after: usize,
+    arity: LockError,
+) -> Result<std::ops::Range<usize>, LockError> {
+    if args.len() < 3 + after {
+        return Err(arity);
+    }
+    let numkeys = parse_i64(args[1].bytes())
+        .and_then(|n| usize::try_from(n).ok())
+        .filter(|n| *n >= 1)
+        .ok_or(LockError::NumkeysInvalid)?;
+    if numkeys > max_keys {
+        return Err(LockError::NumkeysTooMany);
+    }
+    let end = 2 + numkeys;
+    if end + after > args.len() {
+        return Err(LockError::NumkeysMismatch);
+    }
+    let mut keys: Vec<&[u8]> = args[2..end].iter().map(ArgBytes::bytes).collect();
+    keys.sort_unstable();
+    if keys.windows(2).any(|pair| pair[0] == pair[1]) {
+        return Err(LockError::KeysDuplicate);
+    }
+    Ok(2..end)
+}
+
+/// `max_keys` is `lock.max-keys`, `max_ttl_ms` `lock.max-ttl-ms`.
+pub fn parse_macquire<A: ArgBytes>(
+    args: &[A],
+    max_keys: usize,
+    max_ttl_ms: i64,
+) -> Result<MAcquireArgs<'_>, LockError> {
+    let keys = parse_keys(args, max_keys, 1, LockError::ArityMAcquire)?;
+    let ttl_ms = parse_ttl(args[keys.end].bytes())?;
+    let options = parse_options(&args[keys.end + 1..], true, None)?;
+    Ok(MAcquireArgs {
+        keys,
+        lock: AcquireArgs {
+            ttl_ms: rules::check_ttl_limit(ttl_ms, max_ttl_ms)?,
+            token: options.token,
+            wait_ms: options.wait_ms,
+            session: options.session,
+            owner: options.owner,
+            shared: options.shared,
+            sync: options.sync,
+            lease: options.lease,
+        },
+    })
+}
+
+/// `LOCK.MRELEASE`: exactly `numkeys` keys, then the token.
+pub fn parse_mrelease<A: ArgBytes>(
+    args: &[A],
+    max_keys: usize,
+) -> Result<MReleaseArgs<'_>, LockError> {
+    let keys = parse_keys(args, max_keys, 1, LockError::ArityMRelease)?;
+    if args.len() != keys.end + 1 {
+        return Err(LockError::NumkeysMismatch);
+    }
+    Ok(MReleaseArgs {
+        token: rules::check_token(args[keys.end].bytes())?,
+        keys,
+    })
+}
+
+/// `LOCK.MEXTEND`: exactly `numkeys` keys, then what `LOCK.EXTEND` takes
+/// after its key.
+pub fn parse_mextend<A: ArgBytes>(
+    args: &[A],
+    max_keys: usize,
+    max_ttl_ms: i64,
+) -> Result<MExtendArgs<'_>, LockError> {
+    let keys = parse_keys(args, max_keys, 2, LockError::ArityMExtend)?;
+    // `LOCK.EXTEND key token ttl-ms [SYNC …]`, its name and key being the
+    // last two arguments before the token: a
+    // word after ttl-ms other than SYNC is one too many, so numkeys lied.
+    let extend = parse_extend_as(
+        &args[keys.end - 2..],
+        max_ttl_ms,
+        LockError::NumkeysMismatch,
+    )?;
+    Ok(MExtendArgs { keys, extend })
+}
+
 /// `max_ttl_ms` is `lock.max-ttl-ms`.
 pub fn parse_sem_acquire<A: ArgBytes>(
     args: &[A],
@@ -1851,5 +1976,112 @@ mod tests {
         );
         let args: [&[u8]; 4] = [b"LOCK.SETHOLDER", b"k", b"t", no_deadline.bytes()];
         assert_eq!(parse_setholder(&args), Err(LockError::DeadlineInvalid));
+    }
+
+    #[test]
+    fn multi_key_commands_parse_numkeys_keys_and_options() {
+        let args: [&[u8]; 8] = [
+            b"LOCK.MACQUIRE",
+            b"2",
+            b"a\0",
+            b"b\r\n",
+            b"1000",
+            b"TOKEN",
+            b"t",
+            b"SHARED",
+        ];
+        let parsed = parse_macquire(&args, 64, 86_400_000).unwrap();
+        assert_eq!(parsed.keys, 2..4);
+        assert_eq!(
+            (parsed.lock.ttl_ms, parsed.lock.token, parsed.lock.shared),
+            (1000, Some(&b"t"[..]), true)
+        );
+        assert_eq!(numkeys_range(&args), Some(2..4));
+        let release: [&[u8]; 5] = [b"LOCK.MRELEASE", b"2", b"a", b"b", b"t"];
+        assert_eq!(
+            parse_mrelease(&release, 64).unwrap(),
+            MReleaseArgs {
+                keys: 2..4,
+                token: b"t"
+            }
+        );
+        let extend: [&[u8]; 6] = [b"LOCK.MEXTEND", b"2", b"a", b"b", b"t", b"500"];
+        let parsed = parse_mextend(&extend, 64, 86_400_000).unwrap();
+        assert_eq!(
+            (parsed.keys, parsed.extend.token, parsed.extend.ttl_ms),
+            (2..4, &b"t"[..], 500)
+        );
+        let synced: [&[u8]; 9] = [
+            b"LOCK.MEXTEND",
+            b"1",
+            b"a",
+            b"t",
+            b"500",
+            b"SYNC",
+            b"1",
+            b"100",
+            b"x",
+        ];
+        assert_eq!(
+            parse_mextend(&synced, 64, 86_400_000),
+            Err(LockError::NumkeysMismatch)
+        );
+    }
+
+    #[test]
+    fn multi_key_commands_refuse_bad_numkeys_duplicates_and_too_many_keys() {
+        let acquire = |args: &[&[u8]]| parse_macquire(args, 3, 86_400_000).map(|_| ());
+        assert_eq!(acquire(&[b"M", b"1", b"a"]), Err(LockError::ArityMAcquire));
+        for numkeys in [&b"0"[..], b"-1", b"x", b"", b"1.5", b"99999999999999999999"] {
+            assert_eq!(
+                acquire(&[b"M", numkeys, b"a", b"100"]),
+                Err(LockError::NumkeysInvalid)
+            );
+        }
+        assert_eq!(
+            acquire(&[b"M", b"4", b"a", b"b", b"c", b"d", b"100"]),
+            Err(LockError::NumkeysTooMany)
+        );
+        assert_eq!(
+            acquire(&[b"M", b"3", b"a", b"b", b"100"]),
+            Err(LockError::NumkeysMismatch)
+        );
+        assert_eq!(
+            acquire(&[b"M", b"2", b"a", b"a", b"100"]),
+            Err(LockError::KeysDuplicate)
+        );
+        assert_eq!(
+            acquire(&[b"M", b"1", b"a", b"b", b"100"]),
+            Err(LockError::TtlNotInteger)
+        );
+        assert_eq!(numkeys_range(&[&b"M"[..], b"3", b"a"]), None);
+        assert_eq!(numkeys_range(&[&b"M"[..], b"-3", b"a"]), None);
+        let release = |args: &[&[u8]]| parse_mrelease(args, 3).map(|_| ());
+        assert_eq!(release(&[b"M", b"1", b"a"]), Err(LockError::ArityMRelease));
+        assert_eq!(
+            release(&[b"M", b"1", b"a", b"t", b"u"]),
+            Err(LockError::NumkeysMismatch)
+        );
+        assert_eq!(
+            release(&[b"M", b"3", b"a", b"t"]),
+            Err(LockError::NumkeysMismatch)
+        );
+        assert_eq!(
+            release(&[b"M", b"2", b"a", b"a", b"t"]),
+            Err(LockError::KeysDuplicate)
+        );
+        let extend = |args: &[&[u8]]| parse_mextend(args, 3, 86_400_000).map(|_| ());
+        assert_eq!(
+            extend(&[b"M", b"1", b"a", b"t"]),
+            Err(LockError::ArityMExtend)
+        );
+        assert_eq!(
+            extend(&[b"M", b"1", b"a", b"t", b"1", b"2"]),
+            Err(LockError::NumkeysMismatch)
+        );
+        assert_eq!(
+            extend(&[b"M", b"1", b"a", b"t", b"-1"]),
+            Err(LockError::TtlNotPositive)
+        );
     }
 }

@@ -164,6 +164,138 @@ pub fn acquire(case: &AcquireCase) -> Result<Acquire, LockError> {
     }
 }
 
+/// One key of a multi-key acquire (`LOCK.MACQUIRE`), as that key's own
+/// acquire would see it ([`AcquireCase`]'s per-key fields).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ManyKey {
+    pub key: KeyState,
+    pub mine: Option<MyHold>,
+    /// Clients queued for this key ahead of the caller: for a new request,
+    /// anyone; for a queued one being served, anyone older.
+    pub others_waiting: bool,
+    pub delayed_until_ms: Option<i64>,
+}
+
+/// Everything a multi-key acquire depends on: its keys, and what
+/// [`AcquireCase`] says of the request.
+#[derive(Debug, Clone, Copy)]
+pub struct AcquireManyCase<'a> {
+    pub keys: &'a [ManyKey],
+    pub want: Want,
+    pub ttl_ms: i64,
+    pub now_ms: i64,
+    pub hold: HoldPolicy,
+    pub may_wait: bool,
+    pub max_holders: usize,
+    pub lease: Option<Attach>,
+}
+
+/// What a multi-key acquire does: all keys or none.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AcquireMany {
+    /// Make the caller a holder of every key, with one new fence (the
+    /// next one, above every fence any of the keys has had), until
+    /// `deadline_ms`.
+    Grant { deadline_ms: i64 },
+    /// The caller holds every key, all with `fence` (its own earlier
+    /// multi-key grant): each lease renewed, in key order.
+    Renew { fence: u64, renewals: Vec<Renewal> },
+    /// As `Renew`, held through a lease group: reply the grant.
+    Held { fence: u64 },
+    /// Queue the caller on every key; look at key `i` again at its time
+    /// (keys with no time are looked at when they change).
+    Queue { wake: Vec<(usize, i64)> },
+    /// Reply null: some key is busy, and the caller does not wait.
+    Refuse,
+}
+
+/// `LOCK.MACQUIRE`: each key is decided as `LOCK.ACQUIRE` would decide it
+/// alone ([`acquire`]), and the request is granted only when every key
+/// would be granted; an error on any key (`WRONGTYPE`, a limit) refuses
+/// the whole request, whatever the other keys say. A token that holds
+/// every key with one fence renews them all (an idempotent retry); one
+/// that holds only some, or with several fences, is refused
+/// ([`LockError::PartialHold`]): a fence must be the same on every key.
+/// The same function serves a queued request once it is first in every
+/// key's queue (`others_waiting` false, `may_wait` true: `Queue` then
+/// means "not yet").
+pub fn acquire_many(case: &AcquireManyCase) -> Result<AcquireMany, LockError> {
+    let mut decisions = Vec::with_capacity(case.keys.len());
+    for key in case.keys {
+        let single = AcquireCase {
+            key: key.key,
+            mine: key.mine,
+            want: case.want,
+            ttl_ms: case.ttl_ms,
+            now_ms: case.now_ms,
+            others_waiting: key.others_waiting,
+            delayed_until_ms: key.delayed_until_ms,
+            hold: case.hold,
+            may_wait: true,
+            max_holders: case.max_holders,
+            lease: case.lease,
+        };
+        decisions.push(acquire(&single)?);
+    }
+    let mine: Vec<u64> = case
+        .keys
+        .iter()
+        .filter_map(|k| k.mine.map(|m| m.fence))
+        .collect();
+    if let Some(&fence) = mine.first() {
+        if mine.len() != case.keys.len() || mine.iter().any(|f| *f != fence) {
+            return Err(LockError::PartialHold);
+        }
+        let mut renewals = Vec::with_capacity(decisions.len());
+        for decision in decisions {
+            match decision {
+                Acquire::Renew(renewal) => renewals.push(renewal),
+                Acquire::Held { .. } => return Ok(AcquireMany::Held { fence }),
+                _ => return Err(LockError::Internal),
+            }
+        }
+        return Ok(AcquireMany::Renew { fence, renewals });
+    }
+    let mut deadline = None;
+    let mut wake = Vec::new();
+    let mut busy = false;
+    for (i, decision) in decisions.into_iter().enumerate() {
+        match decision {
+            Acquire::Grant { deadline_ms } => deadline = Some(deadline_ms),
+            Acquire::Queue { wake_at_ms } => {
+                busy = true;
+                wake.extend(wake_at_ms.map(|at| (i, at)));
+            }
+            _ => return Err(LockError::Internal),
+        }
+    }
+    match (busy, deadline) {
+        (false, Some(deadline_ms)) => Ok(AcquireMany::Grant { deadline_ms }),
+        (false, None) => Err(LockError::Internal),
+        (true, _) if case.may_wait => Ok(AcquireMany::Queue { wake }),
+        (true, _) => Ok(AcquireMany::Refuse),
+    }
+}
+
+/// `LOCK.MEXTEND`: every key's lease moves, or none. `mine` is the caller's
+/// live hold on each key; `None` (reply 0, nothing changed) when it lacks
+/// one; a key held through a lease group is not moved (its lease moves it).
+pub fn extend_many(
+    mine: &[Option<MyHold>],
+    ttl_ms: i64,
+    now_ms: i64,
+    hold: HoldPolicy,
+) -> Result<Option<Vec<Extend>>, LockError> {
+    let mut extended = Vec::with_capacity(mine.len());
+    for hold_of_key in mine {
+        match extend(*hold_of_key, ttl_ms, now_ms, hold)? {
+            Extend::NotHolder => return Ok(None),
+            done => extended.push(done),
+        }
+    }
+    Ok(Some(extended))
+}
+
 /// A grant to the caller: until its ttl from now, or, attached to a lease
 /// group, until the horizon its key runs to (the ttl must be valid all the
 /// same).

@@ -160,6 +160,25 @@ pub enum LockError {
     LeaseMismatch,
     /// A lease group's number in an effect that is not a positive integer.
     LeaseNumberInvalid,
+    /// `LOCK.MACQUIRE` with too few arguments.
+    ArityMAcquire,
+    /// `LOCK.MRELEASE` with the wrong arguments.
+    ArityMRelease,
+    /// `LOCK.MEXTEND` with the wrong arguments.
+    ArityMExtend,
+    /// `numkeys` not a positive integer.
+    NumkeysInvalid,
+    /// `numkeys` above `lock.max-keys`.
+    NumkeysTooMany,
+    /// Fewer (or, where the count is exact, more) keys than `numkeys` says.
+    NumkeysMismatch,
+    /// The same key twice in one multi-key request.
+    KeysDuplicate,
+    /// The token holds some of the keys of a multi-key request, or all of
+    /// them but not with one fence: not one multi-key grant to renew.
+    PartialHold,
+    /// `LOCK.MACQUIRE … LEASE` or `SYNC`: not supported yet.
+    MultiUnsupported,
     /// A bug: a panic was caught before it could reach Redis.
     Internal,
 }
@@ -345,6 +364,33 @@ impl LockError {
             LockError::ArityLeaseSet => {
                 c"ERR wrong number of arguments for 'lock.leaseset' command"
             }
+            LockError::ArityMAcquire => {
+                c"ERR wrong number of arguments for 'lock.macquire' command"
+            }
+            LockError::ArityMRelease => {
+                c"ERR wrong number of arguments for 'lock.mrelease' command"
+            }
+            LockError::ArityMExtend => {
+                c"ERR wrong number of arguments for 'lock.mextend' command"
+            }
+            LockError::NumkeysInvalid => {
+                c"ERR numkeys must be a positive integer"
+            }
+            LockError::NumkeysTooMany => {
+                c"ERR numkeys is more than lock.max-keys"
+            }
+            LockError::NumkeysMismatch => {
+                c"ERR numkeys does not match the number of keys given"
+            }
+            LockError::KeysDuplicate => {
+                c"ERR the same key is given more than once"
+            }
+            LockError::PartialHold => {
+                c"ERR this token holds only some of these keys, or not as one grant: release them first"
+            }
+            LockError::MultiUnsupported => {
+                c"ERR LOCK.MACQUIRE does not take LEASE or SYNC (yet)"
+            }
             LockError::Internal => c"ERR internal error in redis-lock (see the server log)",
         }
     }
@@ -368,7 +414,16 @@ impl std::error::Error for LockError {}
 mod tests {
     use super::*;
 
-    const ALL: [LockError; 87] = [
+    const ALL: [LockError; 96] = [
+        LockError::ArityMAcquire,
+        LockError::ArityMRelease,
+        LockError::ArityMExtend,
+        LockError::NumkeysInvalid,
+        LockError::NumkeysTooMany,
+        LockError::NumkeysMismatch,
+        LockError::KeysDuplicate,
+        LockError::PartialHold,
+        LockError::MultiUnsupported,
         LockError::LeaseNumberInvalid,
         LockError::LeaseMismatch,
         LockError::HolderInternal,
@@ -548,6 +603,15 @@ mod tests {
             | LockError::ArityLeaseSet
             | LockError::LeaseMismatch
             | LockError::LeaseNumberInvalid
+            | LockError::ArityMAcquire
+            | LockError::ArityMRelease
+            | LockError::ArityMExtend
+            | LockError::NumkeysInvalid
+            | LockError::NumkeysTooMany
+            | LockError::NumkeysMismatch
+            | LockError::KeysDuplicate
+            | LockError::PartialHold
+            | LockError::MultiUnsupported
             | LockError::Internal => {}
         }
     }

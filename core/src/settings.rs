@@ -38,21 +38,25 @@ pub const MAX_WAITERS: Setting = setting("max-waiters", 0, 0, u32::MAX as i64);
 /// Holders of one shared lock or semaphore at once (`LIMIT` past it), so
 /// one key cannot grow without end.
 pub const MAX_HOLDERS: Setting = setting("max-holders", 1000, 1, 1_000_000);
+/// Keys of one multi-key request (`LOCK.MACQUIRE`, `LOCK.MRELEASE`,
+/// `LOCK.MEXTEND`) at most: one request stays a bounded amount of work.
+pub const MAX_KEYS: Setting = setting("max-keys", 64, 1, 100_000);
 
 /// Every setting, in the order [`starting_values`] returns them.
-pub const ALL: [Setting; 6] = [
+pub const ALL: [Setting; 7] = [
     MAX_TTL,
     MAX_HOLD,
     MAX_EXTENDS,
     EXPIRY_DELAY,
     MAX_WAITERS,
     MAX_HOLDERS,
+    MAX_KEYS,
 ];
 
 /// The starting value of each setting in [`ALL`]: its default, or what the
 /// module arguments (`name value` pairs, `lock.` prefix optional) say. An
 /// unknown name or a bad value is an error that says which.
-pub fn starting_values(args: &[&[u8]]) -> Result<[i64; 6], String> {
+pub fn starting_values(args: &[&[u8]]) -> Result<[i64; 7], String> {
     let mut values = ALL.map(|setting| setting.default);
     for pair in args.chunks(2) {
         let [name, value] = pair else {
@@ -102,7 +106,7 @@ mod tests {
     #[test]
     fn module_arguments_set_starting_values() {
         let defaults = starting_values(&[]).unwrap();
-        assert_eq!(defaults, [86_400_000, 0, 0, 0, 0, 1000]);
+        assert_eq!(defaults, [86_400_000, 0, 0, 0, 0, 1000, 64]);
         let set = starting_values(&[
             b"max-ttl-ms",
             b"60000",
@@ -112,7 +116,7 @@ mod tests {
             b"10",
         ])
         .unwrap();
-        assert_eq!(set, [60_000, 0, 0, 500, 10, 1000]);
+        assert_eq!(set, [60_000, 0, 0, 500, 10, 1000, 64]);
         for bad in [
             vec![&b"max-ttl-ms"[..]],
             vec![&b"max-ttl-ms"[..], b"0"],

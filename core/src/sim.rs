@@ -302,3 +302,362 @@ mod tests {
         assert_eq!(table.high_water, before.high_water);
     }
 }
+
+/// Multi-key requests in the wait queues: random arrivals (single and
+/// multi-key, exclusive and shared, waiting or not), releases, timeouts of
+/// waiters and expiries, served by the rule the module runs
+/// (`waiting.rs`): a key's head is served when it is first in each of its
+/// keys' queues, by [`decide::acquire_many`], all keys or none; a key is
+/// looked at when it frees (a release, an expiry), when a multi-key waiter
+/// leaves, and after a multi-key grant (its other keys).
+#[cfg(test)]
+mod multi_key_queues {
+    use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+    use proptest::prelude::*;
+
+    use crate::decide::{self, Acquire, AcquireCase, AcquireMany, AcquireManyCase, ManyKey};
+    use crate::hold::{KeyState, Want};
+    use crate::rules::{self, HoldPolicy};
+    use crate::waitqueue::{WaitQueues, WaiterId};
+
+    const KEYS: u8 = 4;
+    const MAX_TTL: i64 = 50;
+    const MAX_TICK: i64 = 20;
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        /// Keys (a bit set of `KEYS` bits, at least one), shared, ttl, waits.
+        Arrive(u8, bool, i64, bool),
+        /// Release the holder picked by this number.
+        Release(usize),
+        /// A waiter picked by this number times out.
+        Leave(usize),
+        Tick(i64),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            4 => (1u8..(1 << KEYS), any::<bool>(), 1..=MAX_TTL, prop::bool::weighted(0.8))
+                .prop_map(|(k, s, t, w)| Op::Arrive(k, s, t, w)),
+            1 => any::<usize>().prop_map(Op::Release),
+            1 => any::<usize>().prop_map(Op::Leave),
+            2 => (1..=MAX_TICK).prop_map(Op::Tick),
+        ]
+    }
+
+    struct Request {
+        keys: Vec<u8>,
+        want: Want,
+        ttl_ms: i64,
+        arrived_ms: i64,
+        /// Waiters queued, on any key, when it arrived: only they (and the
+        /// holders then) may be served before it.
+        older: usize,
+    }
+
+    #[derive(Default)]
+    struct World {
+        now_ms: i64,
+        /// Per key: request id -> (want, deadline).
+        holders: BTreeMap<u8, BTreeMap<WaiterId, (Want, i64)>>,
+        queues: WaitQueues<Request>,
+        requests: HashMap<WaiterId, ()>,
+        next_id: WaiterId,
+        /// Errors found: a broken rule, with what broke it.
+        broken: Vec<String>,
+        granted: usize,
+    }
+
+    impl World {
+        fn state(&self, key: u8) -> KeyState {
+            let Some(holders) = self.holders.get(&key).filter(|h| !h.is_empty()) else {
+                return KeyState::Free;
+            };
+            let earliest = holders.values().map(|(_, d)| *d).min();
+            if holders.values().any(|(w, _)| *w == Want::Exclusive) {
+                if holders.len() > 1 {
+                    return KeyState::WrongType; // never: checked below
+                }
+                KeyState::Held {
+                    deadline_ms: earliest,
+                }
+            } else {
+                KeyState::Shared {
+                    earliest_ms: earliest,
+                    holders: holders.len(),
+                }
+            }
+        }
+
+        fn case<'a>(
+            &self,
+            keys: &'a [ManyKey],
+            want: Want,
+            ttl_ms: i64,
+            wait: bool,
+        ) -> AcquireManyCase<'a> {
+            AcquireManyCase {
+                keys,
+                want,
+                ttl_ms,
+                now_ms: self.now_ms,
+                hold: HoldPolicy::default(),
+                may_wait: wait,
+                max_holders: 1000,
+                lease: None,
+            }
+        }
+
+        fn grant(&mut self, id: WaiterId, keys: &[u8], want: Want, deadline_ms: i64) {
+            for key in keys {
+                let holders = self.holders.entry(*key).or_default();
+                let exclusive =
+                    want == Want::Exclusive || holders.values().any(|(w, _)| *w == Want::Exclusive);
+                if exclusive && !holders.is_empty() {
+                    self.broken
+                        .push(format!("key {key} granted beside another holder"));
+                }
+                holders.insert(id, (want, deadline_ms));
+            }
+            self.granted += 1;
+        }
+
+        fn arrive(&mut self, bits: u8, shared: bool, ttl_ms: i64, wait: bool) {
+            let keys: Vec<u8> = (0..KEYS).filter(|k| bits & (1 << k) != 0).collect();
+            let want = if shared {
+                Want::Shared
+            } else {
+                Want::Exclusive
+            };
+            let id = self.next_id;
+            self.next_id += 1;
+            let deadline_ms = rules::deadline_ms(self.now_ms, ttl_ms).unwrap_or(i64::MAX);
+            if keys.len() == 1 {
+                // A single-key request is `LOCK.ACQUIRE`'s own decision.
+                let key = keys[0];
+                let case = AcquireCase {
+                    key: self.state(key),
+                    mine: None,
+                    want,
+                    ttl_ms,
+                    now_ms: self.now_ms,
+                    others_waiting: self.queues.len(0, &[key]) > 0,
+                    delayed_until_ms: None,
+                    hold: HoldPolicy::default(),
+                    may_wait: wait,
+                    max_holders: 1000,
+                    lease: None,
+                };
+                match decide::acquire(&case) {
+                    Ok(Acquire::Grant { deadline_ms }) => self.grant(id, &keys, want, deadline_ms),
+                    Ok(Acquire::Queue { .. }) => self.queue(id, keys, want, ttl_ms),
+                    Ok(Acquire::Refuse) => {}
+                    other => self.broken.push(format!("single acquire: {other:?}")),
+                }
+                return;
+            }
+            let many: Vec<ManyKey> = keys
+                .iter()
+                .map(|k| ManyKey {
+                    key: self.state(*k),
+                    mine: None,
+                    others_waiting: self.queues.len(0, &[*k]) > 0,
+                    delayed_until_ms: None,
+                })
+                .collect();
+            match decide::acquire_many(&self.case(&many, want, ttl_ms, wait)) {
+                Ok(AcquireMany::Grant { deadline_ms: d }) => {
+                    if d != deadline_ms {
+                        self.broken.push("deadline".into());
+                    }
+                    self.grant(id, &keys, want, d)
+                }
+                Ok(AcquireMany::Queue { .. }) => self.queue(id, keys, want, ttl_ms),
+                Ok(AcquireMany::Refuse) => {}
+                other => self.broken.push(format!("multi acquire: {other:?}")),
+            }
+        }
+
+        fn queue(&mut self, id: WaiterId, keys: Vec<u8>, want: Want, ttl_ms: i64) {
+            let request = Request {
+                keys: keys.clone(),
+                want,
+                ttl_ms,
+                arrived_ms: self.now_ms,
+                older: self.queues.total(),
+            };
+            let names: Vec<[u8; 1]> = keys.iter().map(|k| [*k]).collect();
+            let names: Vec<&[u8]> = names.iter().map(|k| &k[..]).collect();
+            if keys.len() == 1 {
+                self.queues.push(0, names[0], id, request);
+            } else {
+                self.queues.push_many(0, &names, id, request);
+            }
+            self.requests.insert(id, ());
+        }
+
+        /// The module's hand-off of `key`, and of the keys it leads to.
+        fn serve(&mut self, first: u8) {
+            let mut todo = vec![first];
+            while let Some(key) = todo.pop() {
+                while let Some(head) = self.queues.head(0, &[key]) {
+                    if !self.queues.is_first_everywhere(head) {
+                        break;
+                    }
+                    let Some(request) = self.queues.get(head) else {
+                        break;
+                    };
+                    let (keys, want, ttl_ms) = (request.keys.clone(), request.want, request.ttl_ms);
+                    let many: Vec<ManyKey> = keys
+                        .iter()
+                        .map(|k| ManyKey {
+                            key: self.state(*k),
+                            mine: None,
+                            others_waiting: false,
+                            delayed_until_ms: None,
+                        })
+                        .collect();
+                    match decide::acquire_many(&self.case(&many, want, ttl_ms, true)) {
+                        Ok(AcquireMany::Grant { deadline_ms }) => {
+                            let Some(request) = self.queues.remove(head) else {
+                                break;
+                            };
+                            let waited = self.now_ms - request.arrived_ms;
+                            let bound = (request.older as i64 + 1) * (MAX_TTL + MAX_TICK + 1);
+                            if waited > bound {
+                                self.broken.push(format!(
+                                    "waited {waited} ms behind {} older waiters (bound {bound})",
+                                    request.older
+                                ));
+                            }
+                            self.grant(head, &keys, want, deadline_ms);
+                            self.requests.remove(&head);
+                            if keys.len() > 1 {
+                                todo.extend(keys.iter().filter(|k| **k != key));
+                            }
+                        }
+                        Ok(AcquireMany::Queue { .. }) => break,
+                        other => {
+                            self.broken.push(format!("serve: {other:?}"));
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+
+        fn release(&mut self, pick: usize) {
+            let all: Vec<(u8, WaiterId)> = self
+                .holders
+                .iter()
+                .flat_map(|(k, h)| h.keys().map(move |id| (*k, *id)))
+                .collect();
+            if all.is_empty() {
+                return;
+            }
+            // A holder gives back every key it holds (`LOCK.MRELEASE`).
+            let (_, id) = all[pick % all.len()];
+            let freed: Vec<u8> = self
+                .holders
+                .iter_mut()
+                .filter_map(|(k, h)| h.remove(&id).map(|_| *k))
+                .collect();
+            for key in freed {
+                self.serve(key);
+            }
+        }
+
+        fn leave(&mut self, pick: usize) {
+            let ids: BTreeSet<WaiterId> = self.requests.keys().copied().collect();
+            let Some(id) = ids.iter().nth(pick % ids.len().max(1)).copied() else {
+                return;
+            };
+            let multi = self.queues.is_multi(id);
+            let Some(request) = self.queues.remove(id) else {
+                return;
+            };
+            self.requests.remove(&id);
+            if multi {
+                for key in request.keys {
+                    self.serve(key);
+                }
+            }
+        }
+
+        fn tick(&mut self, dt: i64) {
+            self.now_ms += dt;
+            let now_ms = self.now_ms;
+            let mut freed = Vec::new();
+            for (key, holders) in self.holders.iter_mut() {
+                let before = holders.len();
+                holders.retain(|_, (_, deadline)| rules::is_live(*deadline, now_ms));
+                if holders.len() != before {
+                    freed.push(*key);
+                }
+            }
+            for key in freed {
+                self.serve(key);
+            }
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(400))]
+
+        /// No deadlock, no starvation, no barging: every waiter is granted
+        /// within one lease (and one tick) per waiter older than it, plus
+        /// one for the holders at its arrival; and once arrivals stop and
+        /// time runs, every queue empties.
+        #[test]
+        fn multi_key_waiters_are_served_in_bounded_time(ops in proptest::collection::vec(op(), 1..300)) {
+            let mut world = World::default();
+            for op in ops {
+                match op {
+                    Op::Arrive(keys, shared, ttl, wait) => world.arrive(keys, shared, ttl, wait),
+                    Op::Release(pick) => world.release(pick),
+                    Op::Leave(pick) => world.leave(pick),
+                    Op::Tick(dt) => world.tick(dt),
+                }
+                prop_assert!(world.broken.is_empty(), "{:?}", world.broken);
+            }
+            // Each lease's time grants at least the oldest waiter.
+            let (mut rounds, queued) = (0, world.requests.len() as i64);
+            while world.queues.total() > 0 {
+                let bound = (queued + 1) * ((MAX_TTL + MAX_TICK) / MAX_TICK + 1);
+                prop_assert!(rounds <= bound, "stuck: {} waiting", world.queues.total());
+                world.tick(MAX_TICK);
+                rounds += 1;
+            }
+            prop_assert!(world.broken.is_empty(), "{:?}", world.broken);
+        }
+    }
+
+    /// Two requests for overlapping keys in opposite orders, both behind a
+    /// holder: both are granted, one after the other (no deadlock).
+    #[test]
+    fn opposite_orders_do_not_deadlock() {
+        let mut world = World::default();
+        world.arrive(0b011, false, 10, false); // id 0 holds 0 and 1
+        world.arrive(0b011, false, 10, true); // id 1 waits for 0, 1
+        world.arrive(0b011, false, 10, true); // id 2: the same set
+        world.arrive(0b001, false, 10, true); // id 3: key 0 alone, last
+        assert_eq!(world.queues.total(), 3);
+        world.release(0);
+        assert_eq!(
+            world.holders[&0].keys().copied().collect::<Vec<_>>(),
+            vec![1]
+        );
+        world.release(0);
+        assert_eq!(
+            world.holders[&1].keys().copied().collect::<Vec<_>>(),
+            vec![2]
+        );
+        world.release(0);
+        assert_eq!(
+            world.holders[&0].keys().copied().collect::<Vec<_>>(),
+            vec![3]
+        );
+        assert!(world.broken.is_empty(), "{:?}", world.broken);
+    }
+}

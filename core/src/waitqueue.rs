@@ -8,11 +8,22 @@
 //!
 //! A key's queue is ordered by arrival number, so a waiter that leaves from
 //! anywhere in it (a timeout, a disconnect) is found by its number in
-//! O(log n), not by a scan of everyone ahead of it. Waiters are boxed: the
-//! map's nodes stay small, so a key with one waiter costs no more than it
-//! did as a list.
+//! O(log n), not by a scan of everyone ahead of it. Waiters are behind a
+//! pointer: the map's nodes stay small, so a key with one waiter costs no
+//! more than it did as a list.
+//!
+//! A multi-key request (`LOCK.MACQUIRE … WAIT`) is one waiter queued on
+//! each of its keys ([`WaitQueues::push_many`]), the same entry shared by
+//! every queue, with one arrival number. Arrival numbers are global (one
+//! counter for all keys), so they order any two waiters, on one key or not:
+//! the oldest waiter of all is first in each of its keys' queues, and so can
+//! only be kept waiting by the keys' holders, never by another waiter. That
+//! is why serving a key's head once it is first everywhere
+//! ([`WaitQueues::is_first_everywhere`]) never deadlocks (the property test
+//! in `sim.rs` plays it out).
 
 use std::collections::{BTreeMap, HashMap};
+use std::rc::Rc;
 
 /// Caller-chosen, unique among live waiters (the module uses the blocked
 /// client's address).
@@ -20,12 +31,34 @@ pub type WaiterId = u64;
 
 #[derive(Debug)]
 struct KeyQueue<W> {
-    /// By arrival number: the first entry is the head.
-    waiters: BTreeMap<u64, (WaiterId, Box<W>)>,
-    /// The arrival number of the next waiter.
-    next: u64,
+    /// By arrival number: the first entry is the head. A multi-key
+    /// waiter's entry is shared with its other keys' queues.
+    waiters: BTreeMap<u64, (WaiterId, Rc<W>)>,
     /// The timer armed for this key, with the unix ms it is due at.
     timer: Option<(u64, i64)>,
+}
+
+/// Where a waiter is queued: one key, or several (a multi-key request).
+#[derive(Debug)]
+enum Keys {
+    One(Box<[u8]>),
+    Many(Box<[Box<[u8]>]>),
+}
+
+impl Keys {
+    fn as_slice(&self) -> &[Box<[u8]>] {
+        match self {
+            Keys::One(key) => std::slice::from_ref(key),
+            Keys::Many(keys) => keys,
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Place {
+    db: i32,
+    keys: Keys,
+    arrival: u64,
 }
 
 #[derive(Debug)]
@@ -33,7 +66,9 @@ pub struct WaitQueues<W> {
     by_db: HashMap<i32, HashMap<Box<[u8]>, KeyQueue<W>>>,
     /// Where each waiter is queued, and its arrival number there, to remove
     /// it on timeout or disconnect.
-    index: HashMap<WaiterId, (i32, Box<[u8]>, u64)>,
+    index: HashMap<WaiterId, Place>,
+    /// The arrival number of the next waiter, on any key.
+    next: u64,
 }
 
 impl<W> Default for WaitQueues<W> {
@@ -41,6 +76,7 @@ impl<W> Default for WaitQueues<W> {
         Self {
             by_db: HashMap::new(),
             index: HashMap::new(),
+            next: 0,
         }
     }
 }
@@ -69,38 +105,137 @@ impl<W> WaitQueues<W> {
 
     /// Add a waiter at the tail of `key`'s queue.
     pub fn push(&mut self, db: i32, key: &[u8], id: WaiterId, waiter: W) {
-        let queue = self
-            .by_db
+        let arrival = self.arrive();
+        self.queue_mut(db, key)
+            .waiters
+            .insert(arrival, (id, Rc::new(waiter)));
+        self.index.insert(
+            id,
+            Place {
+                db,
+                keys: Keys::One(key.into()),
+                arrival,
+            },
+        );
+    }
+
+    /// Add one waiter at the tail of every queue of `keys` (distinct), with
+    /// one arrival number: a multi-key request.
+    pub fn push_many(&mut self, db: i32, keys: &[&[u8]], id: WaiterId, waiter: W) {
+        let arrival = self.arrive();
+        let waiter = Rc::new(waiter);
+        for key in keys {
+            self.queue_mut(db, key)
+                .waiters
+                .insert(arrival, (id, Rc::clone(&waiter)));
+        }
+        let keys = keys.iter().map(|k| Box::<[u8]>::from(*k)).collect();
+        self.index.insert(
+            id,
+            Place {
+                db,
+                keys: Keys::Many(keys),
+                arrival,
+            },
+        );
+    }
+
+    fn arrive(&mut self) -> u64 {
+        let arrival = self.next;
+        self.next += 1;
+        arrival
+    }
+
+    fn queue_mut(&mut self, db: i32, key: &[u8]) -> &mut KeyQueue<W> {
+        self.by_db
             .entry(db)
             .or_default()
             .entry(key.into())
             .or_insert_with(|| KeyQueue {
                 waiters: BTreeMap::new(),
-                next: 0,
                 timer: None,
-            });
-        let arrival = queue.next;
-        queue.next += 1;
-        queue.waiters.insert(arrival, (id, Box::new(waiter)));
-        self.index.insert(id, (db, key.into(), arrival));
+            })
     }
 
-    /// Take the head of `key`'s queue.
+    /// Take the head of `key`'s queue (out of every queue it is in).
     pub fn pop_front(&mut self, db: i32, key: &[u8]) -> Option<(WaiterId, W)> {
-        let queue = self.by_db.get_mut(&db)?.get_mut(key)?;
-        let (_, (id, waiter)) = queue.waiters.pop_first()?;
-        self.index.remove(&id);
-        Some((id, *waiter))
+        let id = self.head(db, key)?;
+        self.remove(id).map(|waiter| (id, waiter))
     }
 
-    /// Take a waiter out of its queue, wherever it is (and forget the key if
+    /// The id of the head of `key`'s queue.
+    pub fn head(&self, db: i32, key: &[u8]) -> Option<WaiterId> {
+        let queue = self.queue(db, key)?;
+        queue.waiters.first_key_value().map(|(_, (id, _))| *id)
+    }
+
+    /// Take a waiter out of its queues, wherever it is (and forget a key if
     /// that left it idle).
     pub fn remove(&mut self, id: WaiterId) -> Option<W> {
-        let (db, key, arrival) = self.index.remove(&id)?;
-        let queue = self.by_db.get_mut(&db)?.get_mut(&key)?;
-        let (_, waiter) = queue.waiters.remove(&arrival)?;
-        self.forget_if_idle(db, &key);
-        Some(*waiter)
+        let place = self.index.remove(&id)?;
+        let mut taken = None;
+        for key in place.keys.as_slice() {
+            let entry = self
+                .by_db
+                .get_mut(&place.db)
+                .and_then(|keys| keys.get_mut(key))
+                .and_then(|queue| queue.waiters.remove(&place.arrival));
+            if let Some((_, waiter)) = entry {
+                taken = Some(waiter);
+            }
+            self.forget_if_idle(place.db, key);
+        }
+        // Every queue's share of it is gone: this is the last.
+        Rc::try_unwrap(taken?).ok()
+    }
+
+    /// The db and the keys a waiter is queued on (several for a multi-key
+    /// request).
+    pub fn keys_of(&self, id: WaiterId) -> Option<(i32, &[Box<[u8]>])> {
+        self.index
+            .get(&id)
+            .map(|place| (place.db, place.keys.as_slice()))
+    }
+
+    /// Whether a waiter is a multi-key request.
+    pub fn is_multi(&self, id: WaiterId) -> bool {
+        self.index
+            .get(&id)
+            .is_some_and(|place| matches!(place.keys, Keys::Many(_)))
+    }
+
+    /// A queued waiter, by id.
+    pub fn get(&self, id: WaiterId) -> Option<&W> {
+        let place = self.index.get(&id)?;
+        let key = place.keys.as_slice().first()?;
+        let queue = self.queue(place.db, key)?;
+        queue.waiters.get(&place.arrival).map(|(_, w)| &**w)
+    }
+
+    /// Whether a waiter is first in every queue it is in: only then may it
+    /// be served (a multi-key request needs all its keys at once), and
+    /// nobody older waits for any of its keys.
+    pub fn is_first_everywhere(&self, id: WaiterId) -> bool {
+        let Some(place) = self.index.get(&id) else {
+            return false;
+        };
+        place
+            .keys
+            .as_slice()
+            .iter()
+            .all(|key| self.head(place.db, key) == Some(id))
+    }
+
+    /// Whether someone queued on `key` arrived before waiter `id`.
+    pub fn has_older(&self, db: i32, key: &[u8], id: WaiterId) -> bool {
+        let Some(place) = self.index.get(&id) else {
+            return false;
+        };
+        self.queue(db, key).is_some_and(|q| {
+            q.waiters
+                .first_key_value()
+                .is_some_and(|(arrival, _)| *arrival < place.arrival)
+        })
     }
 
     /// `key`'s waiters, from the head.
@@ -160,15 +295,21 @@ impl<W> WaitQueues<W> {
 
     /// Take every waiter of every key, and every armed timer.
     pub fn drain(&mut self) -> (Vec<(WaiterId, W)>, Vec<u64>) {
-        let mut waiters = Vec::new();
+        let mut shares = Vec::new();
         let mut timers = Vec::new();
         for (_, keys) in self.by_db.drain() {
             for (_, queue) in keys {
-                waiters.extend(queue.waiters.into_values().map(|(id, w)| (id, *w)));
+                shares.extend(queue.waiters.into_values());
                 timers.extend(queue.timer.map(|(t, _)| t));
             }
         }
         self.index.clear();
+        // A multi-key waiter is in several queues: taken once, with its
+        // last share.
+        let waiters = shares
+            .into_iter()
+            .filter_map(|(id, w)| Rc::try_unwrap(w).ok().map(|w| (id, w)))
+            .collect();
         (waiters, timers)
     }
 

@@ -86,7 +86,7 @@ pub(super) fn acquire(
 
 /// `SESSION`: the calling client's id. Inside a script the client is the
 /// script engine's, which never disconnects: a binding to it would be a lie.
-fn session_of(ctx: &Context, session: bool) -> Result<Option<u64>, LockError> {
+pub(super) fn session_of(ctx: &Context, session: bool) -> Result<Option<u64>, LockError> {
     match session {
         true if server::in_script(ctx) => Err(LockError::SessionInScript),
         true => Ok(Some(client::id(ctx))),

@@ -75,7 +75,10 @@ fn extend(ctx: &Context, args: &[RedisString], family: Family) -> Result<(), Loc
 
 /// The holder's extension stands: count it and reply 1, with `SYNC` once
 /// its replicas hold it.
-fn extended(ctx: &Context, sync: Option<redis_lock_core::args::Sync>) -> Result<(), LockError> {
+pub(super) fn extended(
+    ctx: &Context,
+    sync: Option<redis_lock_core::args::Sync>,
+) -> Result<(), LockError> {
     metrics::count(Counter::Extends);
     match sync {
         Some(sync) => {

@@ -33,6 +33,29 @@ pub enum Keys {
     First,
     /// None: the command touches no key of its own (`LOCK.LEASE`).
     None,
+    /// `numkeys key [key ...]` from argument 1 (`LOCK.MACQUIRE`): the
+    /// first key is argument 2 (first 2, last 2, step 1, for clients that
+    /// route by it), and the command, flagged `getkeys-api`, reports every
+    /// key when the server asks ([`report_numkeys`]).
+    Numkeys,
+}
+
+/// Tell the server where the keys of `command numkeys key [key ...] …` are
+/// (Cluster routing and `CROSSSLOT`, ACL key patterns, `COMMAND GETKEYS`):
+/// every key, each written. Nothing when `numkeys` is not valid; the
+/// command itself then refuses it.
+pub fn report_numkeys(ctx: &Context, args: &[RedisString]) {
+    let Some(key_at) = (unsafe { raw::RedisModule_KeyAtPos }) else {
+        return;
+    };
+    if let Some(keys) = redis_lock_core::args::numkeys_range(super::args(args)) {
+        for at in keys {
+            let Ok(at) = c_int::try_from(at) else {
+                return;
+            };
+            unsafe { key_at(ctx.get_raw(), at) };
+        }
+    }
 }
 
 /// A command of the module: its name, flags, ACL categories and body, and
@@ -112,6 +135,7 @@ pub fn create_all(ctx: &Context, specs: &[Spec]) -> Result<(), String> {
         let (first, last, step) = match spec.keys {
             Keys::First => (1, 1, 1),
             Keys::None => (0, 0, 0),
+            Keys::Numkeys => (2, 2, 1),
         };
         let entry: raw::RedisModuleCmdFunc = match spec.body {
             Some(_) => Some(entry),
