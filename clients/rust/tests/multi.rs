@@ -1,6 +1,6 @@
 //! Several locks taken in one step (`Locks::lock_many`, `LOCK.MACQUIRE`,
 //! issue 28): one guard, one token, one fence and one deadline for the
-//! whole set, all or nothing; kept alive by the session or by a watchdog
+//! whole set, all or nothing; kept alive by a watchdog of its own
 //! (`LOCK.MEXTEND`), lost when any key is, released together
 //! (`LOCK.MRELEASE`). Against a real server with the module.
 
@@ -96,8 +96,9 @@ async fn losing_one_key_loses_the_set_in_both_modes() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_set_in_a_session_counts_one_hold_per_key() {
+async fn a_set_keeps_its_own_watchdog_beside_the_session() {
     let server = Server::start();
+    let mut admin = server.admin();
     let locks = server.locks().await;
     let ttl = Duration::from_millis(900);
     let guard = locks.lock_many(KEYS).ttl(ttl).acquire().await.unwrap();
@@ -107,13 +108,12 @@ async fn a_set_in_a_session_counts_one_hold_per_key() {
         .acquire()
         .await
         .unwrap();
-    let session = guard.session().expect("attached to the session").clone();
-    assert_eq!(session.holds(), 2, "the set is one member");
+    assert!(guard.session().is_none(), "LOCK.MACQUIRE takes no LEASE");
+    assert_eq!(single.session().expect("a plain lock's session").holds(), 1);
     tokio::time::sleep(3 * ttl).await;
-    assert!(guard.held() && single.held(), "the keepalives kept both");
-    assert!(!guard.is_lost(), "no key counted missing");
-    // A manual extend keeps the session alive and asks the whole set.
-    guard.extend(ttl).await.unwrap();
+    assert!(guard.held() && single.held(), "both kept alive");
+    assert!(calls(&mut admin, "lock.mextend") >= 3, "by MEXTEND");
+    guard.extend(2 * ttl).await.unwrap();
     assert!(guard.release().await.unwrap());
     assert!(single.release().await.unwrap());
 }

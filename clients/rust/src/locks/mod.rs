@@ -162,8 +162,10 @@ impl Locks {
     /// - A wait queues fairly on every key and holds none while it waits,
     ///   so two requests for overlapping sets, in any order, cannot
     ///   deadlock.
-    /// - The guard keeps all of them alive together (its session, or a
-    ///   watchdog sending `LOCK.MEXTEND`), signals the loss when any key
+    /// - The guard keeps all of them alive together with a watchdog of its
+    ///   own, one `LOCK.MEXTEND` every ttl/3 for the whole set (the server
+    ///   attaches no set to a session's lease: `LOCK.MACQUIRE` takes no
+    ///   `LEASE`, so [`Guard::session`] is `None`), signals the loss when any key
     ///   is lost (an extend is all or nothing: `LOCK.MEXTEND` replies 0 and
     ///   changes nothing unless the token still holds every key), and
     ///   releases them all (`LOCK.MRELEASE`; `Ok(true)` when every key was
@@ -171,9 +173,9 @@ impl Locks {
     ///   [`Guard::key`] returns); [`Guard::keys`] lists them all.
     /// - In a Redis Cluster every key must hash to one slot: give them one
     ///   hash tag (`{order:42}:stock`, `{order:42}:payment`).
-    /// - One key is a plain lock (`LOCK.ACQUIRE`); none is
-    ///   [`Error::InvalidArgument`] at acquire, and so is a
-    ///   [`sync`](LockRequest::sync).
+    /// - One key is a plain lock (`LOCK.ACQUIRE`, in the session as any
+    ///   lock); none is [`Error::InvalidArgument`] at acquire, and so is a
+    ///   [`sync`](LockRequest::sync) (`LOCK.MACQUIRE` takes no `SYNC`).
     ///
     /// ```no_run
     /// use std::time::Duration;
@@ -274,7 +276,7 @@ impl Locks {
         let sync = ReplicaSync::checked(spec.sync)?;
         if sync.is_some() && !spec.set.is_empty() {
             return Err(Error::InvalidArgument(
-                "a multi-key lock takes no sync (LOCK.MEXTEND has none to keep its replicas up)",
+                "a multi-key lock takes no sync (LOCK.MACQUIRE takes no SYNC)",
             ));
         }
         ReplicaSync::check_fits(sync, ttl, margin)?;
@@ -287,6 +289,10 @@ impl Locks {
         let session = match sync {
             // A keepalive carries no sync: a synced hold keeps its watchdog.
             Some(_) => None,
+            // The server attaches no set to a lease group (`LOCK.MACQUIRE`
+            // takes no `LEASE`): a set keeps its watchdog, one `LOCK.MEXTEND`
+            // every ttl/3 for all its keys.
+            None if !spec.set.is_empty() => None,
             None => {
                 self.sessions
                     .session_for(&spec.key, ttl, margin, &self.options)
