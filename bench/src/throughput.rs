@@ -384,7 +384,9 @@ impl LoadedScripts {
 ///
 /// The SEM and SHARED acquire rows give each request a token of its own
 /// ([`FRESH_TOKEN`]), so that each adds a holder (a key drawn twice gets a
-/// second one); their release rows run on keys held by [`TOKEN`] and
+/// second one), and so do the MULTI acquire rows (`LOCK.MACQUIRE` of a set
+/// that one of its keys already holds under the same token, from another
+/// set, is an error, which would stop `redis-benchmark`); their release rows run on keys held by [`TOKEN`] and
 /// [`OTHER_TOKEN`], and release [`TOKEN`]'s hold.
 #[rustfmt::skip] // a table: one case a row
 pub fn cases(sha: &LoadedScripts) -> Vec<Case> {
@@ -453,12 +455,12 @@ pub fn cases(sha: &LoadedScripts) -> Vec<Case> {
             &["LOCK.RELEASE", shared, TOKEN]),
         case("lua.read.release", "Lua read unlock by the reader", SharedRelease, ReadHashes,
             &["EVALSHA", &sha.read_release, "1", read_hash, TOKEN]),
-        case("multi.acquire", "LOCK.MACQUIRE of 2 keys with a 36-byte TOKEN", MultiAcquire,
-            Empty, &["LOCK.MACQUIRE", "2", multi_a, multi_b, ttl, "TOKEN", TOKEN]),
+        case("multi.acquire", "LOCK.MACQUIRE of 2 keys with a fresh 36-byte TOKEN", MultiAcquire,
+            Empty, &["LOCK.MACQUIRE", "2", multi_a, multi_b, ttl, "TOKEN", FRESH_TOKEN]),
         case("lua.multi.acquire", "Lua two-key acquire-with-fence (EXISTS, SET NX PX, INCR)",
             MultiAcquire, Empty,
             &["EVALSHA", &sha.multi_acquire, "3", string_a, string_b, scripts::GLOBAL_FENCE_KEY,
-                TOKEN, ttl]),
+                FRESH_TOKEN, ttl]),
         case("multi.release", "LOCK.MRELEASE of 2 keys by the holder", MultiRelease,
             HeldLockPairs, &["LOCK.MRELEASE", "2", multi_a, multi_b, TOKEN]),
         case("lua.multi.release", "Lua two-key compare-and-delete by the holder", MultiRelease,

@@ -130,7 +130,7 @@ pub fn multi_key(ctx: &Ctx) -> Result<Report, String> {
     let seed_base = ctx.seed + 100 * ID as u64;
 
     // Contention, as scenario 1, with a replica for C4.
-    let (secs, workers_n) = if ctx.quick { (4, 12) } else { (15, 12) };
+    let (secs, workers_n) = if ctx.quick { (3, 12) } else { (15, 12) };
     let ttl = 2000;
     {
         let seed = seed_base;
