@@ -335,7 +335,7 @@ impl Locks {
                     let probe = spec
                         .kind
                         .extend_cmd(&spec.key, &spec.set, &token, how.ttl, None)?;
-                    match session.attach(probe.clone(), spec.set.len().max(1)) {
+                    match session.attach(probe.clone()) {
                         Ok(attached) => {
                             return Ok(
                                 self.grant_attached(spec, token, fence, session, probe, attached)
