@@ -232,6 +232,7 @@ pub fn on_server_event(ctx: &Context, event: ServerEvent) {
             observers::changed_in(ctx, db);
         }
         ServerEvent::Swapped { a, b } => {
+            groups::swapped(a, b);
             waiting::look_again_in(ctx, Some(a));
             waiting::look_again_in(ctx, Some(b));
             observers::changed_in(ctx, Some(a));

@@ -10,13 +10,17 @@
 //! label and its attached holds, by the key horizon each runs to; and all
 //! leases' deadlines, earliest first.
 //!
-//! An attached hold is known here by its fence (fences never repeat) and
-//! its key. Each path that adds or removes a leased hold tells this file:
+//! An attached hold is known here by its fence and its key (db and name):
+//! fences never repeat, but one multi-key grant (`LOCK.MACQUIRE … LEASE`)
+//! has one fence on each of its keys, each key a hold of its own, released,
+//! expired or deleted on its own. Each path that adds or removes a leased
+//! hold tells this file:
 //! a grant, the master's effects, an RDB load ([`attached`]); a release, an
-//! expiry, a `DEL` or an overwrite ([`detached`]); a flush ([`flushed`]).
+//! expiry, a `DEL` or an overwrite ([`detached`]); a flush ([`flushed`]);
+//! `SWAPDB` ([`swapped`]).
 
 use std::cell::RefCell;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 
 use redis_lock_core::decide::Attach;
 use redis_lock_core::errors::LockError;
@@ -25,9 +29,11 @@ use redis_lock_core::hold::{Holds, MyHold};
 
 use crate::fence;
 
-/// A hold attached to a lease: its key, by database. Its fence names it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A hold attached to a lease: its fence and its key, by database (one
+/// fence may name holds on several keys: a multi-key grant).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Attached {
+    pub fence: u64,
     pub db: i32,
     pub key: Box<[u8]>,
 }
@@ -37,11 +43,11 @@ struct Lease {
     ttl_ms: i64,
     deadline_ms: i64,
     owner: Option<Box<[u8]>>,
-    /// Attached holds by the horizon their key's TTL runs to, then fence:
-    /// the first ones come due first.
-    holds: BTreeMap<(i64, u64), Attached>,
-    /// Each attached hold's horizon, by fence.
-    horizons: HashMap<u64, i64>,
+    /// Attached holds by the horizon their key's TTL runs to, then fence
+    /// and key: the first ones come due first.
+    holds: BTreeSet<(i64, Attached)>,
+    /// Each attached hold's horizon.
+    horizons: HashMap<Attached, i64>,
 }
 
 #[derive(Default)]
@@ -72,8 +78,8 @@ pub struct LeaseState {
 pub struct Ended {
     pub id: LeaseId,
     pub deadline_ms: i64,
-    /// Each attached hold: its fence and its key.
-    pub holds: Vec<(u64, Attached)>,
+    /// Each attached hold.
+    pub holds: Vec<Attached>,
 }
 
 /// `token`'s live hold on a key: a hold attached to a lease group that ran
@@ -110,14 +116,14 @@ pub fn move_deadline(number: u64, deadline_ms: i64) {
 
 /// The first hold of lease `number` whose key's horizon its deadline
 /// (`deadline_ms`, with ttls of `ttl_ms`) may reach before the next
-/// keepalive: its fence, its key, and the horizon it moves to.
-pub fn first_due(number: u64, deadline_ms: i64, ttl_ms: i64) -> Option<(u64, Attached, i64)> {
+/// keepalive, and the horizon it moves to.
+pub fn first_due(number: u64, deadline_ms: i64, ttl_ms: i64) -> Option<(Attached, i64)> {
     with(|r| {
         let lease = r.leases.get(&number)?;
-        let (&(horizon, fence), at) = lease.holds.iter().next()?;
-        group::due(horizon, deadline_ms, ttl_ms).then(|| {
+        let (horizon, at) = lease.holds.iter().next()?;
+        group::due(*horizon, deadline_ms, ttl_ms).then(|| {
             let until = deadline_ms.saturating_add(group::horizon(ttl_ms, lease.holds.len()));
-            (fence, at.clone(), until)
+            (at.clone(), until)
         })
     })
 }
@@ -131,11 +137,7 @@ pub fn take(number: u64) -> Option<Ended> {
         Some(Ended {
             id: lease.id,
             deadline_ms: lease.deadline_ms,
-            holds: lease
-                .holds
-                .into_iter()
-                .map(|((_, f), at)| (f, at))
-                .collect(),
+            holds: lease.holds.into_iter().map(|(_, at)| at).collect(),
         })
     })
 }
@@ -197,7 +199,7 @@ pub fn set(id: LeaseId, number: u64, ttl_ms: i64, deadline_ms: i64, owner: Optio
                     ttl_ms,
                     deadline_ms,
                     owner: owner.map(Box::from),
-                    holds: BTreeMap::new(),
+                    holds: BTreeSet::new(),
                     horizons: HashMap::new(),
                 },
             );
@@ -236,25 +238,32 @@ pub fn attached(db: i32, key: &[u8], fence: u64, number: u64, horizon_ms: i64) -
         let Some(lease) = r.leases.get_mut(&number) else {
             return false;
         };
-        if let Some(old) = lease.horizons.insert(fence, horizon_ms) {
-            lease.holds.remove(&(old, fence));
-        }
         let at = Attached {
+            fence,
             db,
             key: key.into(),
         };
-        lease.holds.insert((horizon_ms, fence), at);
+        if let Some(old) = lease.horizons.insert(at.clone(), horizon_ms) {
+            lease.holds.remove(&(old, at.clone()));
+        }
+        lease.holds.insert((horizon_ms, at));
         true
     })
 }
 
-/// The hold with `fence`, attached to lease `number`, is gone (released,
-/// expired, revoked, deleted).
-pub fn detached(fence: u64, number: u64) {
+/// The hold with `fence` on `key` in `db`, attached to lease `number`, is
+/// gone (released, expired, revoked, deleted); the other keys of its grant
+/// stay attached.
+pub fn detached(db: i32, key: &[u8], fence: u64, number: u64) {
+    let at = Attached {
+        fence,
+        db,
+        key: key.into(),
+    };
     with(|r| {
         if let Some(lease) = r.leases.get_mut(&number) {
-            if let Some(horizon) = lease.horizons.remove(&fence) {
-                lease.holds.remove(&(horizon, fence));
+            if let Some(horizon) = lease.horizons.remove(&at) {
+                lease.holds.remove(&(horizon, at));
             }
         }
     });
@@ -262,24 +271,66 @@ pub fn detached(fence: u64, number: u64) {
 
 /// A hold attached to lease `number` left the keyspace by Redis' hand
 /// (`DEL`, an overwrite, an eviction; a replica applying its master's
-/// `DEL`): [`detached`].
-pub fn detached_unlinked(fence: u64, number: u64) {
-    detached(fence, number);
+/// `DEL`): [`detached`]. `None` when the server could not name the key (it
+/// always can from 7.0): every hold with that fence goes, which is only
+/// wrong for a multi-key grant, whose other keys then end by their own TTL.
+pub fn detached_unlinked(key: Option<(i32, &[u8])>, fence: u64, number: u64) {
+    if let Some((db, key)) = key {
+        return detached(db, key, fence, number);
+    }
+    with(|r| {
+        if let Some(lease) = r.leases.get_mut(&number) {
+            let gone: Vec<Attached> = lease
+                .horizons
+                .keys()
+                .filter(|at| at.fence == fence)
+                .cloned()
+                .collect();
+            for at in gone {
+                if let Some(horizon) = lease.horizons.remove(&at) {
+                    lease.holds.remove(&(horizon, at));
+                }
+            }
+        }
+    });
 }
 
 /// `FLUSHDB`/`FLUSHALL` (`None`: every db): the holds there are gone.
 pub fn flushed(db: Option<i32>) {
     with(|r| {
         for lease in r.leases.values_mut() {
-            let gone: Vec<(i64, u64)> = lease
+            let gone: Vec<(i64, Attached)> = lease
                 .holds
                 .iter()
                 .filter(|(_, at)| db.is_none_or(|db| at.db == db))
-                .map(|(k, _)| *k)
+                .cloned()
                 .collect();
-            for (horizon, fence) in gone {
-                lease.holds.remove(&(horizon, fence));
-                lease.horizons.remove(&fence);
+            for entry in gone {
+                lease.horizons.remove(&entry.1);
+                lease.holds.remove(&entry);
+            }
+        }
+    });
+}
+
+/// `SWAPDB a b`: the holds of each database are the other's now.
+pub fn swapped(a: i32, b: i32) {
+    with(|r| {
+        for lease in r.leases.values_mut() {
+            let moved: Vec<(i64, Attached)> = lease
+                .holds
+                .iter()
+                .filter(|(_, at)| at.db == a || at.db == b)
+                .cloned()
+                .collect();
+            for entry in &moved {
+                lease.horizons.remove(&entry.1);
+                lease.holds.remove(entry);
+            }
+            for (horizon, mut at) in moved {
+                at.db = if at.db == a { b } else { a };
+                lease.horizons.insert(at.clone(), horizon);
+                lease.holds.insert((horizon, at));
             }
         }
     });
@@ -303,7 +354,7 @@ pub fn shown(id: &LeaseId, max_keys: usize) -> Option<Shown> {
         let number = *r.numbers.get(id)?;
         let lease = r.leases.get(&number)?;
         let mut keys: Vec<(i32, Box<[u8]>)> = Vec::new();
-        for at in lease.holds.values() {
+        for (_, at) in &lease.holds {
             if keys.len() >= max_keys {
                 break;
             }

@@ -208,7 +208,7 @@ pub fn release(
         return;
     };
     if let Some(number) = taken.lease {
-        groups::detached(taken.fence, number);
+        groups::detached(server::selected_db(ctx), name, taken.fence, number);
     }
     let event = match by {
         ReleasedBy::Revoked => Event::Revoked,
@@ -241,7 +241,7 @@ pub fn expire(ctx: &Context, key: &mut LockKey, name: &RedisString, now_ms: i64)
     replicate::touched(ctx, name);
     for (i, hold) in expired.iter().enumerate() {
         if let Some(number) = hold.tags.lease() {
-            groups::detached(hold.fence, number);
+            groups::detached(server::selected_db(ctx), name, hold.fence, number);
         }
         let mut buffer = [0u8; UUID_LEN];
         if gone && i + 1 == expired.len() {

@@ -100,18 +100,18 @@ pub fn keepalive(ctx: &Context, id: &LeaseId) -> Result<bool, LockError> {
     let deadline_ms = rules::deadline_ms(now_ms, state.ttl_ms)?;
     groups::move_deadline(number, deadline_ms);
     replicate_set(ctx, number);
-    while let Some((fence, at, until)) = groups::first_due(number, deadline_ms, state.ttl_ms) {
+    while let Some((at, until)) = groups::first_due(number, deadline_ms, state.ttl_ms) {
         let moved = in_db(ctx, at.db, || {
             let name = crate::redis::string(ctx, &at.key);
             let mut key = LockKey::open_write(ctx, &name);
-            lease::move_horizon(ctx, &mut key, &name, fence, number, until)
+            lease::move_horizon(ctx, &mut key, &name, at.fence, number, until)
         });
         match moved {
             true => {
-                groups::attached(at.db, &at.key, fence, number, until);
+                groups::attached(at.db, &at.key, at.fence, number, until);
             }
             // Not there any more (a client renamed it, say).
-            false => groups::detached(fence, number),
+            false => groups::detached(at.db, &at.key, at.fence, number),
         }
     }
     metrics::count(Counter::Keepalives);
@@ -159,9 +159,11 @@ fn end(ctx: &Context, number: u64, how: End) -> usize {
         return 0;
     };
     let mut count = 0;
-    for (fence, at) in &ended.holds {
+    // Each key of a multi-key grant is a hold of its own: ended, counted
+    // and handed on to its waiters one by one.
+    for at in &ended.holds {
         count += in_db(ctx, at.db, || {
-            end_hold(ctx, at, *fence, number, ended.deadline_ms, how)
+            end_hold(ctx, at, number, ended.deadline_ms, how)
         });
     }
     let mut text = [0u8; LEASE_ID_LEN];
@@ -173,16 +175,10 @@ fn end(ctx: &Context, number: u64, how: End) -> usize {
     count
 }
 
-/// End the hold with `fence` on `at`'s key (attached to lease `number`,
-/// which ended at `deadline_ms`), if it is still there. 1 if it was.
-fn end_hold(
-    ctx: &Context,
-    at: &Attached,
-    fence: u64,
-    number: u64,
-    deadline_ms: i64,
-    how: End,
-) -> usize {
+/// End the hold `at` (attached to lease `number`, which ended at
+/// `deadline_ms`), if it is still there. 1 if it was.
+fn end_hold(ctx: &Context, at: &Attached, number: u64, deadline_ms: i64, how: End) -> usize {
+    let fence = at.fence;
     let name = crate::redis::string(ctx, &at.key);
     let mut key = LockKey::open_write(ctx, &name);
     let mut buffer = [0u8; UUID_LEN];

@@ -71,7 +71,10 @@ use redis::datatype::{LOCK_TYPE, SEMAPHORE_TYPE, SHARED_TYPE};
 /// maxmemory (nor has `LOCK.LEASE REVOKE` or `LOCK.REVOKE`). GUARD has
 /// neither deny-oom (a guarded read works under maxmemory; a guarded write
 /// is refused as the bare write would be) nor fast (the guarded command may
-/// be slow). ACQUIRE (with WAIT) and OBSERVE block like BLPOP, so they are
+/// be slow). The multi-key commands (`LOCK.MACQUIRE`, `MEXTEND`,
+/// `MRELEASE`) are O(numkeys), so neither fast nor `@fast`: `@slow`, as
+/// Redis' own `DEL` and `MSET`, and as `LOCK.REVOKE` (O(holders)) here.
+/// ACQUIRE (with WAIT), MACQUIRE and OBSERVE block like BLPOP, so they are
 /// `blocking`, which tells clients and proxies to wait longer; in MULTI and
 /// scripts they answer at once all the same. The categories follow Redis'
 /// own: each command in `@read` or `@write`, `@fast` or `@slow`; taking
@@ -91,9 +94,9 @@ const COMMANDS: &[Spec] = &[
     spec(c"lock.guard_ro",  c"readonly getkeys-api",          "read slow",                  true,  guard::run_ro),
     spec(c"lock.queue",     c"readonly fast",                 "read fast",                  true,  queue::run),
     spec(c"lock.observe",   c"readonly blocking",             "read slow blocking",         true,  observe::run),
-    many(c"lock.macquire",  c"write deny-oom fast blocking getkeys-api", "write fast blocking", true, multi::run_acquire),
-    many(c"lock.mextend",   c"write deny-oom fast getkeys-api", "write fast",                true,  multi::run_extend),
-    many(c"lock.mrelease",  c"write fast getkeys-api",        "write fast",                 true,  multi::run_release),
+    many(c"lock.macquire",  c"write deny-oom blocking getkeys-api", "write slow blocking",   true,  multi::run_acquire),
+    many(c"lock.mextend",   c"write deny-oom getkeys-api",    "write slow",                 true,  multi::run_extend),
+    many(c"lock.mrelease",  c"write getkeys-api",             "write slow",                 true,  multi::run_release),
     spec(c"lock.revoke",    c"write",                         "write slow dangerous admin", true,  lease_group::run_revoke),
     spec(c"sem.acquire",    c"write deny-oom fast blocking",  "write fast blocking",        true,  sem_acquire::run),
     spec(c"sem.extend",     c"write deny-oom fast",           "write fast",                 true,  extend::run_sem),

@@ -65,9 +65,12 @@ pub enum Counter {
     Revocations,
     /// `LOCK.LEASE KEEPALIVE` of a live lease group.
     Keepalives,
+    /// Multi-key requests granted (`LOCK.MACQUIRE`, directly or from the
+    /// queue; each key counts in `Grants` too).
+    MultiGrants,
 }
 
-const COUNTERS: [(Counter, &CStr); 26] = [
+const COUNTERS: [(Counter, &CStr); 27] = [
     (Counter::Grants, c"grants"),
     (Counter::Refused, c"refused"),
     (Counter::Renewals, c"renewals"),
@@ -94,6 +97,7 @@ const COUNTERS: [(Counter, &CStr); 26] = [
     (Counter::LeasesRevoked, c"leases_revoked"),
     (Counter::Revocations, c"revocations"),
     (Counter::Keepalives, c"keepalives"),
+    (Counter::MultiGrants, c"macquires"),
 ];
 
 #[allow(clippy::declare_interior_mutable_const)]

@@ -53,18 +53,19 @@ pub enum Answer {
     Call(CallReply),
 }
 
-/// A grant to undo if its replicas do not hold it in time: the hold of
-/// `token` with `fence` on `key` in `db`.
+/// A grant to undo if its replicas do not hold it in time: the holds of
+/// `token` with `fence` on `keys` in `db` (one key, or every key of a
+/// multi-key grant, which all have its one fence).
 #[derive(Clone)]
 pub struct Grant {
     pub db: i32,
-    pub key: Box<[u8]>,
+    pub keys: Vec<Box<[u8]>>,
     pub token: Box<[u8]>,
     pub fence: u64,
 }
 
-/// Undo a grant (release it, if it is still that hold, and hand the key
-/// on): `waiting.rs`'s, given with each request.
+/// Undo a grant (release each of its keys, if it is still that hold, and
+/// hand it on): `waiting.rs`'s, given with each request.
 pub type Undo = fn(&Context, &Grant);
 
 /// Answer a waiting client: with its answer once synced, or the `NOSYNC`

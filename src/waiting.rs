@@ -95,19 +95,9 @@ struct Waiter {
 
 /// What a blocked client is unblocked with.
 enum Outcome {
-    Granted {
-        db: i32,
-        key: Box<[u8]>,
-        token: Box<[u8]>,
-        fence: u64,
-    },
-    /// A multi-key request, granted every key of `keys` with one fence.
-    GrantedMany {
-        db: i32,
-        keys: Vec<Box<[u8]>>,
-        token: Box<[u8]>,
-        fence: u64,
-    },
+    /// Granted its key, or every key of a multi-key request, with one
+    /// fence: given back if it leaves before the reply.
+    Granted(Grant),
     Failed(LockError),
     /// `WAIT timeout-ms` ran out: reply null.
     TimedOut,
@@ -124,13 +114,9 @@ enum Wake {
     HandOff { db: i32, key: Box<[u8]> },
     /// End the wait of this waiter if it is still queued.
     Timeout { waiter: WaiterId },
-    /// Take the lock back from a waiter that disconnected after its grant.
-    Reclaim {
-        db: i32,
-        key: Box<[u8]>,
-        token: Box<[u8]>,
-        fence: u64,
-    },
+    /// Take the lock back (every key of it) from a waiter that
+    /// disconnected after its grant.
+    Reclaim(Grant),
     /// Release the SESSION locks of a connection that closed.
     SessionClosed(Vec<Bound>),
 }
@@ -339,7 +325,9 @@ pub fn enqueue_many(
 /// every key fits, all keys in one step, with one fence; fail it if a key
 /// can never fit; else leave it first where it is (later requests for its
 /// keys wait behind it) and look at the busy keys again when they can next
-/// fit. Whether it left the queue (the caller then serves the next head).
+/// fit. Each key is decided as the hand-off decides a single-key waiter
+/// (`decide::acquire_many` with `queued`). Whether it left the queue (the
+/// caller then serves the next head).
 fn serve_many(ctx: &Context, db: i32, id: WaiterId) -> bool {
     let Some((keys, ask)) = with_queues(|q| {
         if !q.is_first_everywhere(id) {
@@ -347,12 +335,17 @@ fn serve_many(ctx: &Context, db: i32, id: WaiterId) -> bool {
         }
         let (_, keys) = q.keys_of(id)?;
         let waiter = q.get(id)?;
-        let ask = (waiter.token.clone(), waiter.want, waiter.ttl_ms);
+        let ask = (
+            waiter.token.clone(),
+            waiter.want,
+            waiter.ttl_ms,
+            waiter.lease,
+        );
         Some((keys.to_vec(), ask))
     }) else {
         return false;
     };
-    let (token, want, ttl_ms) = ask;
+    let (token, want, ttl_ms, lease_id) = ask;
     let names: Vec<RedisString> = keys.iter().map(|k| crate::redis::string(ctx, k)).collect();
     let mut opened: Vec<LockKey> = Vec::with_capacity(names.len());
     for name in &names {
@@ -381,6 +374,10 @@ fn serve_many(ctx: &Context, db: i32, id: WaiterId) -> bool {
             }
         })
         .collect();
+    // `LEASE id`: where its keys would run to. A lease that is gone fails
+    // the request only when it could be granted (`NOLEASE`), as a
+    // single-key waiter's does.
+    let attach = lease_id.map(|id| groups::attach_to(&id, now_ms));
     let case = AcquireManyCase {
         keys: &many,
         want,
@@ -389,7 +386,8 @@ fn serve_many(ctx: &Context, db: i32, id: WaiterId) -> bool {
         hold: config::hold_policy(),
         may_wait: true,
         max_holders: config::max_holders(),
-        lease: None,
+        lease: attach.and_then(Result::ok),
+        queued: true,
     };
     let decision = decide::acquire_many(&case);
     match decision {
@@ -414,12 +412,14 @@ fn serve_many(ctx: &Context, db: i32, id: WaiterId) -> bool {
         }
         Ok(AcquireMany::Held { fence }) => {
             drop(opened);
-            answer_many(ctx, db, id, &keys, token.as_deref(), fence);
+            answer_many(ctx, db, id, &keys, fence);
             true
         }
         Ok(AcquireMany::Renew { fence, renewals }) => {
             let Some(token) = token.as_deref() else {
-                return false;
+                drop(opened);
+                leave_many(ctx, db, id, &keys, Outcome::Failed(LockError::Internal));
+                return true;
             };
             let owner = with_queues(|q| q.get(id).and_then(|w| w.owner.clone()));
             for ((lock_key, name), renewal) in opened.iter_mut().zip(&names).zip(&renewals) {
@@ -430,11 +430,18 @@ fn serve_many(ctx: &Context, db: i32, id: WaiterId) -> bool {
             for (key, renewal) in keys.iter().zip(&renewals) {
                 wake_at(ctx, db, key, renewal.wake_at_ms());
             }
-            answer_many(ctx, db, id, &keys, Some(token), fence);
+            answer_many(ctx, db, id, &keys, fence);
             true
         }
         Ok(AcquireMany::Grant { deadline_ms }) => {
-            grant_many(ctx, db, id, opened, &names, deadline_ms, now_ms);
+            if let Some(Err(error)) = attach {
+                // Its turn came, its lease is gone: granted nothing.
+                drop(opened);
+                leave_many(ctx, db, id, &keys, Outcome::Failed(error));
+                return true;
+            }
+            let lease = attach.and_then(Result::ok).map(|a| a.number);
+            grant_many(ctx, db, id, opened, &names, deadline_ms, now_ms, lease);
             true
         }
     }
@@ -453,38 +460,43 @@ fn leave_many(ctx: &Context, db: i32, id: WaiterId, keys: &[Box<[u8]>], outcome:
 }
 
 /// A multi-key waiter whose token holds every key as it asks (renewed, or
-/// kept by its lease group): answered with its grant.
-fn answer_many(
-    ctx: &Context,
-    db: i32,
-    id: WaiterId,
-    keys: &[Box<[u8]>],
-    token: Option<&[u8]>,
-    fence: u64,
-) {
-    let Some(token) = token else {
-        return leave_many(ctx, db, id, keys, Outcome::Failed(LockError::Internal));
+/// kept by its lease group): answered with its grant, as a renewal (bound
+/// to its SESSION, with `SYNC` waited for as for an extension).
+fn answer_many(ctx: &Context, db: i32, id: WaiterId, keys: &[Box<[u8]>], fence: u64) {
+    let Some(waiter) = with_queues(|q| q.remove(id)) else {
+        return;
     };
-    metrics::count(Counter::Renewals);
-    let session = with_queues(|q| q.get(id).and_then(|w| w.session));
-    if let Some(client) = session {
-        for key in keys {
-            sessions::bind(ctx, client, db, key, fence);
+    dismiss(ctx, &waiter);
+    match waiter.token.as_deref() {
+        Some(token) => {
+            metrics::count(Counter::Renewals);
+            if let Some(client) = waiter.session {
+                for key in keys {
+                    sessions::bind(ctx, client, db, key, fence);
+                }
+            }
+            let grant = Grant {
+                db,
+                keys: keys.to_vec(),
+                token: token.into(),
+                fence,
+            };
+            answer(ctx, id, waiter.sync, grant, Stands::Extension);
         }
+        None => blocked::unblock::<Queue>(id, Outcome::Failed(LockError::Internal)),
     }
-    let outcome = Outcome::GrantedMany {
-        db,
-        keys: keys.to_vec(),
-        token: token.into(),
-        fence,
-    };
-    leave_many(ctx, db, id, keys, outcome);
+    for key in keys {
+        look_again(ctx, db, key);
+    }
 }
 
 /// Grant every key of `names` (open as `opened`, each free or with room,
-/// as decided) to the multi-key waiter `id`, with one fence, then answer
-/// it. A waiter whose ACL access to a key was revoked meanwhile is failed
-/// instead, with nothing granted.
+/// as decided) to the multi-key waiter `id`, with one fence, attached to
+/// lease group `lease` if any, then answer it (with `SYNC`, once its
+/// replicas hold every key, else undone on every key). A waiter whose ACL
+/// access to a key was revoked meanwhile is failed instead, with nothing
+/// granted.
+#[allow(clippy::too_many_arguments)]
 fn grant_many(
     ctx: &Context,
     db: i32,
@@ -493,6 +505,7 @@ fn grant_many(
     names: &[RedisString],
     deadline_ms: i64,
     now_ms: i64,
+    lease: Option<u64>,
 ) {
     let keys: Vec<Box<[u8]>> = names.iter().map(|n| n.as_slice().into()).collect();
     let Some(waiter) = with_queues(|q| q.remove(id)) else {
@@ -525,7 +538,7 @@ fn grant_many(
         owner: waiter.owner.as_deref(),
         now_ms,
         deadline_ms,
-        lease: None,
+        lease,
     };
     for (lock_key, name) in opened.iter_mut().zip(names) {
         // Each key was decided free (or with room) a moment ago and is
@@ -542,15 +555,14 @@ fn grant_many(
         replicate::notify(ctx, waiter.want.kind().event(Event::Handoff), name);
     }
     metrics::count(Counter::GrantsAfterWait);
-    blocked::unblock::<Queue>(
-        id,
-        Outcome::GrantedMany {
-            db,
-            keys: keys.clone(),
-            token: token.into(),
-            fence,
-        },
-    );
+    metrics::count(Counter::MultiGrants);
+    let grant = Grant {
+        db,
+        keys: keys.clone(),
+        token: token.into(),
+        fence,
+    };
+    answer(ctx, id, waiter.sync, grant, Stands::Undone);
     // Readers queued behind it on its other keys may fit beside it.
     for key in &keys {
         look_again(ctx, db, key);
@@ -775,7 +787,7 @@ fn grant_to_head(
     replicate::notify(ctx, waiter.want.kind().event(Event::Handoff), name);
     let grant = Grant {
         db,
-        key: key.into(),
+        keys: vec![key.into()],
         token: token.into(),
         fence,
     };
@@ -787,7 +799,7 @@ fn grant_to_head(
 /// replicas hold the grant (a new grant is undone if they do not in time).
 fn answer(ctx: &Context, id: BlockedId, sync_args: Option<Sync>, grant: Grant, stands: Stands) {
     let Some(sync_args) = sync_args else {
-        return blocked::unblock::<Queue>(id, granted(grant));
+        return blocked::unblock::<Queue>(id, Outcome::Granted(grant));
     };
     let pending = sync::Pending {
         client: id,
@@ -813,7 +825,7 @@ fn answer_queued(
     _undo: sync::Undo,
 ) {
     let outcome = match (result, grant) {
-        (Ok(_), Some(grant)) => granted(grant),
+        (Ok(_), Some(grant)) => Outcome::Granted(grant),
         (Ok(_), None) => Outcome::Failed(LockError::Internal),
         (Err(text), _) => Outcome::Redirected(text),
     };
@@ -821,29 +833,21 @@ fn answer_queued(
 }
 
 /// Undo a grant whose replicas did not hold it in time (or whose client
-/// left while it waited for them): released as a release would, if that
-/// hold is still there, and the key handed on. A master only.
+/// left while it waited for them): each of its keys released as a release
+/// would, if that hold is still there, and handed on. A master only.
 pub fn undo(ctx: &Context, grant: &Grant) {
+    give_back(ctx, grant, ReleasedBy::Undone);
+}
+
+/// Release every key of `grant` whose hold is still that grant's, each
+/// handed on. A master only.
+fn give_back(ctx: &Context, grant: &Grant, by: ReleasedBy) {
     if !server::is_master(ctx) {
         return;
     }
     let token = Some(&*grant.token);
-    release_held(
-        ctx,
-        grant.db,
-        &grant.key,
-        grant.fence,
-        token,
-        ReleasedBy::Undone,
-    );
-}
-
-fn granted(grant: Grant) -> Outcome {
-    Outcome::Granted {
-        db: grant.db,
-        key: grant.key,
-        token: grant.token,
-        fence: grant.fence,
+    for key in &grant.keys {
+        release_held(ctx, grant.db, key, grant.fence, token, by);
     }
 }
 
@@ -902,7 +906,7 @@ fn answer_holder(ctx: &Context, db: i32, key: &[u8], id: BlockedId, waiter: &Wai
     }
     let grant = Grant {
         db,
-        key: key.into(),
+        keys: vec![key.into()],
         token: token.into(),
         fence,
     };
@@ -1098,12 +1102,7 @@ fn on_wake(ctx: &Context, wake: Wake) {
             }
         }
         Wake::Timeout { waiter } => time_out(ctx, waiter),
-        Wake::Reclaim {
-            db,
-            key,
-            token,
-            fence,
-        } => reclaim(ctx, db, &key, &token, fence),
+        Wake::Reclaim(grant) => give_back(ctx, &grant, ReleasedBy::Reclaim),
         Wake::SessionClosed(bound) => {
             if !server::is_master(ctx) {
                 return;
@@ -1149,15 +1148,6 @@ fn left(ctx: &Context, multi: Option<(i32, Vec<Box<[u8]>>)>) {
     }
 }
 
-/// A waiter that disconnected between its grant and its reply would strand
-/// the key: give its hold back if it still has it, and hand it on.
-fn reclaim(ctx: &Context, db: i32, key: &[u8], token: &[u8], fence: u64) {
-    if !server::is_master(ctx) {
-        return;
-    }
-    release_held(ctx, db, key, fence, Some(token), ReleasedBy::Reclaim);
-}
-
 /// Release the hold on `key` in `db` with `fence` (and `token`, when given)
 /// if it is still there, through [`release`].
 fn release_held(
@@ -1192,8 +1182,7 @@ impl Waits for Queue {
 
     fn reply(ctx: &Context, outcome: &Outcome) {
         match outcome {
-            Outcome::Granted { token, fence, .. } => reply::grant(ctx, token, *fence),
-            Outcome::GrantedMany { token, fence, .. } => reply::grant(ctx, token, *fence),
+            Outcome::Granted(grant) => reply::grant(ctx, &grant.token, grant.fence),
             Outcome::Failed(error) => reply::error(ctx, *error),
             Outcome::TimedOut => reply::null(ctx),
             Outcome::Redirected(error) => reply::error_text(ctx, error),
@@ -1203,38 +1192,8 @@ impl Waits for Queue {
     /// Leave the queue; if the client was granted in the meantime, take the
     /// lock back from a timer (the client is being freed).
     fn disconnected(ctx: &Context, client: BlockedId, outcome: Option<&Outcome>) {
-        if let Some(Outcome::Granted {
-            db,
-            key,
-            token,
-            fence,
-        }) = outcome
-        {
-            let wake = Wake::Reclaim {
-                db: *db,
-                key: key.clone(),
-                token: token.clone(),
-                fence: *fence,
-            };
-            timer::start(ctx, 0, wake, on_wake);
-            return;
-        }
-        if let Some(Outcome::GrantedMany {
-            db,
-            keys,
-            token,
-            fence,
-        }) = outcome
-        {
-            for key in keys {
-                let wake = Wake::Reclaim {
-                    db: *db,
-                    key: key.clone(),
-                    token: token.clone(),
-                    fence: *fence,
-                };
-                timer::start(ctx, 0, wake, on_wake);
-            }
+        if let Some(Outcome::Granted(grant)) = outcome {
+            timer::start(ctx, 0, Wake::Reclaim(grant.clone()), on_wake);
             return;
         }
         let multi = multi_keys_of(client);

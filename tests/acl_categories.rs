@@ -20,6 +20,10 @@ const COMMANDS: &[(&str, &[&str], bool)] = &[
     ("lock.info", &["read", "fast"], false),
     ("lock.queue", &["read", "fast"], false),
     ("lock.observe", &["read", "slow", "blocking"], true),
+    // O(numkeys): `@slow`, as Redis' own multi-key writes (`DEL`, `MSET`).
+    ("lock.macquire", &["write", "slow", "blocking"], true),
+    ("lock.mextend", &["write", "slow"], false),
+    ("lock.mrelease", &["write", "slow"], false),
     (
         "lock.revoke",
         &["write", "slow", "dangerous", "admin"],
@@ -53,11 +57,15 @@ const INTERNAL: [&str; 5] = [
     "lock.leasedel",
 ];
 
-/// Where a command's key is: argument 1, or none for the lease groups'
-/// commands (`LOCK.LEASE …`, `LOCK.LEASESET`, `LOCK.LEASEDEL`).
+/// Where a command's key is: argument 1, none for the lease groups'
+/// commands (`LOCK.LEASE …`, `LOCK.LEASESET`, `LOCK.LEASEDEL`), argument 2
+/// for the first of the multi-key commands' `numkeys key [key ...]` (the
+/// rest they report themselves: `getkeys-api`).
 fn keys_of(name: &str) -> (i64, i64, i64) {
     if name.starts_with("lock.lease") {
         (0, 0, 0)
+    } else if ["lock.macquire", "lock.mextend", "lock.mrelease"].contains(&name) {
+        (2, 2, 1)
     } else {
         (1, 1, 1)
     }
@@ -187,11 +195,14 @@ fn user_without_write_cannot_take_or_give_back_locks_but_can_read_them() {
     let mut admin = server.conn();
     let writes: &[&[&str]] = &[
         &["LOCK.ACQUIRE", "other", "1000"],
+        &["LOCK.MACQUIRE", "2", "other", "more", "1000"],
         &["LOCK.ACQUIRE", "k", "1000", "TOKEN", "t"],
         &["LOCK.EXTEND", "k", "t", "90000"],
+        &["LOCK.MEXTEND", "1", "k", "t", "90000"],
         &["LOCK.GUARD", "k", "t", "GET", "k"],
         &["LOCK.SETSTATE", "k", "forged", "9007199254740990", "1"],
         &["LOCK.RELEASE", "k", "t"],
+        &["LOCK.MRELEASE", "1", "k", "t"],
     ];
     let before = fence_and_deadline(&mut admin, "k");
     if support == AclSupport::None {
@@ -221,7 +232,12 @@ fn blocking_and_dangerous_categories_hold_what_they_say() {
         return;
     }
     assert!(noperm(&mut user, &["LOCK.ACQUIRE", "other", "1000"]));
+    assert!(noperm(&mut user, &["LOCK.MACQUIRE", "1", "other", "1000"]));
     assert!(noperm(&mut user, &["LOCK.OBSERVE", "k", "0", "1"]));
+    assert!(!noperm(
+        &mut user,
+        &["LOCK.MEXTEND", "1", "k", "t", "90000"]
+    ));
     assert!(!noperm(&mut user, &["LOCK.INFO", "k"]));
     assert!(!noperm(&mut user, &["LOCK.RELEASE", "k", "t"]));
 
@@ -296,6 +312,15 @@ fn lock_category_alone_grants_every_client_command_and_nothing_else() {
         &mut user,
         &["LOCK.ACQUIRE", "k", "1000", "WAIT", "10"]
     ));
+    assert!(!noperm(
+        &mut user,
+        &["LOCK.MACQUIRE", "2", "m1", "m2", "1000", "TOKEN", "m"]
+    ));
+    assert!(!noperm(
+        &mut user,
+        &["LOCK.MEXTEND", "2", "m1", "m2", "m", "900"]
+    ));
+    assert!(!noperm(&mut user, &["LOCK.MRELEASE", "2", "m1", "m2", "m"]));
     assert!(noperm(
         &mut user,
         &["LOCK.SETSTATE", "k", "forged", "9007199254740990", "1"]

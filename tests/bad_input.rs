@@ -381,3 +381,173 @@ fn setstate_from_a_client_is_refused_and_changes_nothing() {
     });
     fx.assert_all_refused(&cases);
 }
+
+const ARITY_MACQUIRE: &str = "ERR wrong number of arguments for 'lock.macquire' command";
+const ARITY_MRELEASE: &str = "ERR wrong number of arguments for 'lock.mrelease' command";
+const ARITY_MEXTEND: &str = "ERR wrong number of arguments for 'lock.mextend' command";
+const NUMKEYS_INVALID: &str = "ERR numkeys must be a positive integer";
+const NUMKEYS_TOO_MANY: &str = "ERR numkeys is more than lock.max-keys";
+const NUMKEYS_MISMATCH: &str = "ERR numkeys does not match the number of keys given";
+const KEYS_DUPLICATE: &str = "ERR the same key is given more than once";
+const LEASE_ID_INVALID: &str =
+    "ERR lease id must be 32 lowercase hex digits (what LOCK.LEASE GRANT replied)";
+const LEASE_MISSING: &str = "ERR syntax error: LEASE needs a lease id";
+const SYNC_MISSING: &str = "ERR syntax error: SYNC needs numreplicas and timeout-ms";
+const SYNC_REPLICAS: &str = "ERR SYNC numreplicas must be an integer from 0 to 1000";
+const SYNC_TIMEOUT: &str = "ERR SYNC timeout-ms must be an integer from 1 to 31536000000";
+
+/// The multi-key commands (`LOCK.MACQUIRE`, `LOCK.MRELEASE`,
+/// `LOCK.MEXTEND`): every malformed `numkeys`, key list, ttl, token and
+/// option, on a free pair of keys and on a pair with a held key (with its
+/// holder's token), each refused whole with nothing changed.
+#[test]
+fn multi_key_garbage_is_refused_and_changes_nothing() {
+    let lease_like = "0123456789abcdef0123456789ABCDEF";
+    let cases = on_both_keys(|key, token| {
+        let m = |name: String, args: &[&str], want| case(name, args, want);
+        let mut cases = vec![
+            m(
+                "MACQUIRE, no arguments".into(),
+                &["LOCK.MACQUIRE"],
+                ARITY_MACQUIRE,
+            ),
+            m(
+                format!("MACQUIRE 1 {key}, no ttl"),
+                &["LOCK.MACQUIRE", "1", key],
+                ARITY_MACQUIRE,
+            ),
+            m(
+                "MRELEASE, no arguments".into(),
+                &["LOCK.MRELEASE"],
+                ARITY_MRELEASE,
+            ),
+            m(
+                format!("MRELEASE 1 {key}, no token"),
+                &["LOCK.MRELEASE", "1", key],
+                ARITY_MRELEASE,
+            ),
+            m(
+                "MEXTEND, no arguments".into(),
+                &["LOCK.MEXTEND"],
+                ARITY_MEXTEND,
+            ),
+            m(
+                format!("MEXTEND 1 {key} token, no ttl"),
+                &["LOCK.MEXTEND", "1", key, token],
+                ARITY_MEXTEND,
+            ),
+            m(
+                format!("MRELEASE 1 {key} token extra"),
+                &["LOCK.MRELEASE", "1", key, token, "extra"],
+                NUMKEYS_MISMATCH,
+            ),
+            m(
+                format!("MEXTEND 1 {key} token ttl extra"),
+                &["LOCK.MEXTEND", "1", key, token, "600000", "extra"],
+                NUMKEYS_MISMATCH,
+            ),
+            m(
+                format!("MACQUIRE 3 {key} m2 ttl"),
+                &["LOCK.MACQUIRE", "3", key, "m2", "600000"],
+                NUMKEYS_MISMATCH,
+            ),
+            m(
+                format!("MACQUIRE 65 {key} ttl"),
+                &["LOCK.MACQUIRE", "65", key, "600000"],
+                NUMKEYS_TOO_MANY,
+            ),
+            m(
+                format!("MACQUIRE 2 {key} {key} ttl"),
+                &["LOCK.MACQUIRE", "2", key, key, "600000", "TOKEN", token],
+                KEYS_DUPLICATE,
+            ),
+            m(
+                format!("MRELEASE 2 {key} {key}"),
+                &["LOCK.MRELEASE", "2", key, key, token],
+                KEYS_DUPLICATE,
+            ),
+            m(
+                format!("MEXTEND 2 {key} {key}"),
+                &["LOCK.MEXTEND", "2", key, key, token, "600000"],
+                KEYS_DUPLICATE,
+            ),
+        ];
+        for numkeys in [
+            "0",
+            "-1",
+            "x",
+            "",
+            "1.5",
+            " 1",
+            "\0",
+            "\r\n",
+            "99999999999999999999",
+        ] {
+            for (command, tail) in [
+                ("LOCK.MACQUIRE", vec!["600000"]),
+                ("LOCK.MRELEASE", vec![token]),
+                ("LOCK.MEXTEND", vec![token, "600000"]),
+            ] {
+                let mut args = vec![command, numkeys, key];
+                args.extend(tail);
+                cases.push(m(
+                    format!("{command} numkeys {numkeys:?} {key}"),
+                    &args,
+                    NUMKEYS_INVALID,
+                ));
+            }
+        }
+        for &(ttl, want) in BAD_TTLS {
+            cases.push(m(
+                format!("MACQUIRE 2 {key} m2 ttl {ttl:?}"),
+                &["LOCK.MACQUIRE", "2", key, "m2", ttl, "TOKEN", token],
+                want,
+            ));
+            cases.push(m(
+                format!("MEXTEND 1 {key} {token} ttl {ttl:?}"),
+                &["LOCK.MEXTEND", "1", key, token, ttl],
+                want,
+            ));
+        }
+        let long = "x".repeat(257);
+        for bad in ["", long.as_str()] {
+            cases.push(m(
+                format!("MACQUIRE {key} TOKEN of {} bytes", bad.len()),
+                &["LOCK.MACQUIRE", "2", key, "m2", "600000", "TOKEN", bad],
+                TOKEN_LENGTH,
+            ));
+            cases.push(m(
+                format!("MRELEASE {key} token of {} bytes", bad.len()),
+                &["LOCK.MRELEASE", "2", key, "m2", bad],
+                TOKEN_LENGTH,
+            ));
+            cases.push(m(
+                format!("MEXTEND {key} token of {} bytes", bad.len()),
+                &["LOCK.MEXTEND", "2", key, "m2", bad, "600000"],
+                TOKEN_LENGTH,
+            ));
+        }
+        let with = |name: &str, opts: &[&str], want| {
+            let mut args = vec!["LOCK.MACQUIRE", "2", key, "m2", "600000", "TOKEN", token];
+            args.extend(opts);
+            case(format!("MACQUIRE 2 {key} m2 600000 {name}"), &args, want)
+        };
+        cases.extend([
+            with("NX", &["NX"], UNKNOWN_OPTION),
+            with("TOKEN again", &["TOKEN", token], REPEATED_TOKEN),
+            with("SESSION SESSION", &["SESSION", "SESSION"], REPEATED_SESSION),
+            with("LEASE", &["LEASE"], LEASE_MISSING),
+            with(
+                "LEASE uppercase hex",
+                &["LEASE", lease_like],
+                LEASE_ID_INVALID,
+            ),
+            with("LEASE \\0", &["LEASE", "\0"], LEASE_ID_INVALID),
+            with("SYNC 1", &["SYNC", "1"], SYNC_MISSING),
+            with("SYNC x 100", &["SYNC", "x", "100"], SYNC_REPLICAS),
+            with("SYNC 1 \\r\\n", &["SYNC", "1", "\r\n"], SYNC_TIMEOUT),
+        ]);
+        cases
+    });
+    Fixture::new().assert_all_refused(&cases);
+}

@@ -1103,6 +1103,119 @@ fn cluster_guard_writes_same_slot_keys_and_refuses_crossslot() {
     assert_eq!(read, "40");
 }
 
+/// `LOCK.MACQUIRE numkeys key [key ...] rest…`.
+fn macquire(keys: &[&str], rest: &[&str]) -> redis::Cmd {
+    let mut cmd = redis::cmd("LOCK.MACQUIRE");
+    cmd.arg(keys.len()).arg(keys).arg(rest);
+    cmd
+}
+
+/// Multi-key locks in a cluster: keys of one slot (a hash tag) are granted
+/// on the node that owns it, each key with the one fence; the cluster
+/// client gets there whatever it routes by (the redis crate routes an
+/// unknown command by argument 1, here `numkeys`, and follows the `MOVED`
+/// the key spec makes the server answer); keys of several slots are
+/// `CROSSSLOT` and a node that does not own the slot answers `MOVED`, for
+/// all three commands, nothing changed; a queued request is handed its
+/// keys on their node.
+#[test]
+fn cluster_multi_key_locks_live_on_their_slots_node_and_refuse_crossslot() {
+    let mut cluster = Cluster::start();
+    let mut con = cluster.client();
+    let keys = ["{order:7}:stock", "{order:7}:payment", "{order:7}:invoice"];
+    let slot = get_slot(keys[0].as_bytes());
+    let (token, fence): (String, u64) = macquire(&keys, &["60000", "TOKEN", "t"])
+        .query::<Option<(String, u64)>>(&mut con)
+        .expect("LOCK.MACQUIRE")
+        .expect("granted");
+    assert_eq!(token, "t");
+    // Routed by the first key explicitly: the same grant (a renewal).
+    let route = Route::new(slot, SlotAddr::Master);
+    let routed = con
+        .route_command(
+            &macquire(&keys, &["60000", "TOKEN", "t"]),
+            RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route)),
+        )
+        .expect("routed");
+    let routed: (String, u64) = redis::from_redis_value(&routed).unwrap();
+    assert_eq!(routed, (token.clone(), fence));
+    let owner = cluster.owner(slot);
+    let mut direct = cluster.node(owner.port).conn();
+    for key in keys {
+        assert_eq!(info(&mut direct, key).expect(key)["fence"], fence as i64);
+    }
+    // Another slot in the same request: CROSSSLOT, on the owner itself.
+    assert_ne!(get_slot(b"elsewhere"), slot);
+    let before = dbsize(&mut direct);
+    for cmd in [
+        macquire(&[keys[0], "elsewhere"], &["60000"]),
+        redis::cmd("LOCK.MEXTEND")
+            .arg(&["2", keys[0], "elsewhere", "t", "90000"])
+            .clone(),
+        redis::cmd("LOCK.MRELEASE")
+            .arg(&["2", keys[0], "elsewhere", "t"])
+            .clone(),
+    ] {
+        let error = error_of(&mut direct, &cmd);
+        assert!(error.starts_with("CROSSSLOT"), "{error}");
+    }
+    assert_eq!(dbsize(&mut direct), before);
+    // A node that does not own the slot redirects, for each command.
+    let other = cluster
+        .masters()
+        .into_iter()
+        .find(|m| m.port != owner.port)
+        .expect("another master");
+    let mut elsewhere = cluster.node(other.port).conn();
+    for cmd in [
+        macquire(&keys, &["60000", "TOKEN", "t"]),
+        redis::cmd("LOCK.MEXTEND")
+            .arg(3)
+            .arg(&keys)
+            .arg(&["t", "90000"])
+            .clone(),
+        redis::cmd("LOCK.MRELEASE")
+            .arg(3)
+            .arg(&keys)
+            .arg("t")
+            .clone(),
+    ] {
+        let moved = error_of(&mut elsewhere, &cmd);
+        assert_eq!(moved, format!("MOVED {slot} 127.0.0.1:{}", owner.port));
+    }
+    let extended: i64 = redis::cmd("LOCK.MEXTEND")
+        .arg(3)
+        .arg(&keys)
+        .arg(&["t", "90000"])
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(extended, 1);
+    // A request queued on the owner is handed every key there.
+    let mut waiting = cluster.client();
+    let queued_keys = ["{order:7}:stock", "{order:7}:refund"];
+    let waiter = thread::spawn(move || {
+        macquire(&queued_keys, &["60000", "TOKEN", "w", "WAIT", "20000"])
+            .query::<Option<(String, u64)>>(&mut waiting)
+            .expect("waiter")
+    });
+    wait_until(Duration::from_secs(10), || {
+        info(&mut direct, keys[0]).is_some_and(|i| i["waiters"] == 1)
+    });
+    let released: i64 = redis::cmd("LOCK.MRELEASE")
+        .arg(3)
+        .arg(&keys)
+        .arg("t")
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(released, 3);
+    let (token, next) = waiter.join().unwrap().expect("handed both keys");
+    assert_eq!(token, "w");
+    assert!(next > fence);
+    for key in queued_keys {
+        assert_eq!(info(&mut direct, key).expect(key)["fence"], next as i64);
+    }
+}
+
 /// A grant as a worker saw it, timed on this process' monotonic clock.
 #[derive(Debug, Clone)]
 struct Grant {

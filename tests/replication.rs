@@ -143,13 +143,19 @@ impl ReplicationStream {
     /// Commands that change data (no PING, SELECT, REPLCONF, MULTI, EXEC),
     /// up to and including the first for which `last` holds.
     fn effects_until(&mut self, last: impl Fn(&[String]) -> bool) -> Vec<Vec<String>> {
+        self.until(&["PING", "SELECT", "REPLCONF", "MULTI", "EXEC"], last)
+    }
+
+    /// The commands of the stream but those named in `skip`, up to and
+    /// including the first for which `last` holds.
+    fn until(&mut self, skip: &[&str], last: impl Fn(&[String]) -> bool) -> Vec<Vec<String>> {
         let deadline = Instant::now() + Duration::from_secs(30);
         let mut effects = Vec::new();
         loop {
             assert!(Instant::now() < deadline, "stream so far: {effects:?}");
             let mut cmd = self.command();
             cmd[0] = cmd[0].to_uppercase();
-            if ["PING", "SELECT", "REPLCONF", "MULTI", "EXEC"].contains(&cmd[0].as_str()) {
+            if skip.contains(&cmd[0].as_str()) {
                 continue;
             }
             let done = last(&cmd);
@@ -709,4 +715,151 @@ fn lease_groups_are_replicated_as_their_effects_with_absolute_times() {
     within(&effects[2], 4, t2 + 30_000, t3 + 30_000);
     assert_eq!(effects[3], ["DEL", "lk"]);
     assert_eq!(effects[4], ["LOCK.LEASEDEL", &id]);
+}
+
+/// The multi-key commands travel as each key's own effect, with absolute
+/// times and one fence, all of one command's in one `MULTI`/`EXEC`, so that
+/// a replica never holds part of a multi-key grant: `LOCK.MACQUIRE` (direct
+/// and handed from the queue, in a release or from the hand-off timer) as
+/// `LOCK.SETSTATE` per key, `LOCK.MEXTEND` as
+/// each key's new state, `LOCK.MRELEASE` as `DEL` per key; never the
+/// commands themselves.
+#[test]
+fn multi_key_commands_are_replicated_as_each_keys_effects_in_one_transaction() {
+    let master = Server::start();
+    let mut link = ReplicationStream::open(&master);
+    let mut con = master.conn();
+    let macquire = |keys: &[&str], rest: &[&str]| {
+        let mut cmd = redis::cmd("LOCK.MACQUIRE");
+        cmd.arg(keys.len()).arg(keys).arg(rest);
+        cmd
+    };
+    let t0 = now_ms();
+    let (_, fence): (String, u64) = macquire(&["a", "b", "c"], &["10000", "TOKEN", "t"])
+        .query(&mut con)
+        .unwrap();
+    let t1 = now_ms();
+    let extended: i64 = redis::cmd("LOCK.MEXTEND")
+        .arg(&["3", "a", "b", "c", "t", "20000"])
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(extended, 1);
+    let t2 = now_ms();
+    // Refused, or not the holder: nothing is sent.
+    let refused: Option<(String, u64)> = macquire(&["c", "d"], &["1000"]).query(&mut con).unwrap();
+    assert_eq!(refused, None);
+    let stale: i64 = redis::cmd("LOCK.MRELEASE")
+        .arg(&["2", "a", "b", "intruder"])
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(stale, 0);
+    let released: i64 = redis::cmd("LOCK.MRELEASE")
+        .arg(&["2", "a", "b", "t"])
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(released, 2);
+    // A request handed both keys from the queue, inside the release.
+    acquire(&mut con, "q", 60_000, Some("holder")).unwrap();
+    let mut waiting = master.conn();
+    let waiter = std::thread::spawn(move || {
+        redis::cmd("LOCK.MACQUIRE")
+            .arg(&["2", "p", "q", "30000", "TOKEN", "w", "WAIT", "20000"])
+            .query::<(String, u64)>(&mut waiting)
+            .unwrap()
+    });
+    wait_until(Duration::from_secs(10), || {
+        info(&mut con, "q").is_some_and(|i| i["waiters"] == 1)
+    });
+    let t3 = now_ms();
+    assert_eq!(release(&mut con, "q", "holder"), 1);
+    let (_, handed) = waiter.join().unwrap();
+    let t4 = now_ms();
+
+    // From a timer: the holder's lease runs out, the queued request gets
+    // both keys.
+    acquire(&mut con, "y", 500, Some("short")).unwrap();
+    let mut waiting = master.conn();
+    let waiter = std::thread::spawn(move || {
+        redis::cmd("LOCK.MACQUIRE")
+            .arg(&["2", "x", "y", "30000", "TOKEN", "v", "WAIT", "20000"])
+            .query::<(String, u64)>(&mut waiting)
+            .unwrap()
+    });
+    waiter.join().unwrap();
+    // Up to the last grant, then the end of its transaction.
+    let skip = ["PING", "SELECT", "REPLCONF"];
+    let mut stream = link.until(&skip, |c| {
+        c[0] == "LOCK.SETSTATE" && c[1] == "y" && c[2] == "v"
+    });
+    stream.extend(link.until(&skip, |c| c[0] == "EXEC"));
+    let names: Vec<String> = stream
+        .iter()
+        .map(|c| match c[0].as_str() {
+            "MULTI" | "EXEC" => c[0].clone(),
+            // Valkey expires lazily: its expiry's effect is UNLINK.
+            "UNLINK" => format!("DEL {}", c[1]),
+            _ => format!("{} {}", c[0], c[1]),
+        })
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "MULTI",
+            "LOCK.SETSTATE a",
+            "LOCK.SETSTATE b",
+            "LOCK.SETSTATE c",
+            "EXEC",
+            "MULTI",
+            "LOCK.SETSTATE a",
+            "LOCK.SETSTATE b",
+            "LOCK.SETSTATE c",
+            "EXEC",
+            "MULTI",
+            "DEL a",
+            "DEL b",
+            "EXEC",
+            "LOCK.SETSTATE q",
+            "MULTI",
+            "DEL q",
+            "LOCK.SETSTATE p",
+            "LOCK.SETSTATE q",
+            "EXEC",
+            "LOCK.SETSTATE y",
+            "MULTI",
+            "DEL y",
+            "LOCK.SETSTATE x",
+            "LOCK.SETSTATE y",
+            "EXEC",
+        ],
+        "{stream:?}"
+    );
+    let within = |cmd: &[String], at: usize, from: i64, to: i64| {
+        let t: i64 = cmd[at].parse().unwrap();
+        assert!(t >= from && t <= to, "{cmd:?}: {t} not in [{from}, {to}]");
+    };
+    let grants = &stream[1..4];
+    for grant in grants {
+        // `LOCK.SETSTATE key token fence deadline granted`: one fence, one
+        // absolute deadline and grant time for every key.
+        assert_eq!(&grant[2..4], ["t", &fence.to_string()], "{grant:?}");
+        assert_eq!(grant.len(), 6, "{grant:?}");
+        within(grant, 4, t0 + 10_000, t1 + 10_000);
+        assert_eq!(grant[4..], grants[0][4..], "{grant:?}");
+    }
+    for extension in &stream[6..9] {
+        assert_eq!(&extension[2..4], ["t", &fence.to_string()]);
+        within(extension, 4, t1 + 20_000, t2 + 20_000);
+        assert_eq!(extension[5], grants[0][5], "the grant time stays");
+        assert_eq!(extension[6], "1", "one extension");
+    }
+    for handed_over in &stream[17..19] {
+        assert_eq!(&handed_over[2..4], ["w", &handed.to_string()]);
+        within(handed_over, 4, t3 + 30_000, t4 + 30_000);
+    }
+    for cmd in &stream {
+        assert!(
+            !cmd[0].starts_with("LOCK.M"),
+            "a command, not its effect: {cmd:?}"
+        );
+    }
 }

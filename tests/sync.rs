@@ -314,6 +314,27 @@ fn sync_cannot_wait_in_multi_or_a_script_and_changes_nothing() {
     let exec = redis::cmd("EXEC").query::<Value>(&mut con);
     let error = exec.expect_err("refused in MULTI").to_string();
     assert!(error.contains("SYNC cannot wait"), "{error}");
+    // LOCK.MACQUIRE and LOCK.MEXTEND alike.
+    let scripted = run(
+        &mut con,
+        &[
+            "EVAL",
+            "return redis.call('LOCK.MACQUIRE', '2', KEYS[1], KEYS[2], '1000', 'SYNC', '1', '100')",
+            "2",
+            "k",
+            "m",
+        ],
+    );
+    let error = scripted.expect_err("refused in a script").to_string();
+    assert!(error.contains("SYNC cannot wait"), "{error}");
+    let _: () = redis::cmd("MULTI").query(&mut con).unwrap();
+    let _: () = redis::cmd("LOCK.MACQUIRE")
+        .arg(&["2", "k", "m", "1000", "WAIT", "0", "SYNC", "1", "100"])
+        .query(&mut con)
+        .unwrap();
+    let exec = redis::cmd("EXEC").query::<Value>(&mut con);
+    let error = exec.expect_err("refused in MULTI").to_string();
+    assert!(error.contains("SYNC cannot wait"), "{error}");
     assert_eq!(digest(&mut con), before);
     assert_eq!(counter(&mut con, "syncs"), 0);
 }
@@ -374,6 +395,46 @@ fn sync_garbage_is_refused_and_changes_nothing() {
         (
             vec!["SEM.ACQUIRE", "s", "2", "1000", "SYNC", "1"],
             "ERR syntax error: SYNC needs",
+        ),
+        (
+            vec!["LOCK.MACQUIRE", "2", "k", "m", "1000", "SYNC", "1"],
+            "ERR syntax error: SYNC needs",
+        ),
+        (
+            vec![
+                "LOCK.MACQUIRE",
+                "2",
+                "k",
+                "m",
+                "1000",
+                "SYNC",
+                "x\r\n",
+                "100",
+            ],
+            "ERR SYNC numreplicas",
+        ),
+        (
+            vec!["LOCK.MACQUIRE", "2", "k", "m", "1000", "SYNC", "1", "-5"],
+            "ERR SYNC timeout-ms",
+        ),
+        (
+            vec![
+                "LOCK.MACQUIRE",
+                "1",
+                "k",
+                "1000",
+                "SYNC",
+                "1",
+                "9",
+                "SYNC",
+                "1",
+                "9",
+            ],
+            "ERR syntax error: SYNC is given more than once",
+        ),
+        (
+            vec!["LOCK.MEXTEND", "1", "held", "t", "1000", "SYNC", "1", "0"],
+            "ERR SYNC timeout-ms",
         ),
         (
             vec!["LOCK.EXTEND", "held", "t", "1000", "SYNC", "1"],
@@ -483,4 +544,158 @@ fn a_guarded_command_that_fails_or_only_reads_answers_at_once() {
         &["LOCK.GUARD", "k", "t", "SYNC", "1", "50", "SET", "o", "1"],
     );
     assert_eq!(write.unwrap_err().code(), Some("NOSYNC"));
+}
+
+fn macquire(keys: &[&str], rest: &[&str]) -> redis::Cmd {
+    let mut cmd = redis::cmd("LOCK.MACQUIRE");
+    cmd.arg(keys.len()).arg(keys).arg(rest);
+    cmd
+}
+
+#[test]
+fn a_synced_multi_key_grant_is_on_the_replica_on_every_key_when_answered() {
+    let (master, replica) = pair();
+    let mut m = master.conn();
+    let mut r = replica.conn();
+    let keys = ["a", "b", "c"];
+    let (token, fence) = macquire(&keys, &["60000", "SYNC", "1", SYNCED])
+        .query::<Option<(String, u64)>>(&mut m)
+        .unwrap()
+        .expect("granted");
+    for key in keys {
+        let held = lock_info(&mut r, key).expect("on the replica");
+        assert_eq!(held["fence"], Value::Int(fence as i64), "{key}");
+    }
+    // Renewed by its holder with SYNC: an extension, answered the same.
+    let renewed = macquire(&keys, &["90000", "TOKEN", &token, "SYNC", "1", SYNCED])
+        .query::<Option<(String, u64)>>(&mut m)
+        .unwrap();
+    assert_eq!(renewed, Some((token.clone(), fence)));
+    // From the WAIT queue: answered once its replica holds every key.
+    acquire(&mut m, "e", 60_000, Some("holder")).unwrap();
+    let mut waiting = master.conn();
+    let waiter = thread::spawn(move || {
+        macquire(
+            &["d", "e"],
+            &["60000", "TOKEN", "w", "WAIT", "20000", "SYNC", "1", SYNCED],
+        )
+        .query::<Option<(String, u64)>>(&mut waiting)
+    });
+    wait_until(Duration::from_secs(10), || {
+        info(&mut m, "e").is_some_and(|i| i["waiters"] == 1)
+    });
+    assert_eq!(release(&mut m, "e", "holder"), 1);
+    let (token, fence) = waiter.join().unwrap().unwrap().expect("granted");
+    assert_eq!(token, "w");
+    for key in ["d", "e"] {
+        let held = lock_info(&mut r, key).expect("on the replica");
+        assert_eq!(held["fence"], Value::Int(fence as i64), "{key}");
+    }
+    assert_eq!(counter(&mut m, "syncs"), 3);
+    assert_eq!(counter(&mut m, "sync_timeouts"), 0);
+    sync_replica(&master, &replica);
+    assert_eq!(digest(&mut r), digest(&mut m));
+}
+
+#[test]
+fn without_its_replicas_a_multi_key_grant_is_undone_on_every_key() {
+    let server = Server::start();
+    let mut con = server.conn();
+    let keys = ["a", "b", "c"];
+    let error = answer_of(&mut con, &macquire(&keys, &["60000", "SYNC", "1", "100"]));
+    assert_eq!(
+        error,
+        "NOSYNC 0 of 1 replicas acknowledged; the grant was undone"
+    );
+    assert_eq!(dbsize(&mut con), 0, "undone: every key is free");
+    let high_water: u64 = info_field(&mut con, "lock", "lock_fence_high_water")
+        .parse()
+        .unwrap();
+    // A client waits for one key of a grant that will be undone: it is
+    // served when the grant goes back.
+    let mut granting = server.conn();
+    let granted = thread::spawn(move || {
+        answer_of(
+            &mut granting,
+            &macquire(
+                &["a", "b", "c"],
+                &["60000", "TOKEN", "g", "SYNC", "1", "3000"],
+            ),
+        )
+    });
+    wait_until(Duration::from_secs(10), || {
+        counter(&mut con, "sync_waiting") == 1
+    });
+    let mut waiting = server.conn();
+    let waiter = thread::spawn(move || {
+        acquire_wait("b", 60_000, "next", 20_000).query::<Option<(String, u64)>>(&mut waiting)
+    });
+    wait_until(Duration::from_secs(10), || {
+        info(&mut con, "b").is_some_and(|i| i["waiters"] == 1)
+            || counter(&mut con, "sync_timeouts") == 2
+    });
+    assert!(granted.join().unwrap().starts_with("NOSYNC 0 of 1"));
+    let (token, fence) = waiter.join().unwrap().unwrap().expect("served");
+    assert_eq!(token, "next");
+    assert!(fence > high_water, "the undone fences are not used again");
+    assert!(!exists(&mut con, "a") && !exists(&mut con, "c"));
+    assert_eq!(counter(&mut con, "syncs_undone"), 2);
+
+    // From the WAIT queue: the same, and the next waiter is served.
+    acquire(&mut con, "y", 60_000, Some("holder")).unwrap();
+    let mut first = server.conn();
+    let first = thread::spawn(move || {
+        answer_of(
+            &mut first,
+            &macquire(
+                &["x", "y"],
+                &["60000", "TOKEN", "f", "WAIT", "20000", "SYNC", "1", "100"],
+            ),
+        )
+    });
+    wait_until(Duration::from_secs(10), || {
+        info(&mut con, "y").is_some_and(|i| i["waiters"] == 1)
+    });
+    let mut second = server.conn();
+    let second = thread::spawn(move || {
+        acquire_wait("x", 60_000, "second", 20_000).query::<Option<(String, u64)>>(&mut second)
+    });
+    wait_until(Duration::from_secs(10), || {
+        info(&mut con, "x").is_none() && counter(&mut con, "waiters") == 2
+    });
+    assert_eq!(release(&mut con, "y", "holder"), 1);
+    assert!(first.join().unwrap().starts_with("NOSYNC 0 of 1"));
+    assert_eq!(second.join().unwrap().unwrap().expect("served").0, "second");
+    assert!(!exists(&mut con, "y"));
+    assert_eq!(counter(&mut con, "syncs_undone"), 3);
+}
+
+#[test]
+fn a_client_that_leaves_while_its_multi_key_grant_syncs_gives_every_key_back() {
+    use std::io::Write;
+    let server = Server::start();
+    let mut con = server.conn();
+    let mut leaving = std::net::TcpStream::connect(server.addr()).unwrap();
+    let args = [
+        "LOCK.MACQUIRE",
+        "2",
+        "k1",
+        "k2",
+        "60000",
+        "SYNC",
+        "1",
+        "20000",
+    ];
+    let mut request = format!("*{}\r\n", args.len());
+    for arg in args {
+        request.push_str(&format!("${}\r\n{arg}\r\n", arg.len()));
+    }
+    leaving.write_all(request.as_bytes()).unwrap();
+    wait_until(Duration::from_secs(10), || {
+        counter(&mut con, "sync_waiting") == 1
+    });
+    assert_eq!(dbsize(&mut con), 2, "granted, not yet answered");
+    drop(leaving);
+    wait_until(Duration::from_secs(10), || dbsize(&mut con) == 0);
+    assert_eq!(counter(&mut con, "syncs_undone"), 1);
 }

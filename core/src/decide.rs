@@ -188,6 +188,14 @@ pub struct AcquireManyCase<'a> {
     pub may_wait: bool,
     pub max_holders: usize,
     pub lease: Option<Attach>,
+    /// A queued request being served (first in every key's queue): each
+    /// key is decided as the hand-off decides a single-key waiter
+    /// ([`serve_head`]), so that a key it cannot have yet (even one at
+    /// `lock.max-holders`) keeps it waiting rather than failing it. `lease`
+    /// is then the number of the lease it asked for even if that lease is
+    /// gone (`until_ms` is only read for a grant, which the module refuses
+    /// with `NOLEASE` when the lease is gone).
+    pub queued: bool,
 }
 
 /// What a multi-key acquire does: all keys or none.
@@ -217,8 +225,8 @@ pub enum AcquireMany {
 /// that holds only some, or with several fences, is refused
 /// ([`LockError::PartialHold`]): a fence must be the same on every key.
 /// The same function serves a queued request once it is first in every
-/// key's queue (`others_waiting` false, `may_wait` true: `Queue` then
-/// means "not yet").
+/// key's queue (`queued`: each key decided as a single-key waiter's hand-off
+/// would decide it; `Queue` then means "not yet").
 pub fn acquire_many(case: &AcquireManyCase) -> Result<AcquireMany, LockError> {
     let mut decisions = Vec::with_capacity(case.keys.len());
     for key in case.keys {
@@ -235,7 +243,10 @@ pub fn acquire_many(case: &AcquireManyCase) -> Result<AcquireMany, LockError> {
             max_holders: case.max_holders,
             lease: case.lease,
         };
-        decisions.push(acquire(&single)?);
+        decisions.push(match case.queued {
+            true => serve_queued(&single)?,
+            false => acquire(&single)?,
+        });
     }
     let mine: Vec<u64> = case
         .keys
@@ -274,6 +285,32 @@ pub fn acquire_many(case: &AcquireManyCase) -> Result<AcquireMany, LockError> {
         (false, None) => Err(LockError::Internal),
         (true, _) if case.may_wait => Ok(AcquireMany::Queue { wake }),
         (true, _) => Ok(AcquireMany::Refuse),
+    }
+}
+
+/// One key of a queued multi-key request, as the hand-off serves a
+/// single-key waiter ([`serve_head`]), put as an acquire's decision.
+fn serve_queued(case: &AcquireCase) -> Result<Acquire, LockError> {
+    let head = (case.want, case.lease.map(|a| a.number));
+    let served = serve_head(
+        case.key,
+        head,
+        case.mine,
+        case.delayed_until_ms,
+        case.max_holders,
+    );
+    match (served, case.mine) {
+        (Serve::Grant, _) => grant(case),
+        (Serve::Renew, Some(mine)) => {
+            renew(mine, case.ttl_ms, case.now_ms, case.hold).map(Acquire::Renew)
+        }
+        (Serve::Held, Some(mine)) => Ok(Acquire::Held { fence: mine.fence }),
+        (Serve::Renew | Serve::Held, None) => Err(LockError::Internal),
+        (Serve::WakeAt(at), _) => Ok(Acquire::Queue {
+            wake_at_ms: Some(at),
+        }),
+        (Serve::Idle, _) => Ok(Acquire::Queue { wake_at_ms: None }),
+        (Serve::FailAll(error) | Serve::FailHead(error), _) => Err(error),
     }
 }
 
@@ -1492,5 +1529,107 @@ mod tests {
         assert!(!guard_sync_waits(None, &plain, true));
         // A script may write whatever its command's flags say.
         assert!(guard_sync_waits(reads, &script, false));
+    }
+
+    /// A multi-key case over `keys`, shared, as a new request (`queued`
+    /// false) or a queued one being served.
+    fn many_case(keys: &[ManyKey], queued: bool, lease: Option<Attach>) -> AcquireManyCase<'_> {
+        AcquireManyCase {
+            keys,
+            want: Want::Shared,
+            ttl_ms: 100,
+            now_ms: NOW,
+            hold: HoldPolicy::default(),
+            may_wait: true,
+            max_holders: 2,
+            lease,
+            queued,
+        }
+    }
+
+    fn key(state: KeyState, mine: Option<MyHold>) -> ManyKey {
+        ManyKey {
+            key: state,
+            mine,
+            others_waiting: false,
+            delayed_until_ms: None,
+        }
+    }
+
+    #[test]
+    fn a_queued_multi_key_request_waits_at_max_holders_as_a_single_key_waiter_does() {
+        let full = KeyState::Shared {
+            earliest_ms: Some(NOW + 50),
+            holders: 2,
+        };
+        let keys = [key(KeyState::Free, None), key(full, None)];
+        // A new request is refused as LOCK.ACQUIRE … SHARED WAIT is.
+        assert_eq!(
+            acquire_many(&many_case(&keys, false, None)),
+            Err(LockError::HoldersLimit)
+        );
+        assert_eq!(
+            serve(full, Want::Shared, None, 2),
+            Serve::WakeAt(rules::lease_over_at(NOW + 50))
+        );
+        // Queued, it waits for a reader to leave, as a single-key waiter.
+        assert_eq!(
+            acquire_many(&many_case(&keys, true, None)),
+            Ok(AcquireMany::Queue {
+                wake: vec![(1, rules::lease_over_at(NOW + 50))]
+            })
+        );
+        let room = KeyState::Shared {
+            earliest_ms: Some(NOW + 50),
+            holders: 1,
+        };
+        let keys = [key(KeyState::Free, None), key(room, None)];
+        assert_eq!(
+            acquire_many(&many_case(&keys, true, None)),
+            Ok(AcquireMany::Grant {
+                deadline_ms: NOW + 100
+            })
+        );
+    }
+
+    #[test]
+    fn a_queued_multi_key_request_with_a_lease_is_held_renewed_or_refused_as_one() {
+        let attach = Attach {
+            number: 7,
+            until_ms: NOW + 9_000,
+        };
+        let mine = |lease| MyHold {
+            want: Want::Shared,
+            fence: 42,
+            granted_ms: NOW - 10,
+            extends: 0,
+            lease,
+        };
+        let state = KeyState::Shared {
+            earliest_ms: Some(NOW + 9_000),
+            holders: 1,
+        };
+        let held = [
+            key(state, Some(mine(Some(7)))),
+            key(state, Some(mine(Some(7)))),
+        ];
+        for queued in [false, true] {
+            assert_eq!(
+                acquire_many(&many_case(&held, queued, Some(attach))),
+                Ok(AcquireMany::Held { fence: 42 })
+            );
+            // Under another lease, or none: the same error as LOCK.ACQUIRE.
+            assert_eq!(
+                acquire_many(&many_case(&held, queued, None)),
+                Err(LockError::LeaseMismatch)
+            );
+        }
+        let free = [key(KeyState::Free, None), key(KeyState::Free, None)];
+        assert_eq!(
+            acquire_many(&many_case(&free, true, Some(attach))),
+            Ok(AcquireMany::Grant {
+                deadline_ms: NOW + 9_000
+            })
+        );
     }
 }

@@ -177,8 +177,6 @@ pub enum LockError {
     /// The token holds some of the keys of a multi-key request, or all of
     /// them but not with one fence: not one multi-key grant to renew.
     PartialHold,
-    /// `LOCK.MACQUIRE … LEASE` or `SYNC`: not supported yet.
-    MultiUnsupported,
     /// A bug: a panic was caught before it could reach Redis.
     Internal,
 }
@@ -388,9 +386,6 @@ impl LockError {
             LockError::PartialHold => {
                 c"ERR this token holds only some of these keys, or not as one grant: release them first"
             }
-            LockError::MultiUnsupported => {
-                c"ERR LOCK.MACQUIRE does not take LEASE or SYNC (yet)"
-            }
             LockError::Internal => c"ERR internal error in redis-lock (see the server log)",
         }
     }
@@ -414,7 +409,7 @@ impl std::error::Error for LockError {}
 mod tests {
     use super::*;
 
-    const ALL: [LockError; 96] = [
+    const ALL: [LockError; 95] = [
         LockError::ArityMAcquire,
         LockError::ArityMRelease,
         LockError::ArityMExtend,
@@ -423,7 +418,6 @@ mod tests {
         LockError::NumkeysMismatch,
         LockError::KeysDuplicate,
         LockError::PartialHold,
-        LockError::MultiUnsupported,
         LockError::LeaseNumberInvalid,
         LockError::LeaseMismatch,
         LockError::HolderInternal,
@@ -611,7 +605,6 @@ mod tests {
             | LockError::NumkeysMismatch
             | LockError::KeysDuplicate
             | LockError::PartialHold
-            | LockError::MultiUnsupported
             | LockError::Internal => {}
         }
     }

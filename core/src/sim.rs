@@ -396,6 +396,7 @@ mod multi_key_queues {
             want: Want,
             ttl_ms: i64,
             wait: bool,
+            queued: bool,
         ) -> AcquireManyCase<'a> {
             AcquireManyCase {
                 keys,
@@ -406,6 +407,7 @@ mod multi_key_queues {
                 may_wait: wait,
                 max_holders: 1000,
                 lease: None,
+                queued,
             }
         }
 
@@ -466,7 +468,7 @@ mod multi_key_queues {
                     delayed_until_ms: None,
                 })
                 .collect();
-            match decide::acquire_many(&self.case(&many, want, ttl_ms, wait)) {
+            match decide::acquire_many(&self.case(&many, want, ttl_ms, wait, false)) {
                 Ok(AcquireMany::Grant { deadline_ms: d }) => {
                     if d != deadline_ms {
                         self.broken.push("deadline".into());
@@ -518,7 +520,7 @@ mod multi_key_queues {
                             delayed_until_ms: None,
                         })
                         .collect();
-                    match decide::acquire_many(&self.case(&many, want, ttl_ms, true)) {
+                    match decide::acquire_many(&self.case(&many, want, ttl_ms, true, true)) {
                         Ok(AcquireMany::Grant { deadline_ms }) => {
                             let Some(request) = self.queues.remove(head) else {
                                 break;

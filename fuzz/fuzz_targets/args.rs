@@ -12,8 +12,9 @@
 
 use libfuzzer_sys::fuzz_target;
 use redis_lock_core::args::{
-    parse_acquire, parse_extend, parse_guard, parse_i64, parse_info, parse_observe, parse_queue,
-    parse_release, parse_setstate, GUARDED_COMMAND, MAX_QUEUE_COUNT,
+    numkeys_range, parse_acquire, parse_extend, parse_guard, parse_i64, parse_info, parse_macquire,
+    parse_mextend, parse_mrelease, parse_observe, parse_queue, parse_release, parse_setstate,
+    GUARDED_COMMAND, MAX_QUEUE_COUNT,
 };
 use redis_lock_core::decide::{guarded_command, CommandFlags};
 use redis_lock_core::errors::LockError;
@@ -109,6 +110,37 @@ fuzz_target!(|data: &[u8]| {
         }
         Err(e) => coded(e),
     }
+    // Multi-key commands: keys within the arguments, distinct, at most
+    // max-keys; the options as LOCK.ACQUIRE's; GETKEYS' range agrees.
+    for max_keys in [3usize, 64] {
+        let check_keys = |keys: &std::ops::Range<usize>| {
+            assert!(keys.start == 2 && keys.end <= args.len() && keys.len() <= max_keys);
+            assert_eq!(numkeys_range(&args).map(|r| r.end >= keys.end), Some(true));
+            let mut seen: Vec<&[u8]> = args[keys.clone()].to_vec();
+            seen.sort_unstable();
+            seen.dedup();
+            assert_eq!(seen.len(), keys.len(), "duplicate keys accepted");
+        };
+        match parse_macquire(&args, max_keys, DEFAULT_MAX_TTL_MS) {
+            Ok(p) => {
+                check_keys(&p.keys);
+                assert!((1..=DEFAULT_MAX_TTL_MS).contains(&p.lock.ttl_ms));
+            }
+            Err(e) => coded(e),
+        }
+        match parse_mrelease(&args, max_keys) {
+            Ok(p) => {
+                check_keys(&p.keys);
+                assert_eq!(p.keys.end + 1, args.len());
+            }
+            Err(e) => coded(e),
+        }
+        match parse_mextend(&args, max_keys, DEFAULT_MAX_TTL_MS) {
+            Ok(p) => check_keys(&p.keys),
+            Err(e) => coded(e),
+        }
+    }
+
     match parse_release(&args) {
         Ok(p) => assert!((1..=MAX_TOKEN_LEN).contains(&p.token.len())),
         Err(e) => coded(e),

@@ -206,7 +206,7 @@ fn apply(
                 Some(sync) => {
                     let grant = Grant {
                         db,
-                        key: name.as_slice().into(),
+                        keys: vec![name.as_slice().into()],
                         token: token.into(),
                         fence,
                     };

@@ -74,7 +74,7 @@ pub fn run_delholder(ctx: &Context, args: &[RedisString]) -> Result<(), LockErro
     key.held()?;
     if let Some(taken) = key.take(parsed.token) {
         if let Some(number) = taken.lease {
-            groups::detached(taken.fence, number);
+            groups::detached(server::selected_db(ctx), name, taken.fence, number);
         }
     }
     drop(key);

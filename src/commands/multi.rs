@@ -1,9 +1,13 @@
 //! Multi-key locks: one grant over several keys, all or none.
 //! - `LOCK.MACQUIRE numkeys key [key ...] ttl-ms [TOKEN token] [WAIT
-//!   timeout-ms] [SHARED] [OWNER label] [SESSION]` → `[token, fence]` when
-//!   every key was granted to `token` in one step, with one fence and one
-//!   deadline; null when any key is busy (or the wait ran out). With `WAIT`
-//!   the request queues on every key, holding none (`waiting.rs`).
+//!   timeout-ms] [SHARED] [OWNER label] [SESSION] [SYNC n timeout-ms]
+//!   [LEASE id]` → `[token, fence]` when every key was granted to `token`
+//!   in one step, with one fence and one deadline; null when any key is
+//!   busy (or the wait ran out). With `WAIT` the request queues on every
+//!   key, holding none (`waiting.rs`). `LEASE` attaches every key to the
+//!   lease group, each key a hold of its own there (`groups.rs`); `SYNC`
+//!   answers once that many replicas hold every key, else `NOSYNC` with the
+//!   grant undone on every key.
 //! - `LOCK.MRELEASE numkeys key [key ...] token` → how many keys it
 //!   released (each handed on as `LOCK.RELEASE` would).
 //! - `LOCK.MEXTEND numkeys key [key ...] token ttl-ms [SYNC n timeout-ms]`
@@ -25,13 +29,16 @@ use redis_lock_core::hold::{self, Family, KeyState, Want};
 use redis_lock_core::token::{self, UUID_LEN};
 use redis_module::{Context, RedisString};
 
+use redis_lock_core::sync::Stands;
+
 use crate::lease::{self, Grantee, ReleasedBy};
 use crate::metrics::{self, Counter};
 use crate::redis::command::report_numkeys;
 use crate::redis::key::LockKey;
 use crate::redis::{self, reply, server};
+use crate::sync::{self, Answer, Grant};
 use crate::waiting::{self, WaitRequest};
-use crate::{config, expiry, fence, sessions};
+use crate::{config, expiry, fence, groups, sessions};
 
 pub fn run_acquire(ctx: &Context, args: &[RedisString]) -> Result<(), LockError> {
     if ctx.is_keys_position_request() {
@@ -40,10 +47,8 @@ pub fn run_acquire(ctx: &Context, args: &[RedisString]) -> Result<(), LockError>
     }
     let parsed = parse_macquire(redis::args(args), config::max_keys(), config::max_ttl_ms())?;
     let lock = &parsed.lock;
-    if lock.lease.is_some() || lock.sync.is_some() {
-        return Err(LockError::MultiUnsupported);
-    }
     super::refuse_local_write_on_replica(ctx)?;
+    super::may_sync(ctx, lock.sync)?;
     let session = super::acquire::session_of(ctx, lock.session)?;
     let want = if lock.shared {
         Want::Shared
@@ -72,6 +77,11 @@ pub fn run_acquire(ctx: &Context, args: &[RedisString]) -> Result<(), LockError>
             },
         });
     }
+    // `LEASE id`: a lease that is gone (or another server's) grants nothing.
+    let lease = match &lock.lease {
+        Some(id) => Some(groups::attach_to(id, now_ms)?),
+        None => None,
+    };
     let case = AcquireManyCase {
         keys: &many,
         want,
@@ -80,7 +90,8 @@ pub fn run_acquire(ctx: &Context, args: &[RedisString]) -> Result<(), LockError>
         hold: config::hold_policy(),
         may_wait: lock.wait_ms.is_some() && server::can_block(ctx),
         max_holders: config::max_holders(),
-        lease: None,
+        lease,
+        queued: false,
     };
     let decision = match decide::acquire_many(&case) {
         Ok(decision) => decision,
@@ -90,6 +101,12 @@ pub fn run_acquire(ctx: &Context, args: &[RedisString]) -> Result<(), LockError>
             }
             return Err(error);
         }
+    };
+    let granted = |fence: u64, token: &[u8]| Grant {
+        db,
+        keys: names.iter().map(|name| name.as_slice().into()).collect(),
+        token: token.into(),
+        fence,
     };
     match decision {
         AcquireMany::Refuse => {
@@ -105,16 +122,19 @@ pub fn run_acquire(ctx: &Context, args: &[RedisString]) -> Result<(), LockError>
                 session,
                 owner: lock.owner,
                 want,
-                sync: None,
-                lease: None,
+                sync: lock.sync,
+                lease: lock.lease,
             };
             waiting::enqueue_many(ctx, db, names, &request, &wake)?;
         }
         AcquireMany::Held { fence } => {
+            // Held through its lease group, which alone moves it: its
+            // grant, nothing moved.
             drop(opened);
             metrics::count(Counter::Renewals);
             bind(ctx, session, db, names, fence);
-            reply::grant(ctx, lock.token.unwrap_or_default(), fence);
+            let token = lock.token.unwrap_or_default();
+            answer(ctx, lock.sync, granted(fence, token), Stands::Extension)?;
         }
         AcquireMany::Renew { fence, renewals } => {
             // Renew is only decided for a caller-supplied token.
@@ -128,7 +148,8 @@ pub fn run_acquire(ctx: &Context, args: &[RedisString]) -> Result<(), LockError>
                 waiting::wake_at(ctx, db, name, renewal.wake_at_ms());
             }
             bind(ctx, session, db, names, fence);
-            reply::grant(ctx, token, fence);
+            // A renewal is an extension: it stands whatever the replicas.
+            answer(ctx, lock.sync, granted(fence, token), Stands::Extension)?;
         }
         AcquireMany::Grant { deadline_ms } => {
             let mut drawn = [0u8; UUID_LEN];
@@ -144,7 +165,7 @@ pub fn run_acquire(ctx: &Context, args: &[RedisString]) -> Result<(), LockError>
                 owner: lock.owner,
                 now_ms,
                 deadline_ms,
-                lease: None,
+                lease: lease.map(|a| a.number),
             };
             for (i, (key, name)) in opened.iter_mut().zip(names).enumerate() {
                 if let Err(error) = lease::grant_with_fence(ctx, key, name, &grantee, want, fence) {
@@ -157,11 +178,38 @@ pub fn run_acquire(ctx: &Context, args: &[RedisString]) -> Result<(), LockError>
                 }
             }
             drop(opened);
+            metrics::count(Counter::MultiGrants);
             bind(ctx, session, db, names, fence);
-            reply::grant(ctx, token, fence);
+            let grant = granted(fence, token);
+            if let Err(error) = answer(ctx, lock.sync, grant.clone(), Stands::Undone) {
+                // Not answered, so never held: the grant goes back, every key.
+                waiting::undo(ctx, &grant);
+                return Err(error);
+            }
         }
     }
     Ok(())
+}
+
+/// Reply `[token, fence]` now, or with `SYNC` once that many replicas hold
+/// `grant` (`stands`: a new grant is undone, on every key, if they do not
+/// in time).
+fn answer(
+    ctx: &Context,
+    sync: Option<redis_lock_core::args::Sync>,
+    grant: Grant,
+    stands: Stands,
+) -> Result<(), LockError> {
+    let Some(sync) = sync else {
+        reply::grant(ctx, &grant.token, grant.fence);
+        return Ok(());
+    };
+    let answer = Answer::Grant {
+        token: grant.token.clone(),
+        fence: grant.fence,
+    };
+    let undoable = (stands == Stands::Undone).then_some(grant);
+    sync::block(ctx, sync, answer, stands, undoable, waiting::undo)
 }
 
 /// `SESSION`: every key goes when the connection closes.

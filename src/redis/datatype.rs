@@ -29,6 +29,9 @@ use redis_module::raw;
 use super::guard::guarded;
 use super::server;
 
+/// A key's database and name.
+pub type KeyName<'a> = (i32, &'a [u8]);
+
 /// What the module does when Redis hands it module-wide state or tells it a
 /// key is leaving the keyspace.
 pub struct Hooks {
@@ -44,9 +47,10 @@ pub struct Hooks {
     /// eviction, an overwrite) whose removal means this; its name is the
     /// slice.
     pub unlinked: fn(i32, &[u8], Kind, Removal),
-    /// A hold with this fence, attached to the lease group of this number,
-    /// leaves the keyspace (not by the module's hand).
-    pub lease_unlinked: fn(u64, u64),
+    /// A hold with this fence on this key (database and name, if the
+    /// server says), attached to the lease group of this number, leaves the
+    /// keyspace (not by the module's hand).
+    pub lease_unlinked: fn(Option<KeyName<'_>>, u64, u64),
     /// A hold was loaded (an RDB, `RESTORE`) into the key of this database
     /// and name, with this fence, attached to the lease group of this
     /// number, its key running to this horizon: whether that lease exists
@@ -622,7 +626,8 @@ unsafe extern "C" fn unlink<T: Storage>(ctx: *mut raw::RedisModuleKeyOptCtx, val
     let holds = stored.holds();
     for hold in holds.all() {
         if let Some(number) = hold.tags.lease() {
-            guarded(|| (hooks.lease_unlinked)(hold.fence, number));
+            let key = unlinked_key(ctx);
+            guarded(|| (hooks.lease_unlinked)(key, hold.fence, number));
         }
     }
     let Some(removal) = guarded(|| (hooks.removed)(&holds)).flatten() else {
