@@ -1,7 +1,8 @@
 //! Several locks taken in one step (`Locks::lock_many`, `LOCK.MACQUIRE`,
 //! issue 28): one guard, one token, one fence and one deadline for the
-//! whole set, all or nothing; kept alive by a watchdog of its own
-//! (`LOCK.MEXTEND`), lost when any key is, released together
+//! whole set, all or nothing; kept alive by the session (`LEASE`, a hold
+//! per key) or a watchdog (`LOCK.MEXTEND`), lost when any key is, released
+//! together
 //! (`LOCK.MRELEASE`). Against a real server with the module.
 
 mod common;
@@ -96,7 +97,7 @@ async fn losing_one_key_loses_the_set_in_both_modes() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_set_keeps_its_own_watchdog_beside_the_session() {
+async fn a_set_in_a_session_counts_one_hold_per_key() {
     let server = Server::start();
     let mut admin = server.admin();
     let locks = server.locks().await;
@@ -108,13 +109,28 @@ async fn a_set_keeps_its_own_watchdog_beside_the_session() {
         .acquire()
         .await
         .unwrap();
-    assert!(guard.session().is_none(), "LOCK.MACQUIRE takes no LEASE");
-    assert_eq!(single.session().expect("a plain lock's session").holds(), 1);
+    let session = guard.session().expect("attached to the session").clone();
+    assert_eq!(session.holds(), 2, "the set is one member of the session");
+    for key in KEYS {
+        assert!(
+            info(&mut admin, key).unwrap().contains_key("lease"),
+            "{key}"
+        );
+    }
     tokio::time::sleep(3 * ttl).await;
-    assert!(guard.held() && single.held(), "both kept alive");
-    assert!(calls(&mut admin, "lock.mextend") >= 3, "by MEXTEND");
-    guard.extend(2 * ttl).await.unwrap();
-    assert!(guard.release().await.unwrap());
+    assert!(guard.held() && single.held(), "the keepalives kept both");
+    assert_eq!(
+        calls(&mut admin, "lock.mextend"),
+        0,
+        "no watchdog of its own"
+    );
+    // A key gone behind the session's back: the server counts 3 holds, the
+    // client 4 (3 keys and one), and the next keepalive asks the set.
+    let _: i64 = redis::cmd("DEL").arg(KEYS[2]).query(&mut admin).unwrap();
+    let reason = timeout(10 * SEC, guard.lost()).await.expect("lost");
+    assert_eq!(reason, LostReason::Refused);
+    assert!(!single.is_lost(), "the other hold is not");
+    assert!(!guard.release().await.unwrap());
     assert!(single.release().await.unwrap());
 }
 
@@ -167,14 +183,16 @@ async fn run_under_a_set_and_bad_requests() {
         locks.lock_many(none).acquire().await,
         Err(Error::InvalidArgument(_))
     ));
+    // A sync with no replica to hold it: undone on every key.
     assert!(matches!(
         locks
             .lock_many(KEYS)
             .sync(1, Duration::from_millis(100))
             .acquire()
             .await,
-        Err(Error::InvalidArgument(_))
+        Err(Error::NotReplicated { .. })
     ));
+    assert!(info(&mut admin, KEYS[0]).is_none() && info(&mut admin, KEYS[2]).is_none());
     // One key is a plain lock.
     let one = locks.lock_many(["{order}:one"]).acquire().await.unwrap();
     assert_eq!(one.keys(), vec![b"{order}:one".as_slice()]);

@@ -162,20 +162,24 @@ impl Locks {
     /// - A wait queues fairly on every key and holds none while it waits,
     ///   so two requests for overlapping sets, in any order, cannot
     ///   deadlock.
-    /// - The guard keeps all of them alive together with a watchdog of its
-    ///   own, one `LOCK.MEXTEND` every ttl/3 for the whole set (the server
-    ///   attaches no set to a session's lease: `LOCK.MACQUIRE` takes no
-    ///   `LEASE`, so [`Guard::session`] is `None`), signals the loss when any key
-    ///   is lost (an extend is all or nothing: `LOCK.MEXTEND` replies 0 and
-    ///   changes nothing unless the token still holds every key), and
-    ///   releases them all (`LOCK.MRELEASE`; `Ok(true)` when every key was
-    ///   released). [`Guard::guarded`] checks the first key (the one
-    ///   [`Guard::key`] returns); [`Guard::keys`] lists them all.
+    /// - The guard keeps all of them alive together, as one lock's: in its
+    ///   session (`LOCK.MACQUIRE … LEASE id`: each key a hold of the
+    ///   session's lease, which the session counts per key), or by a
+    ///   watchdog of its own, one `LOCK.MEXTEND` every ttl/3 for the whole
+    ///   set. It signals the loss when any key is lost (`LOCK.MEXTEND` is
+    ///   all or nothing: it replies 0 and changes nothing unless the token
+    ///   still holds every key; a session finds a key gone at its next
+    ///   keepalive), and releases them all (`LOCK.MRELEASE`; `Ok(true)`
+    ///   when every key was released). [`Guard::guarded`] checks the first
+    ///   key (the one [`Guard::key`] returns); [`Guard::keys`] lists them
+    ///   all.
+    /// - [`sync`](LockRequest::sync) applies to the whole set: the grant is
+    ///   answered once the replicas hold every key, and undone on every key
+    ///   otherwise.
     /// - In a Redis Cluster every key must hash to one slot: give them one
     ///   hash tag (`{order:42}:stock`, `{order:42}:payment`).
-    /// - One key is a plain lock (`LOCK.ACQUIRE`, in the session as any
-    ///   lock); none is [`Error::InvalidArgument`] at acquire, and so is a
-    ///   [`sync`](LockRequest::sync) (`LOCK.MACQUIRE` takes no `SYNC`).
+    /// - One key is a plain lock (`LOCK.ACQUIRE`); none is
+    ///   [`Error::InvalidArgument`] at acquire.
     ///
     /// ```no_run
     /// use std::time::Duration;
@@ -274,11 +278,6 @@ impl Locks {
             None => self.options.owner_label()?,
         };
         let sync = ReplicaSync::checked(spec.sync)?;
-        if sync.is_some() && !spec.set.is_empty() {
-            return Err(Error::InvalidArgument(
-                "a multi-key lock takes no sync (LOCK.MACQUIRE takes no SYNC)",
-            ));
-        }
         ReplicaSync::check_fits(sync, ttl, margin)?;
         let how = How {
             ttl,
@@ -289,10 +288,6 @@ impl Locks {
         let session = match sync {
             // A keepalive carries no sync: a synced hold keeps its watchdog.
             Some(_) => None,
-            // The server attaches no set to a lease group (`LOCK.MACQUIRE`
-            // takes no `LEASE`): a set keeps its watchdog, one `LOCK.MEXTEND`
-            // every ttl/3 for all its keys.
-            None if !spec.set.is_empty() => None,
             None => {
                 self.sessions
                     .session_for(&spec.key, ttl, margin, &self.options)
@@ -335,7 +330,7 @@ impl Locks {
                     let probe = spec
                         .kind
                         .extend_cmd(&spec.key, &spec.set, &token, how.ttl, None)?;
-                    match session.attach(probe.clone()) {
+                    match session.attach(probe.clone(), spec.set.len().max(1)) {
                         Ok(attached) => {
                             return Ok(
                                 self.grant_attached(spec, token, fence, session, probe, attached)
