@@ -1,8 +1,9 @@
 """Several locks taken in one step (`acquire_many`, `lock_many`: LOCK.MACQUIRE,
 issue 28), sync and asyncio, with redis-py and valkey-py, against a real
 server: one token, one fence and one deadline for the whole set, all or
-nothing; extended together by the watchdog (LOCK.MEXTEND), lost when any key
-is, released together (LOCK.MRELEASE)."""
+nothing; kept alive in the session (each key a hold of its lease) or by the
+watchdog (LOCK.MEXTEND), lost when any key is, released together
+(LOCK.MRELEASE)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from typing import Any
 import pytest
 from conftest import Server, wait_until
 
-from redis_lock_client import Locks, Lost, LostReason, NotAcquired
+from redis_lock_client import Locks, Lost, LostReason, NotAcquired, NotReplicated, ReplicaSync
 from redis_lock_client import asyncio as aio
 
 KEYS = ["{order}:stock", "{order}:payment", "{order}:mail"]
@@ -33,17 +34,19 @@ def test_a_set_has_one_fence_and_is_all_or_nothing(client: Any, admin: Any, keep
     lease = locks.acquire_many(KEYS, 5.0)
     assert lease is not None
     assert lease.keys == tuple(KEYS) and lease.key == KEYS[0]
-    assert lease.session is None, "LOCK.MACQUIRE takes no LEASE: its own watchdog"
+    assert (lease.session is None) == (keepalive == "extend"), "a set attaches as one hold"
     for key in KEYS:
         info = locks.info(key)
         assert info is not None and info["fence"] == lease.fence, key
-        assert 4000 < admin.pttl(key) <= 5000
+        if keepalive == "extend":  # an attached key's TTL runs ahead of its lease
+            assert 4000 < admin.pttl(key) <= 5000
     # Any key held: nothing is taken.
     assert locks.acquire_many(["{order}:mail", "{order}:spare"], 5.0) is None
     assert locks.info("{order}:spare") is None
-    lease.extend(20.0)
-    for key in KEYS:
-        assert 19000 < admin.pttl(key) <= 20000, key
+    lease.extend(20.0)  # an attached set's extend only asks: its lease is the session's
+    if keepalive == "extend":
+        for key in KEYS:
+            assert 19000 < admin.pttl(key) <= 20000, key
     assert lease.release() is True
     assert all(locks.info(key) is None for key in KEYS)
     assert lease.release() is False
@@ -63,7 +66,7 @@ def test_lock_many_context_manager(client: Any, admin: Any) -> None:
 
 
 def test_the_watchdog_keeps_every_key_with_mextend(client: Any, admin: Any) -> None:
-    locks = Locks(client)
+    locks = Locks(client, keepalive="extend")
     lease = locks.acquire_many(KEYS, 0.6)
     assert lease is not None
     time.sleep(2.0)
@@ -73,8 +76,9 @@ def test_the_watchdog_keeps_every_key_with_mextend(client: Any, admin: Any) -> N
     assert lease.release() is True
 
 
-def test_losing_one_key_loses_the_set(client: Any, admin: Any) -> None:
-    locks = Locks(client)
+@pytest.mark.parametrize("keepalive", ["session", "extend"])
+def test_losing_one_key_loses_the_set(client: Any, admin: Any, keepalive: str) -> None:
+    locks = Locks(client, keepalive=keepalive)  # type: ignore[arg-type]
     lease = locks.acquire_many(KEYS, 0.9)
     assert lease is not None
     admin.delete(KEYS[1])
@@ -85,6 +89,33 @@ def test_losing_one_key_loses_the_set(client: Any, admin: Any) -> None:
     # The rest are the token's still: the release gives them back, and says
     # not every key was there.
     assert lease.release() is False
+    assert admin.exists(*KEYS) == 0
+
+
+def test_a_set_in_a_session_is_a_hold_per_key_on_the_server(client: Any, admin: Any) -> None:
+    locks = Locks(client, keepalive="session")
+    lease = locks.acquire_many(KEYS, 0.9)
+    single = locks.acquire("{order}:alone", 0.9)
+    assert lease is not None and single is not None
+    session = lease.session
+    assert session is not None and session is single.session
+    assert session.holds == 2, "the set is one hold of the session"
+    for key in KEYS:
+        info = locks.info(key)
+        assert info is not None and "lease" in info, key
+    time.sleep(2.0)
+    assert lease.held and single.held, "the keepalives kept both"
+    assert calls(admin, "lock.mextend") == 0
+    admin.delete(KEYS[0])  # the server now counts 3 holds, the client 4
+    assert lease.lost.wait(5.0) and lease.lost_reason == LostReason.REFUSED
+    assert not single.lost.is_set()
+    assert lease.release() is False and single.release() is True
+
+
+def test_a_synced_set_without_replicas_is_undone_on_every_key(client: Any, admin: Any) -> None:
+    locks = Locks(client)
+    with pytest.raises(NotReplicated):
+        locks.acquire_many(KEYS, 5.0, sync=ReplicaSync(1, 0.1))
     assert admin.exists(*KEYS) == 0
 
 

@@ -390,6 +390,7 @@ class Acquire:
         owner: object = None,
         *,
         shared: bool = False,
+        sync: object = None,
     ) -> Acquire:
         """`LOCK.MACQUIRE` of `keys` (an iterable of keys, not one key); one key
         is a plain `LOCK.ACQUIRE`."""
@@ -400,7 +401,7 @@ class Acquire:
         checked = tuple(check_key(key) for key in keys)
         if not checked:
             raise ValueError("keys must name at least one key")
-        request = cls.of(checked[0], ttl, wait, session, owner, shared=shared)
+        request = cls.of(checked[0], ttl, wait, session, owner, shared=shared, sync=sync)
         return request if len(checked) == 1 else replace(request, keys=checked)
 
     @property
@@ -480,10 +481,10 @@ class Acquire:
     def attaches(self, watchdog: bool) -> bool:
         """Whether the hold may attach to a session: it is to be kept alive
         (`watchdog`), and not with `sync` (a keepalive carries no `SYNC`, and
-        a replica that missed one would end the lease sooner than counted),
-        nor a set of keys (`LOCK.MACQUIRE` takes no `LEASE`: the watchdog
-        extends the set with one `LOCK.MEXTEND`)."""
-        return watchdog and self.sync is None and self.keys is None
+        a replica that missed one would end the lease sooner than counted).
+        A set of keys attaches as one hold of the session, each key a hold of
+        its lease on the server."""
+        return watchdog and self.sync is None
 
     def waited(self, elapsed: float) -> Acquire | None:
         """The same request after `elapsed` seconds of its wait went by (to

@@ -449,6 +449,7 @@ class Locks:
         watchdog: bool = True,
         owner: str | bytes | None = None,
         shared: bool = False,
+        sync: ReplicaSync | None = None,
     ) -> Lease | None:
         """One lease on every key of `keys` for `ttl` seconds, taken in one step
         (`LOCK.MACQUIRE`), or None when any of them is held (nothing is taken).
@@ -458,15 +459,17 @@ class Locks:
         holds none while it waits, so requests for overlapping sets, in any
         order, cannot deadlock; None when the wait runs out. The lease's
         `keys` are the set, its `key` the first; the watchdog extends them
-        together (`LOCK.MEXTEND`, 1 only when the token still holds every key,
-        else nothing changes and the lease is lost), `release()` releases them
-        together (`LOCK.MRELEASE`; True when every key was released), and
-        `guard()` checks the first key. A set is never attached to a session
-        (`LOCK.MACQUIRE` takes no `LEASE`, nor `SYNC`). In a Redis Cluster all
+        together as one hold: in the `Locks`' session (`LEASE`, each key a
+        hold of its lease, counted per key), or with one `LOCK.MEXTEND` (1 only
+        when the token still holds every key, else nothing changes and the
+        lease is lost); `release()` releases them together (`LOCK.MRELEASE`;
+        True when every key was released), and `guard()` checks the first
+        key. `sync` applies to the whole set (undone on every key when the
+        replicas fall short: `NotReplicated`). In a Redis Cluster all
         keys must share a slot: one hash tag (`{order:42}:stock`,
         `{order:42}:payment`). One key is a plain `acquire`.
         """
-        request = common.Acquire.many(keys, ttl, wait, session, owner, shared=shared)
+        request = common.Acquire.many(keys, ttl, wait, session, owner, shared=shared, sync=sync)
         return self._acquire(request, watchdog)
 
     def lock_many(
@@ -479,11 +482,12 @@ class Locks:
         watchdog: bool = True,
         owner: str | bytes | None = None,
         shared: bool = False,
+        sync: ReplicaSync | None = None,
     ) -> contextlib.AbstractContextManager[Lease]:
         """`acquire_many` as a context manager: yields the lease on every key,
         releases them all on exit; `NotAcquired` when any key is held (or the
         wait ran out), `Lost` on exit when the lease was lost meanwhile."""
-        request = common.Acquire.many(keys, ttl, wait, session, owner, shared=shared)
+        request = common.Acquire.many(keys, ttl, wait, session, owner, shared=shared, sync=sync)
         message = common.not_acquired_many_message(request.keys or (request.key,), wait)
         return _holding(lambda: self._acquire(request, watchdog), message)
 
