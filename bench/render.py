@@ -26,7 +26,7 @@ DASH = "–"
 SECTIONS = ["## Machine", "## Goals", "## 1. ", "## 2. ", "## 3. ", "## 4. ", "### 4.1 ",
             "### 4.2 ", "### 4.3 ", "### 4.4 ", "## 5. ", "### 5.1 ", "### 5.2 ", "### 5.3 ",
             "### 5.4 ", "## 6. ", "## 7. ", "### 7.1 ", "### 7.2 ", "### 7.3 ", "## 8. ",
-            "### 8.1 ", "## 9. ", "## Raw samples"]
+            "### 8.1 ", "## 9. ", "## 10. ", "### 10.1 ", "### 10.2 ", "## Raw samples"]
 GOAL_KINDS = ["ratio", "memory-per-lock", "acquire-at-scale", "release-o1", "waiter-memory",
               "expiry-handoff", "lease-keepalive", "sync"]
 
@@ -238,6 +238,8 @@ ORIGIN = {("release", "readers-wait"): "last reader's release",
           ("release", "native-wait"): "holder's release",
           ("expiry", "readers-wait"): "last reader's lease expires",
           ("expiry", "native-wait"): "holder's lease expires",
+          ("release", "multi-wait"): "holder's release of the last of 4 keys",
+          ("expiry", "multi-wait"): "holder's lease on 4 keys expires",
           "head": "the head of the longest queue", "tail": "the tail of the longest queue",
           "spread": "the spread keys"}
 SIDES = {"lease": "one lease: `KEEPALIVE`", "extend": "plain holds: `LOCK.EXTEND` each",

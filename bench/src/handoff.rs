@@ -73,14 +73,22 @@ pub enum Recipe {
     /// grants the writer inside the last reader's `LOCK.RELEASE`, or from a
     /// timer at the later of the readers' deadlines.
     ReadersWait,
+    /// A waiter for four keys at once (issue 28): the holder holds them
+    /// (`LOCK.MACQUIRE 4`), the waiter queues on every one with
+    /// `LOCK.MACQUIRE 4 … WAIT`, the holder gives back three of them (the
+    /// waiter still waits), then the last; the server grants the waiter all
+    /// four inside that last `LOCK.RELEASE`, or from a timer at the holder's
+    /// deadline.
+    MultiWait,
 }
 
 impl Recipe {
-    pub const ALL: [Recipe; 4] = [
+    pub const ALL: [Recipe; 5] = [
         Recipe::NativeWait,
         Recipe::SetnxPoll,
         Recipe::BlpopSignal,
         Recipe::ReadersWait,
+        Recipe::MultiWait,
     ];
 
     pub fn name(self) -> &'static str {
@@ -89,6 +97,7 @@ impl Recipe {
             Recipe::SetnxPoll => "setnx-poll",
             Recipe::BlpopSignal => "blpop-signal",
             Recipe::ReadersWait => "readers-wait",
+            Recipe::MultiWait => "multi-wait",
         }
     }
 
@@ -230,16 +239,42 @@ struct Scripts {
 struct Keys {
     lock: String,
     signal: String,
+    /// `multi-wait`'s four keys, `{lock}:0` … `{lock}:3` (one hash tag: one
+    /// Cluster slot); `lock` is the last of them, whose release is timed.
+    set: Vec<String>,
 }
+
+/// How many keys the `multi-wait` waiter asks for.
+pub const MULTI_KEYS: usize = 4;
 
 impl Keys {
     fn of(prefix: &str, recipe: Recipe) -> Keys {
-        let lock = format!("{prefix}{}", recipe.name());
+        let name = format!("{prefix}{}", recipe.name());
+        let set: Vec<String> = match recipe {
+            Recipe::MultiWait => (0..MULTI_KEYS).map(|i| format!("{{{name}}}:{i}")).collect(),
+            _ => Vec::new(),
+        };
+        let lock = set.last().cloned().unwrap_or(name);
         Keys {
             signal: format!("signal:{lock}"),
             lock,
+            set,
         }
     }
+}
+
+/// `LOCK.MACQUIRE n keys… ttl TOKEN token [WAIT wait-ms]`.
+fn multi_acquire(keys: &[String], ttl_ms: u64, token: &str, wait_ms: Option<u64>) -> redis::Cmd {
+    let mut cmd = redis::cmd("LOCK.MACQUIRE");
+    cmd.arg(keys.len())
+        .arg(keys)
+        .arg(ttl_ms)
+        .arg("TOKEN")
+        .arg(token);
+    if let Some(wait_ms) = wait_ms {
+        cmd.arg("WAIT").arg(wait_ms);
+    }
+    cmd
 }
 
 /// When the waiter was granted, on both clocks, and whether it was ever
@@ -330,6 +365,7 @@ pub async fn run(config: HandoffConfig) -> Result<HandoffSummary, String> {
             let _: () = redis::cmd("DEL")
                 .arg(&keys.lock)
                 .arg(&keys.signal)
+                .arg(&keys.set)
                 .query_async(&mut holder)
                 .await
                 .map_err(|e| format!("DEL: {e}"))?;
@@ -373,7 +409,7 @@ async fn release_round(
     waiter_seed: u64,
 ) -> Result<Option<f64>, String> {
     let ttl_ms = config.ttl_ms;
-    if !try_acquire(recipe, holder, &keys.lock, "holder", ttl_ms).await? {
+    if !try_acquire(recipe, holder, keys, "holder", ttl_ms).await? {
         return Err(format!("{} was not free", keys.lock));
     }
     let (refused_tx, refused_rx) = oneshot::channel();
@@ -406,6 +442,22 @@ async fn release_round(
             }
             queued && wait_until_queued(holder, &keys.lock).await?
         }
+        Recipe::MultiWait => {
+            // Queued on every key; the holder gives back all but the last,
+            // and the waiter must go on waiting.
+            let mut queued = true;
+            for key in &keys.set {
+                queued &= wait_until_queued(holder, key).await?;
+            }
+            for key in &keys.set[..MULTI_KEYS - 1] {
+                let n: i64 =
+                    query(holder, redis::cmd("LOCK.RELEASE").arg(key).arg("holder")).await?;
+                if n != 1 {
+                    return Err(format!("the holder's release of {key} found no lease"));
+                }
+            }
+            queued && wait_until_queued(holder, &keys.lock).await?
+        }
     };
     let hold_us = rng.gen_range(0..=config.hold_max_ms * 1000);
     if hold_us > 0 {
@@ -413,7 +465,7 @@ async fn release_round(
     }
     let released_at = Instant::now();
     let released = match recipe {
-        Recipe::NativeWait | Recipe::ReadersWait => {
+        Recipe::NativeWait | Recipe::ReadersWait | Recipe::MultiWait => {
             let token = if recipe == Recipe::ReadersWait {
                 READERS[1]
             } else {
@@ -479,15 +531,18 @@ async fn expiry_round(
         rng.gen_range(0..=micros(EXPIRY_PHASE_JITTER)),
     ))
     .await;
-    if !try_acquire(recipe, holder, &keys.lock, "holder", ttl_ms).await? {
+    if !try_acquire(recipe, holder, keys, "holder", ttl_ms).await? {
         return Err(format!("{} was not free", keys.lock));
     }
     let deadline_ms: i64 = match recipe {
-        // The readers' later deadline, for a shared key.
-        Recipe::NativeWait | Recipe::ReadersWait => lock_info(holder, &keys.lock)
-            .await?
-            .and_then(|info| info.get("deadline").copied())
-            .ok_or("LOCK.INFO has no deadline")?,
+        // The readers' later deadline, for a shared key; the set's common
+        // one for multi-wait.
+        Recipe::NativeWait | Recipe::ReadersWait | Recipe::MultiWait => {
+            lock_info(holder, &keys.lock)
+                .await?
+                .and_then(|info| info.get("deadline").copied())
+                .ok_or("LOCK.INFO has no deadline")?
+        }
         _ => query(holder, redis::cmd("PEXPIRETIME").arg(&keys.lock)).await?,
     };
     let arrival = Duration::from_micros(rng.gen_range(0..=ttl_ms * 1000 / 2));
@@ -504,7 +559,9 @@ async fn expiry_round(
     );
     let seen_waiting = match recipe {
         // Queued while the holder's lease still ran.
-        Recipe::NativeWait | Recipe::ReadersWait => wait_until_queued(holder, &keys.lock).await?,
+        Recipe::NativeWait | Recipe::ReadersWait | Recipe::MultiWait => {
+            wait_until_queued(holder, &keys.lock).await?
+        }
         _ => true,
     };
     let granted = waiting
@@ -529,6 +586,7 @@ fn spawn_waiter(
 ) -> tokio::task::JoinHandle<Result<Granted, String>> {
     let lock = keys.lock.clone();
     let signal = keys.signal.clone();
+    let set = keys.set.clone();
     let retry = config.retry;
     tokio::spawn(async move {
         if !arrival.is_zero() {
@@ -550,7 +608,24 @@ fn spawn_waiter(
                     refused_first = true;
                     true
                 }
-                _ => try_acquire(recipe, &mut conn, &lock, "waiter", ttl_ms).await?,
+                Recipe::MultiWait => {
+                    let wait_ms = ROUND_LIMIT.as_millis() as u64;
+                    let cmd = multi_acquire(&set, ttl_ms, "waiter", Some(wait_ms));
+                    let reply: Option<(Vec<u8>, u64)> = query(&mut conn, &cmd).await?;
+                    if reply.is_none() {
+                        return Err("the WAIT timed out".into());
+                    }
+                    refused_first = true;
+                    true
+                }
+                _ => {
+                    let keys = Keys {
+                        lock: lock.clone(),
+                        signal: signal.clone(),
+                        set: Vec::new(),
+                    };
+                    try_acquire(recipe, &mut conn, &keys, "waiter", ttl_ms).await?
+                }
             };
             if granted {
                 return Ok(Granted {
@@ -564,7 +639,7 @@ fn spawn_waiter(
                 let _ = tx.send(());
             }
             match recipe {
-                Recipe::NativeWait | Recipe::ReadersWait => {
+                Recipe::NativeWait | Recipe::ReadersWait | Recipe::MultiWait => {
                     unreachable!("WAIT replies only with a grant")
                 }
                 Recipe::SetnxPoll => sleep(retry.next_delay(&mut rng)).await,
@@ -589,15 +664,22 @@ const READERS: [&str; 2] = ["reader-1", "reader-2"];
 
 /// One attempt without waiting: `LOCK.ACQUIRE … TOKEN` or `SET … NX PX`; for
 /// the `readers-wait` recipe (whose waiter never comes here), both readers'
-/// `LOCK.ACQUIRE … SHARED` under the tokens [`READERS`] (`token` unused).
+/// `LOCK.ACQUIRE … SHARED` under the tokens [`READERS`] (`token` unused);
+/// for `multi-wait` (likewise), `LOCK.MACQUIRE` of its four keys.
 async fn try_acquire(
     recipe: Recipe,
     conn: &mut MultiplexedConnection,
-    lock: &str,
+    keys: &Keys,
     token: &str,
     ttl_ms: u64,
 ) -> Result<bool, String> {
+    let lock = keys.lock.as_str();
     Ok(match recipe {
+        Recipe::MultiWait => {
+            let reply: Option<(Vec<u8>, u64)> =
+                query(conn, &multi_acquire(&keys.set, ttl_ms, token, None)).await?;
+            reply.is_some()
+        }
         Recipe::NativeWait => native_acquire(conn, lock, token, ttl_ms, false).await?,
         Recipe::ReadersWait => {
             let mut both = true;

@@ -324,6 +324,8 @@ pub struct RatioRow {
     pub title: &'static str,
     /// A comparison of shared holders (SEM, SHARED): section 7's.
     pub shared: bool,
+    /// A comparison of multi-key locks (MACQUIRE, MRELEASE): section 10's.
+    pub multi: bool,
     pub pipeline: usize,
     /// Median over rounds of native rps / baseline rps.
     pub throughput_ratio: f64,
@@ -480,6 +482,7 @@ pub fn summarise(results: &Results) -> Summary {
                     server: server.label.clone(),
                     title: comparison.title,
                     shared: comparison.is_shared(),
+                    multi: comparison.is_multi(),
                     pipeline,
                     throughput_ratio,
                     cpu_ratio: ratio(|s| 1.0 / s.cpu_us_per_op),

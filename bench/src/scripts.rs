@@ -24,6 +24,22 @@ return redis.call('PEXPIRE', KEYS[1], ARGV[2]) else return 0 end";
 pub const GUARD: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then \
 return redis.call('SET', KEYS[2], ARGV[2]) else return redis.error_reply('LOST') end";
 
+/// Several locks at once with one fence, all or nothing (issue 28's
+/// alternative to `LOCK.MACQUIRE`): `KEYS[1..n-1]` the locks, `KEYS[n]` the
+/// fence counter, `ARGV[1]` the token, `ARGV[2]` the TTL in ms. Refuses
+/// (null) when any lock is taken, else takes every one with `SET NX PX` and
+/// replies `[token, fence]`, like `LOCK.MACQUIRE`.
+pub const MULTI_ACQUIRE: &str = "for i = 1, #KEYS - 1 do \
+if redis.call('EXISTS', KEYS[i]) == 1 then return false end end \
+for i = 1, #KEYS - 1 do redis.call('SET', KEYS[i], ARGV[1], 'NX', 'PX', ARGV[2]) end \
+return {ARGV[1], redis.call('INCR', KEYS[#KEYS])}";
+
+/// Compare-and-delete of several locks: the number of `KEYS` that `ARGV[1]`
+/// held (each deleted), like `LOCK.MRELEASE`.
+pub const MULTI_RELEASE: &str = "local n = 0 for i = 1, #KEYS do \
+if redis.call('GET', KEYS[i]) == ARGV[1] then n = n + redis.call('DEL', KEYS[i]) end end \
+return n";
+
 /// The single global fence counter of the recipe's global-fence variant.
 pub const GLOBAL_FENCE_KEY: &str = "lock:fence";
 
@@ -73,7 +89,7 @@ if redis.call('HINCRBY', KEYS[1], ARGV[1], -1) <= 0 then redis.call('HDEL', KEYS
 if redis.call('HLEN', KEYS[1]) == 1 then redis.call('DEL', KEYS[1]) end return 1";
 
 /// Every script by name, for the record of a run.
-pub const ALL: [(&str, &str); 9] = [
+pub const ALL: [(&str, &str); 11] = [
     ("acquire", ACQUIRE),
     ("release", RELEASE),
     ("extend", EXTEND),
@@ -83,6 +99,8 @@ pub const ALL: [(&str, &str); 9] = [
     ("sem_release", SEM_RELEASE),
     ("read_acquire", READ_ACQUIRE),
     ("read_release", READ_RELEASE),
+    ("multi_acquire", MULTI_ACQUIRE),
+    ("multi_release", MULTI_RELEASE),
 ];
 
 #[cfg(test)]

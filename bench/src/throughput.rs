@@ -35,6 +35,11 @@ pub const SEM_LIMIT: u32 = 10;
 /// the key outlives the caller's release, as a semaphore or read lock with
 /// other holders does (`SEM.RELEASE` of a key that is gone replies
 /// `WRONGTYPE`, which would stop `redis-benchmark`).
+/// The two locks of each multi-key request (issue 28): `LOCK.MACQUIRE 2`'s
+/// and the Lua recipe's, each drawn from a range of its own so that a
+/// request never names one key twice.
+const MULTI_LOCK_PREFIXES: [&str; 2] = ["ma:", "mb:"];
+const MULTI_STRING_PREFIXES: [&str; 2] = ["sa:", "sb:"];
 const OTHER_TOKEN: &str = "5d1c7e8a-9b2f-4c3d-8e4f-a0b1c2d3e4f5";
 /// A 36-byte token of its own for each request of the SEM and SHARED
 /// acquire rows (`redis-benchmark` puts twelve random digits in place of
@@ -55,10 +60,16 @@ pub enum Group {
     SharedAcquire,
     /// `LOCK.RELEASE` of a reader against the Lua read unlock.
     SharedRelease,
+    /// `LOCK.MACQUIRE 2` against the Lua two-key acquire with a fence, from
+    /// an empty database.
+    MultiAcquire,
+    /// `LOCK.MRELEASE 2` against the Lua two-key compare-and-delete, both
+    /// keys held by the caller.
+    MultiRelease,
 }
 
 impl Group {
-    pub const ALL: [Group; 8] = [
+    pub const ALL: [Group; 10] = [
         Group::Acquire,
         Group::Extend,
         Group::Release,
@@ -67,6 +78,8 @@ impl Group {
         Group::SemRelease,
         Group::SharedAcquire,
         Group::SharedRelease,
+        Group::MultiAcquire,
+        Group::MultiRelease,
     ];
 
     /// The group's name for `lock-bench --only`.
@@ -80,16 +93,41 @@ impl Group {
             Group::SemRelease => "sem-release",
             Group::SharedAcquire => "shared-acquire",
             Group::SharedRelease => "shared-release",
+            Group::MultiAcquire => "multi-acquire",
+            Group::MultiRelease => "multi-release",
         }
     }
 
-    /// A name for `--only` that picks a pair of groups: `sem` and `shared`
-    /// (acquire and release, which the cycle ratios need together).
+    /// A name for `--only` that picks a pair of groups: `sem`, `shared` and
+    /// `multi` (acquire and release, which the cycle ratios need together).
     pub fn family(self) -> Option<&'static str> {
         match self {
             Group::SemAcquire | Group::SemRelease => Some("sem"),
             Group::SharedAcquire | Group::SharedRelease => Some("shared"),
+            Group::MultiAcquire | Group::MultiRelease => Some("multi"),
             _ => None,
+        }
+    }
+
+    /// The locks each request takes or gives back.
+    fn keys_per_request(self) -> u64 {
+        match self {
+            Group::MultiAcquire | Group::MultiRelease => 2,
+            _ => 1,
+        }
+    }
+
+    /// How many times the settings' keyspace its rows draw from. The MULTI
+    /// acquire rows draw a token per request from the same range as the
+    /// keys (`__rand_int__`), and `LOCK.MACQUIRE` answers an error (which
+    /// stops `redis-benchmark`) when a token asks for a key it holds from
+    /// another set: with 300,000 requests over 1,000,000 numbers that
+    /// happens about once in ten runs, over a hundred times the range
+    /// about once in a hundred thousand (both sides draw from it alike).
+    pub fn keyspace_factor(self) -> u64 {
+        match self {
+            Group::MultiAcquire => 100,
+            _ => 1,
         }
     }
 
@@ -125,6 +163,12 @@ pub enum Prep {
     /// Every `hk:` key of the range a hash read-held once by each of them,
     /// with its lease, as the Lua read lock leaves it.
     ReadHashes,
+    /// Every `ma:` and `mb:` key of the range held with [`TOKEN`]
+    /// (`LOCK.MACQUIRE 2` of the pair with the same number).
+    HeldLockPairs,
+    /// Every `sa:` and `sb:` key of the range set to [`TOKEN`] with a TTL,
+    /// as the Lua two-key acquire leaves them.
+    HeldStringPairs,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -164,6 +208,11 @@ impl Comparison {
             .any(|id| id.starts_with("sem.") || id.starts_with("shared."))
     }
 
+    /// A comparison of multi-key locks (`LOCK.MACQUIRE`, `LOCK.MRELEASE`).
+    pub fn is_multi(&self) -> bool {
+        self.native.iter().any(|id| id.starts_with("multi."))
+    }
+
     /// The goal at pipeline 16 on the server labelled `label`.
     pub fn goal_on(&self, label: &str) -> Option<f64> {
         let read = label.ends_with("+ AOF") || label.ends_with("+ replica");
@@ -174,7 +223,7 @@ impl Comparison {
     }
 }
 
-pub const COMPARISONS: [Comparison; 15] = [
+pub const COMPARISONS: [Comparison; 18] = [
     Comparison {
         title: "LOCK.ACQUIRE vs Lua acquire-with-fence",
         native: &["lock.acquire"],
@@ -280,6 +329,27 @@ pub const COMPARISONS: [Comparison; 15] = [
         goal_p16: Some(2.0),
         goal_p16_read: None,
     },
+    Comparison {
+        title: "LOCK.MACQUIRE 2 vs Lua two-key acquire-with-fence",
+        native: &["multi.acquire"],
+        baseline: &["lua.multi.acquire"],
+        goal_p16: None,
+        goal_p16_read: None,
+    },
+    Comparison {
+        title: "LOCK.MRELEASE 2 vs Lua two-key compare-and-delete",
+        native: &["multi.release"],
+        baseline: &["lua.multi.release"],
+        goal_p16: None,
+        goal_p16_read: None,
+    },
+    Comparison {
+        title: "LOCK.MACQUIRE 2 + LOCK.MRELEASE 2 vs the Lua two-key lock (cycle)",
+        native: &["multi.acquire", "multi.release"],
+        baseline: &["lua.multi.acquire", "lua.multi.release"],
+        goal_p16: Some(1.5),
+        goal_p16_read: None,
+    },
 ];
 
 /// The SHA1s of the Lua recipe's scripts, as `SCRIPT LOAD` gave them.
@@ -292,6 +362,8 @@ pub struct LoadedScripts {
     pub sem_release: String,
     pub read_acquire: String,
     pub read_release: String,
+    pub multi_acquire: String,
+    pub multi_release: String,
 }
 
 impl LoadedScripts {
@@ -308,6 +380,8 @@ impl LoadedScripts {
             sem_release: load(scripts::SEM_RELEASE)?,
             read_acquire: load(scripts::READ_ACQUIRE)?,
             read_release: load(scripts::READ_RELEASE)?,
+            multi_acquire: load(scripts::MULTI_ACQUIRE)?,
+            multi_release: load(scripts::MULTI_RELEASE)?,
         })
     }
 }
@@ -324,7 +398,9 @@ impl LoadedScripts {
 ///
 /// The SEM and SHARED acquire rows give each request a token of its own
 /// ([`FRESH_TOKEN`]), so that each adds a holder (a key drawn twice gets a
-/// second one); their release rows run on keys held by [`TOKEN`] and
+/// second one), and so do the MULTI acquire rows (`LOCK.MACQUIRE` of a set
+/// that one of its keys already holds under the same token, from another
+/// set, is an error, which would stop `redis-benchmark`); their release rows run on keys held by [`TOKEN`] and
 /// [`OTHER_TOKEN`], and release [`TOKEN`]'s hold.
 #[rustfmt::skip] // a table: one case a row
 pub fn cases(sha: &LoadedScripts) -> Vec<Case> {
@@ -335,6 +411,8 @@ pub fn cases(sha: &LoadedScripts) -> Vec<Case> {
     let permits = &format!("{PERMITS_PREFIX}__rand_int__");
     let shared = &format!("{SHARED_PREFIX}__rand_int__");
     let read_hash = &format!("{READ_HASH_PREFIX}__rand_int__");
+    let [multi_a, multi_b] = &MULTI_LOCK_PREFIXES.map(|p| format!("{p}__rand_int__"));
+    let [string_a, string_b] = &MULTI_STRING_PREFIXES.map(|p| format!("{p}__rand_int__"));
     let limit = &SEM_LIMIT.to_string();
     let ttl = "30000";
     let held_ttl = &PREPARED_TTL_MS.to_string();
@@ -391,6 +469,16 @@ pub fn cases(sha: &LoadedScripts) -> Vec<Case> {
             &["LOCK.RELEASE", shared, TOKEN]),
         case("lua.read.release", "Lua read unlock by the reader", SharedRelease, ReadHashes,
             &["EVALSHA", &sha.read_release, "1", read_hash, TOKEN]),
+        case("multi.acquire", "LOCK.MACQUIRE of 2 keys with a fresh 36-byte TOKEN", MultiAcquire,
+            Empty, &["LOCK.MACQUIRE", "2", multi_a, multi_b, ttl, "TOKEN", FRESH_TOKEN]),
+        case("lua.multi.acquire", "Lua two-key acquire-with-fence (EXISTS, SET NX PX, INCR)",
+            MultiAcquire, Empty,
+            &["EVALSHA", &sha.multi_acquire, "3", string_a, string_b, scripts::GLOBAL_FENCE_KEY,
+                FRESH_TOKEN, ttl]),
+        case("multi.release", "LOCK.MRELEASE of 2 keys by the holder", MultiRelease,
+            HeldLockPairs, &["LOCK.MRELEASE", "2", multi_a, multi_b, TOKEN]),
+        case("lua.multi.release", "Lua two-key compare-and-delete by the holder", MultiRelease,
+            HeldStringPairs, &["EVALSHA", &sha.multi_release, "2", string_a, string_b, TOKEN]),
     ]
 }
 
@@ -503,7 +591,7 @@ pub fn benchmark_command(settings: &Settings, pipeline: usize, case: &Case) -> V
     redis_benchmark(
         settings.clients,
         Some(pipeline),
-        settings.keyspace,
+        settings.keyspace * case.group.keyspace_factor(),
         requests,
         &command,
     )
@@ -614,10 +702,12 @@ pub fn run(
                     let keys_after = dbsize(&mut conn)?;
                     let errors = error_replies(&mut conn)?.saturating_sub(errors_before);
                     let work_share = match group {
-                        Group::Acquire => {
-                            // The Lua recipe's fence key is not a lock.
-                            let fence_keys = u64::from(case.id == "lua.acquire");
-                            keys_after.saturating_sub(fence_keys) as f64 / requests as f64
+                        Group::Acquire | Group::MultiAcquire => {
+                            // The Lua recipe's fence key is not a lock; a
+                            // multi-key grant takes two.
+                            let fence_keys = u64::from(case.id.starts_with("lua."));
+                            keys_after.saturating_sub(fence_keys) as f64
+                                / (requests * group.keys_per_request()) as f64
                         }
                         Group::SemAcquire
                         | Group::SemRelease
@@ -626,8 +716,9 @@ pub fn run(
                             holders_changed(&mut conn, &holders, holders_before, settings.keyspace)?
                                 / requests as f64
                         }
-                        Group::Release => {
-                            keys_before.saturating_sub(keys_after) as f64 / requests as f64
+                        Group::Release | Group::MultiRelease => {
+                            keys_before.saturating_sub(keys_after) as f64
+                                / (requests * group.keys_per_request()) as f64
                         }
                         Group::Extend => {
                             if keys_after == keys_before && keys_before == phase_keys {
@@ -753,6 +844,31 @@ pub fn prepare(conn: &mut redis::Connection, prep: Prep, keyspace: u64) -> Resul
                 })
             }),
         ),
+        Prep::HeldLockPairs => pipelined(
+            conn,
+            (0..keyspace).map(|i| {
+                let mut cmd = redis::cmd("LOCK.MACQUIRE");
+                cmd.arg(2)
+                    .arg(&MULTI_LOCK_PREFIXES.map(|p| bench_key(p, i))[..])
+                    .arg(PREPARED_TTL_MS)
+                    .arg("TOKEN")
+                    .arg(TOKEN);
+                cmd
+            }),
+        ),
+        Prep::HeldStringPairs => pipelined(
+            conn,
+            (0..keyspace).flat_map(|i| {
+                MULTI_STRING_PREFIXES.map(|p| {
+                    let mut cmd = redis::cmd("SET");
+                    cmd.arg(bench_key(p, i))
+                        .arg(TOKEN)
+                        .arg("PX")
+                        .arg(PREPARED_TTL_MS);
+                    cmd
+                })
+            }),
+        ),
         Prep::ReadHashes => pipelined(
             conn,
             (0..keyspace).flat_map(|i| {
@@ -860,6 +976,8 @@ mod tests {
             sem_release: "sha-sem-release".into(),
             read_acquire: "sha-read-acquire".into(),
             read_release: "sha-read-release".into(),
+            multi_acquire: "sha-multi-acquire".into(),
+            multi_release: "sha-multi-release".into(),
         })
     }
 

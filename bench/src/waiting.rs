@@ -237,7 +237,8 @@ mod tests {
     fn commands_carry_the_settings() {
         let release = handoff_command(&settings(), Scenario::Release).join(" ");
         assert!(release.starts_with("lock-handoff --port $PORT --scenario release"));
-        assert!(release.contains("--recipes native-wait,setnx-poll,blpop-signal,readers-wait"));
+        assert!(release
+            .contains("--recipes native-wait,setnx-poll,blpop-signal,readers-wait,multi-wait"));
         assert!(release.contains("--rounds 7 --hold-max-ms 250"));
         assert!(release.ends_with("--retry-min-ms 50 --retry-max-ms 250 --json"));
         let expiry = handoff_command(&settings(), Scenario::Expiry).join(" ");

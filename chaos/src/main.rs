@@ -11,6 +11,8 @@ mod guarded;
 mod history;
 mod lease_group;
 mod lease_worker;
+mod multi;
+mod multi_worker;
 mod replstream;
 mod scenarios;
 mod server;
@@ -31,13 +33,16 @@ lock-chaos [--quick] [--scenarios 1,2,...] [--seed N] [--module PATH] [--server 
     under a paused leader, a killed leader and a Sentinel failover, root
     only, 9 read/write lock and 10 semaphore, each under paused holders and
     kill -9 with the AOF always, 14 lease group: a holder of 16 locks
-    through one lease paused past it, killed, and revoked; 11-13 are
-    integration tests) and check each history with C1-C6 (C6: the
+    through one lease paused past it, killed, and revoked, 15 multi-key
+    locks: sets of 2-4 keys taken at once (LOCK.MACQUIRE … WAIT) under
+    contention, paused holders and kill -9; 11-13 are integration tests) and check each history with C1-C6 (C6: the
     list written through LOCK.GUARD, scenarios 2, 4, 7 and 14; 8 adds its own:
     one acting leader at a time, observers converge; in 9 and 10 C1 and C3
     allow readers together and up to the semaphore's limit of permits; 14
     adds its own: every key handed on, the lease never renewed after its
-    end, the holder told LOST or REVOKED). Exit status 1 if any run has a
+    end, the holder told LOST or REVOKED; 15 adds its own: a refused
+    LOCK.MACQUIRE holds no key, every worker of the contention phase got a
+    set). Exit status 1 if any run has a
     violation that counts.
 lock-chaos check HISTORY.jsonl [--bound-ms N]
     Run C1, C2, C3, C5 and C6 again on a kept history (N: TTL + 1000, default 3000).
@@ -52,6 +57,8 @@ fn main() {
         Some("worker") => worker::WorkerArgs::parse(&args[1..]).and_then(|a| {
             if a.lease_keys > 0 {
                 lease_worker::run(a)
+            } else if a.multi_keys > 0 {
+                multi_worker::run(a)
             } else {
                 worker::run(a)
             }
@@ -100,7 +107,7 @@ fn run(args: &[String]) -> Result<(), String> {
     let root = std::env::current_dir().map_err(|e| e.to_string())?;
     let mut quick = false;
     let mut keep_history = false;
-    let mut selected: Vec<u32> = (1..=10).chain([14]).collect();
+    let mut selected: Vec<u32> = (1..=10).chain([14, 15]).collect();
     let mut seed: u64 = 20260529;
     let mut module = server::module_path(&root);
     let mut binary = "redis-server".to_string();
@@ -179,6 +186,7 @@ fn run(args: &[String]) -> Result<(), String> {
             9 => shared::read_write(&ctx),
             10 => shared::semaphore(&ctx),
             14 => lease_group::lease_group(&ctx),
+            15 => multi::multi_key(&ctx),
             11..=13 => Err(format!(
                 "no scenario {id} in lock-chaos: 11-13 are integration tests (docs/reliability.md)"
             )),

@@ -183,6 +183,7 @@ pub fn worker_base(rec: &Recorder, addr: &str, key: &str, ttl_ms: u64) -> Worker
         lease_ttl_ms: 0,
         lease_file: String::new(),
         stop_file: String::new(),
+        multi_keys: 0,
     }
 }
 

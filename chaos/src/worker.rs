@@ -6,7 +6,8 @@
 //! `begin` and `end` to the guarded list in Redis through `LOCK.GUARD`
 //! (`guarded.rs`). With `--lease-keys=n` the process is instead a worker
 //! that holds n keys at once through one lease group (`lease_worker.rs`,
-//! chosen in `main.rs`). Run as
+//! chosen in `main.rs`); with `--multi-keys=n` a worker that takes 2-4 keys
+//! of a pool of n at once (`multi_worker.rs`). Run as
 //! `lock-chaos worker --key value ...` by the scenarios, so that a worker can
 //! be SIGSTOPped or run in another network namespace.
 
@@ -73,6 +74,10 @@ pub struct WorkerArgs {
     /// next write. Empty: none.
     pub lease_file: String,
     pub stop_file: String,
+    /// More than 0: a multi-key worker (`multi_worker.rs`) over a pool of
+    /// this many keys `{<key>}:0` … (one hash tag, one Cluster slot): each
+    /// grant takes a random 2-4 of them at once with `LOCK.MACQUIRE`.
+    pub multi_keys: u64,
 }
 
 impl WorkerArgs {
@@ -104,6 +109,7 @@ impl WorkerArgs {
             format!("--lease-ttl-ms={}", self.lease_ttl_ms),
             format!("--lease-file={}", self.lease_file),
             format!("--stop-file={}", self.stop_file),
+            format!("--multi-keys={}", self.multi_keys),
         ]
     }
 
@@ -140,6 +146,7 @@ impl WorkerArgs {
             lease_ttl_ms: num("lease-ttl-ms")?,
             lease_file: get("lease-file")?,
             stop_file: get("stop-file")?,
+            multi_keys: num("multi-keys")?,
         })
     }
 
@@ -194,7 +201,7 @@ impl WorkerArgs {
 
     /// `SYNC n t` on `cmd`, when the worker syncs (`t`: half the operation
     /// timeout, as its WAIT would take).
-    fn sync_args(&self, cmd: &mut redis::Cmd) {
+    pub fn sync_args(&self, cmd: &mut redis::Cmd) {
         if self.sync > 0 {
             cmd.arg("SYNC").arg(self.sync).arg(self.op_timeout_ms / 2);
         }

@@ -60,7 +60,10 @@ struct Args {
     /// keeping many holds alive, sync: SYNC against ACQUIRE + WAIT) or
     /// throughput groups (acquire, extend, release, guard, sem-acquire,
     /// sem-release, shared-acquire, shared-release; sem and shared: both of
-    /// the pair): `--only guard` runs the GUARD comparisons alone
+    /// the pair; multi: the multi-key pair, MACQUIRE + MRELEASE against the
+    /// Lua two-key lock, and the hand-off section, whose multi-wait recipe
+    /// times the grant of a waiting 4-key request): `--only guard` runs the
+    /// GUARD comparisons alone
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
 }
@@ -223,7 +226,8 @@ fn run(args: &Args) -> Result<(), String> {
                 && (wanted("contention")
                     || wanted("scale")
                     || wanted("waiting")
-                    || wanted("handoff")))
+                    || wanted("handoff")
+                    || wanted("multi")))
             || (spec.observe && wanted("observe"))
             || (spec.keepalive && wanted("lease"))
             || (spec.sync && wanted("sync"));
@@ -287,7 +291,8 @@ fn run(args: &Args) -> Result<(), String> {
                 &mut progress,
             )?);
         }
-        if spec.contention_and_scale && (wanted("waiting") || wanted("handoff")) {
+        if spec.contention_and_scale && (wanted("waiting") || wanted("handoff") || wanted("multi"))
+        {
             let fresh = Server::start(&spec.binary, &module, &args.work_dir)?;
             results.waiting = Some(waiting::run(
                 &fresh,

@@ -2,7 +2,9 @@
 //! (release, or expiry of its lease) and an already waiting client having
 //! it, for `LOCK.ACQUIRE … WAIT`, `SET NX PX` polling, the BLPOP-signal
 //! recipe of python-redis-lock and a `WAIT` writer behind two readers
-//! (`readers-wait`), interleaved round by round; and, with `mass-expiry`,
+//! (`readers-wait`), and a waiter for four keys at once (`multi-wait`,
+//! `LOCK.MACQUIRE 4 … WAIT`) granted by the release of the last one,
+//! interleaved round by round; and, with `mass-expiry`,
 //! `WAIT` hand-offs when many keys expire within the same second. Prints a
 //! summary, or one JSON object with `--json`.
 //!
@@ -27,9 +29,10 @@ struct Args {
     /// on each; native-wait only)
     #[arg(long, default_value = "release", value_parser = parse_scenario)]
     scenario: Scenario,
-    /// Comma-separated: native-wait, setnx-poll, blpop-signal, readers-wait
+    /// Comma-separated: native-wait, setnx-poll, blpop-signal, readers-wait,
+    /// multi-wait
     #[arg(long, value_delimiter = ',', value_parser = parse_recipe,
-          default_value = "native-wait,setnx-poll,blpop-signal,readers-wait")]
+          default_value = "native-wait,setnx-poll,blpop-signal,readers-wait,multi-wait")]
     recipes: Vec<Recipe>,
     /// Handoffs per recipe (each round runs every recipe once)
     #[arg(long, default_value_t = 50)]

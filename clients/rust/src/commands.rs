@@ -35,11 +35,14 @@ pub(crate) enum Wait {
 
 impl Kind {
     /// `LOCK.ACQUIRE` / `SEM.ACQUIRE` with the client's token, the wait,
-    /// the owner label, the sync and the session's lease (`LEASE id`).
+    /// the owner label, the sync and the session's lease (`LEASE id`); for
+    /// a `set` of keys taken in one step (issue 28), `LOCK.MACQUIRE
+    /// numkeys key… ttl …` instead (`key` is then the set's first).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn acquire_cmd(
         self,
         key: &[u8],
+        set: &[Vec<u8>],
         ttl: Duration,
         token: &str,
         wait: Wait,
@@ -48,6 +51,11 @@ impl Kind {
         lease: Option<&str>,
     ) -> Result<Cmd> {
         let mut cmd = match self {
+            Kind::Exclusive | Kind::Shared if !set.is_empty() => {
+                let mut cmd = redis::cmd("LOCK.MACQUIRE");
+                cmd.arg(set.len()).arg(set).arg(ttl_ms(ttl)?);
+                cmd
+            }
             Kind::Exclusive | Kind::Shared => {
                 let mut cmd = redis::cmd("LOCK.ACQUIRE");
                 cmd.arg(key).arg(ttl_ms(ttl)?);
@@ -86,30 +94,60 @@ impl Kind {
         Ok(cmd)
     }
 
+    /// `LOCK.EXTEND` / `SEM.EXTEND`; for a `set`, `LOCK.MEXTEND numkeys
+    /// key… token ttl`, which replies 1 only when the token held every key
+    /// (all extended), else 0 (nothing changed).
     pub(crate) fn extend_cmd(
         self,
         key: &[u8],
+        set: &[Vec<u8>],
         token: &str,
         ttl: Duration,
         sync: Option<ReplicaSync>,
     ) -> Result<Cmd> {
-        let name = match self {
-            Kind::Exclusive | Kind::Shared => "LOCK.EXTEND",
-            Kind::Permits { .. } => "SEM.EXTEND",
+        let mut cmd = match self {
+            Kind::Exclusive | Kind::Shared if !set.is_empty() => {
+                let mut cmd = redis::cmd("LOCK.MEXTEND");
+                cmd.arg(set.len()).arg(set);
+                cmd
+            }
+            Kind::Exclusive | Kind::Shared => {
+                let mut cmd = redis::cmd("LOCK.EXTEND");
+                cmd.arg(key);
+                cmd
+            }
+            Kind::Permits { .. } => {
+                let mut cmd = redis::cmd("SEM.EXTEND");
+                cmd.arg(key);
+                cmd
+            }
         };
-        let mut cmd = redis::cmd(name);
-        cmd.arg(key).arg(token).arg(ttl_ms(ttl)?);
+        cmd.arg(token).arg(ttl_ms(ttl)?);
         sync_args(&mut cmd, sync)?;
         Ok(cmd)
     }
 
-    pub(crate) fn release_cmd(self, key: &[u8], token: &str) -> Cmd {
-        let name = match self {
-            Kind::Exclusive | Kind::Shared => "LOCK.RELEASE",
-            Kind::Permits { .. } => "SEM.RELEASE",
+    /// `LOCK.RELEASE` / `SEM.RELEASE`; for a `set`, `LOCK.MRELEASE numkeys
+    /// key… token`, which replies how many keys it released.
+    pub(crate) fn release_cmd(self, key: &[u8], set: &[Vec<u8>], token: &str) -> Cmd {
+        let mut cmd = match self {
+            Kind::Exclusive | Kind::Shared if !set.is_empty() => {
+                let mut cmd = redis::cmd("LOCK.MRELEASE");
+                cmd.arg(set.len()).arg(set);
+                cmd
+            }
+            Kind::Exclusive | Kind::Shared => {
+                let mut cmd = redis::cmd("LOCK.RELEASE");
+                cmd.arg(key);
+                cmd
+            }
+            Kind::Permits { .. } => {
+                let mut cmd = redis::cmd("SEM.RELEASE");
+                cmd.arg(key);
+                cmd
+            }
         };
-        let mut cmd = redis::cmd(name);
-        cmd.arg(key).arg(token);
+        cmd.arg(token);
         cmd
     }
 }

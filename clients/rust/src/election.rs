@@ -122,6 +122,7 @@ impl Election {
     async fn campaign_within(&self, timeout: Option<Duration>) -> Result<Leadership> {
         let spec = Spec {
             key: self.key.clone(),
+            set: Vec::new(),
             kind: Kind::Exclusive,
             ttl: self.ttl,
             wait: timeout.map_or(Wait::Forever, Wait::For),

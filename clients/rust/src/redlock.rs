@@ -177,7 +177,8 @@ impl Redlock {
                 tokio::time::sleep(half + Duration::from_micros(jitter)).await;
             }
             let token = new_token();
-            let cmd = Kind::Exclusive.acquire_cmd(key, ttl, &token, Wait::No, owner, None, None)?;
+            let cmd =
+                Kind::Exclusive.acquire_cmd(key, &[], ttl, &token, Wait::No, owner, None, None)?;
             let sent = Instant::now();
             let answers = self
                 .on_all_nodes(ttl, |conn| {
@@ -226,7 +227,7 @@ impl Redlock {
             }
             // Give back what this attempt got, on every node (a node that
             // timed out may have granted after all).
-            let release = Kind::Exclusive.release_cmd(key, &token);
+            let release = Kind::Exclusive.release_cmd(key, &[], &token);
             let _ = self
                 .on_all_nodes(ttl, |conn| {
                     let release = release.clone();
@@ -495,7 +496,7 @@ impl RedlockLease {
 impl Renew for RedlockLease {
     fn renew(&self, ttl: Duration) -> BoxFuture<'_, Renewal> {
         Box::pin(async move {
-            let cmd = match Kind::Exclusive.extend_cmd(&self.key, &self.token, ttl, None) {
+            let cmd = match Kind::Exclusive.extend_cmd(&self.key, &[], &self.token, ttl, None) {
                 Ok(cmd) => cmd,
                 Err(e) => return Renewal::Failed(e),
             };
@@ -522,7 +523,7 @@ impl Renew for RedlockLease {
 
     fn release(&self) -> BoxFuture<'_, Result<bool>> {
         Box::pin(async move {
-            let release = Kind::Exclusive.release_cmd(&self.key, &self.token);
+            let release = Kind::Exclusive.release_cmd(&self.key, &[], &self.token);
             let tally = self.tally(&release, self.ttl).await;
             let quorum = self.redlock.quorum();
             if tally.yes >= quorum {

@@ -89,6 +89,7 @@ impl Semaphore {
             count,
             spec: Spec {
                 key: self.key.clone(),
+                set: Vec::new(),
                 kind: Kind::Permits {
                     limit: self.limit,
                     count,

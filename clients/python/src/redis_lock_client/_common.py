@@ -15,6 +15,7 @@ import os
 import re
 import time
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Literal
@@ -169,6 +170,12 @@ def not_acquired_message(key: Key, wait: float | None) -> str:
     if wait is None:
         return f"{key!r} is held by another token"
     return f"{key!r} was still held when the wait of {wait} s ran out"
+
+
+def not_acquired_many_message(keys: tuple[Key, ...], wait: float | None) -> str:
+    if wait is None:
+        return f"one of {list(keys)!r} is held by another token"
+    return f"one of {list(keys)!r} was still held when the wait of {wait} s ran out"
 
 
 def no_permits_message(key: Key, count: int, wait: float | None) -> str:
@@ -338,6 +345,9 @@ class Commands:
 
 
 LOCK_COMMANDS = Commands("LOCK.EXTEND", "LOCK.RELEASE", "LOCK.GUARD")
+# A set of keys taken in one step (issue 28): extended and released together;
+# guarded by its first key.
+MULTI_COMMANDS = Commands("LOCK.MEXTEND", "LOCK.MRELEASE", "LOCK.GUARD")
 SEMAPHORE_COMMANDS = Commands("SEM.EXTEND", "SEM.RELEASE", None)
 
 
@@ -355,7 +365,9 @@ class Acquire:
     arguments, the client's token, and the connection of its own it needs for
     a wait, a session or a sync. `wait_ms` 0 is the server's `WAIT 0`, no
     limit (an election's campaign). `shared` asks for a read lease; `sync`
-    for an answer only once that many replicas hold the grant."""
+    for an answer only once that many replicas hold the grant. With `keys`
+    (two or more), `LOCK.MACQUIRE` of the whole set, all or nothing; `key`
+    is then its first."""
 
     key: Key
     ttl_ms: int
@@ -366,6 +378,37 @@ class Acquire:
     shared: bool = False
     permits: Permits | None = None
     sync: ReplicaSync | None = None
+    keys: tuple[Key, ...] | None = None
+
+    @classmethod
+    def many(
+        cls,
+        keys: object,
+        ttl: object,
+        wait: object,
+        session: bool,
+        owner: object = None,
+        *,
+        shared: bool = False,
+        sync: object = None,
+    ) -> Acquire:
+        """`LOCK.MACQUIRE` of `keys` (an iterable of keys, not one key); one key
+        is a plain `LOCK.ACQUIRE`."""
+        if isinstance(keys, (str, bytes, bytearray, memoryview)):
+            raise TypeError("keys must be an iterable of keys, not one key")
+        if not isinstance(keys, Iterable):
+            raise TypeError(f"keys must be an iterable of keys, not {type(keys).__name__}")
+        checked = tuple(check_key(key) for key in keys)
+        if not checked:
+            raise ValueError("keys must name at least one key")
+        request = cls.of(checked[0], ttl, wait, session, owner, shared=shared, sync=sync)
+        return request if len(checked) == 1 else replace(request, keys=checked)
+
+    @property
+    def target(self) -> list[object]:
+        """The keys as the lease's commands name them: `key`, or `numkeys
+        key…` for a set."""
+        return [self.key] if self.keys is None else [len(self.keys), *self.keys]
 
     @classmethod
     def of(
@@ -411,7 +454,9 @@ class Acquire:
     @property
     def args(self) -> list[object]:
         args: list[object]
-        if self.permits is None:
+        if self.keys is not None:
+            args = ["LOCK.MACQUIRE", *self.target, self.ttl_ms]
+        elif self.permits is None:
             args = ["LOCK.ACQUIRE", self.key, self.ttl_ms]
         else:
             args = ["SEM.ACQUIRE", self.key, self.permits.limit, self.ttl_ms]
@@ -429,12 +474,16 @@ class Acquire:
 
     @property
     def commands(self) -> Commands:
+        if self.keys is not None:
+            return MULTI_COMMANDS
         return LOCK_COMMANDS if self.permits is None else SEMAPHORE_COMMANDS
 
     def attaches(self, watchdog: bool) -> bool:
         """Whether the hold may attach to a session: it is to be kept alive
         (`watchdog`), and not with `sync` (a keepalive carries no `SYNC`, and
-        a replica that missed one would end the lease sooner than counted)."""
+        a replica that missed one would end the lease sooner than counted).
+        A set of keys attaches as one hold of the session, each key a hold of
+        its lease on the server."""
         return watchdog and self.sync is None
 
     def waited(self, elapsed: float) -> Acquire | None:
@@ -753,6 +802,8 @@ class LeaseFacts:
         session: Session | None = None,
     ) -> None:
         self.key = request.key
+        self.keys: tuple[Key, ...] = (request.key,) if request.keys is None else request.keys
+        self._target = request.target  # the keys as its extend and release name them
         self.token = request.token
         self.fence = fence
         self.shared = request.shared
@@ -766,6 +817,11 @@ class LeaseFacts:
         self._stopped = False  # released or lost: the watchdog ends
         self._released = False  # a release was answered
         self._pid = os.getpid()
+
+    def _released_all(self, reply: object) -> bool:
+        """Whether a release's reply says every key was released (1 for a
+        lock, the set's size for `LOCK.MRELEASE`)."""
+        return bool(reply == len(self.keys))
 
     @property
     def valid_until(self) -> float:

@@ -117,7 +117,7 @@ class Renewing:
         replicas any of them wants, within the shortest of their timeouts;
         `renewals` reads each lease's outcome from its answer."""
         commands: list[tuple[object, ...]] = [
-            (lease._commands.extend, lease.key, lease.token, ttl_ms) for lease, ttl_ms in batch
+            (lease._commands.extend, *lease._target, lease.token, ttl_ms) for lease, ttl_ms in batch
         ]
         syncs = [lease._sync for lease, _ in batch if lease._sync is not None]
         if syncs:

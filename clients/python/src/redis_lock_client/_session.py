@@ -187,7 +187,7 @@ class Session:
                 ("LOCK.LEASE", "KEEPALIVE", self._lease_id),
                 ("LOCK.LEASE", "INFO", self._lease_id),
             ]
-        sent.commands += [(h._commands.extend, h.key, h.token, self.ttl_ms) for h in asked]
+        sent.commands += [(h._commands.extend, *h._target, h.token, self.ttl_ms) for h in asked]
         return sent
 
     def settle(
@@ -252,12 +252,17 @@ class Session:
         number, holds, keys = fields.get("lease"), fields.get("holds"), fields.get("keys")
         if isinstance(number, int | bytes | str):
             self.number = int(number)
-        if not isinstance(holds, int | bytes | str) or int(holds) >= len(members):
+        # The server counts a hold per key: a set (`acquire_many`) is as
+        # many holds as it has keys.
+        ours = sum(len(member.keys) for member in members)
+        if not isinstance(holds, int | bytes | str) or int(holds) >= ours:
             return
         listed = {_bytes(key) for key in keys} if isinstance(keys, list | tuple) else set()
         suspects = set(members)
         if int(holds) <= INFO_KEYS:
-            suspects = {hold for hold in suspects if _bytes(hold.key) not in listed}
+            suspects = {
+                hold for hold in suspects if any(_bytes(key) not in listed for key in hold.keys)
+            }
         self._to_ask |= suspects or members
 
     def _answer(self, reply: object) -> Loss | None:

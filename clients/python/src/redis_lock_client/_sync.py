@@ -19,7 +19,7 @@ import contextlib
 import math
 import os
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from . import _common as common
@@ -439,6 +439,58 @@ class Locks:
             lambda: self._acquire(request, watchdog), common.not_acquired_message(key, wait)
         )
 
+    def acquire_many(
+        self,
+        keys: Iterable[common.Key],
+        ttl: float,
+        *,
+        wait: float | None = None,
+        session: bool = False,
+        watchdog: bool = True,
+        owner: str | bytes | None = None,
+        shared: bool = False,
+        sync: ReplicaSync | None = None,
+    ) -> Lease | None:
+        """One lease on every key of `keys` for `ttl` seconds, taken in one step
+        (`LOCK.MACQUIRE`), or None when any of them is held (nothing is taken).
+
+        All or nothing: every key is granted to one token, with one fence and
+        one deadline. With `wait`, the request queues fairly on every key and
+        holds none while it waits, so requests for overlapping sets, in any
+        order, cannot deadlock; None when the wait runs out. The lease's
+        `keys` are the set, its `key` the first; the watchdog extends them
+        together as one hold: in the `Locks`' session (`LEASE`, each key a
+        hold of its lease, counted per key), or with one `LOCK.MEXTEND` (1 only
+        when the token still holds every key, else nothing changes and the
+        lease is lost); `release()` releases them together (`LOCK.MRELEASE`;
+        True when every key was released), and `guard()` checks the first
+        key. `sync` applies to the whole set (undone on every key when the
+        replicas fall short: `NotReplicated`). In a Redis Cluster all
+        keys must share a slot: one hash tag (`{order:42}:stock`,
+        `{order:42}:payment`). One key is a plain `acquire`.
+        """
+        request = common.Acquire.many(keys, ttl, wait, session, owner, shared=shared, sync=sync)
+        return self._acquire(request, watchdog)
+
+    def lock_many(
+        self,
+        keys: Iterable[common.Key],
+        ttl: float,
+        *,
+        wait: float | None = None,
+        session: bool = False,
+        watchdog: bool = True,
+        owner: str | bytes | None = None,
+        shared: bool = False,
+        sync: ReplicaSync | None = None,
+    ) -> contextlib.AbstractContextManager[Lease]:
+        """`acquire_many` as a context manager: yields the lease on every key,
+        releases them all on exit; `NotAcquired` when any key is held (or the
+        wait ran out), `Lost` on exit when the lease was lost meanwhile."""
+        request = common.Acquire.many(keys, ttl, wait, session, owner, shared=shared, sync=sync)
+        message = common.not_acquired_many_message(request.keys or (request.key,), wait)
+        return _holding(lambda: self._acquire(request, watchdog), message)
+
     def semaphore(self, key: common.Key, limit: int) -> Semaphore:
         """The semaphore `key` with `limit` permits: `Semaphore(self, key, limit)`."""
         return Semaphore(self, key, limit)
@@ -484,7 +536,7 @@ class Locks:
 
     def _release_quietly(self, request: common.Acquire) -> None:
         with contextlib.suppress(Exception):  # else it ends at its ttl
-            self.client.execute_command(request.commands.release, request.key, request.token)
+            self.client.execute_command(request.commands.release, *request.target, request.token)
 
 
 @contextlib.contextmanager
@@ -528,7 +580,8 @@ class _LostEvent(threading.Event):
 
 
 class Lease(common.LeaseFacts):
-    """A held lock, or a semaphore's permits: `key`, `token`, `fence`,
+    """A held lock, or a semaphore's permits, or a set of locks (`keys`,
+    from `acquire_many`): `key` (a set's first), `token`, `fence`,
     `valid_until`, `held`, `remaining()`, `shared` (a read lease), `count`
     (permits; None for a lock); `lost` is set when it is gone or about to be
     (see `lost_reason`).
@@ -580,7 +633,7 @@ class Lease(common.LeaseFacts):
             ttl_ms = self._clock.ttl_ms  # the session's: an attached hold's ttl moves nothing
         synced = self._sync if sync is None else common.sync_of(sync)
         common.check_sync_fits(synced, ttl_ms, self._locks.safety_margin)
-        args = [self._commands.extend, self.key, self.token, ttl_ms, *common.sync_args(synced)]
+        args = [self._commands.extend, *self._target, self.token, ttl_ms, *common.sync_args(synced)]
         sent = common.now()
         try:
             reply = self._locks._call_synced(synced, *args)
@@ -614,13 +667,13 @@ class Lease(common.LeaseFacts):
             self._watchdog.remove(self)
         try:
             reply = self._locks._call(
-                self._locks.client, self._commands.release, self.key, self.token
+                self._locks.client, self._commands.release, *self._target, self.token
             )
         finally:
             if self._connection is not None:
                 self._connection.close()  # the server releases a session lock with it
         self._released = True
-        return bool(reply == 1)
+        return self._released_all(reply)
 
     def guard(self, *command: object, sync: ReplicaSync | None = None) -> Any:
         """Runs `command` only while this lease holds the lock (`LOCK.GUARD`), and

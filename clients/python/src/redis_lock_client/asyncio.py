@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any, Literal
 
 from . import _common as common
@@ -342,7 +342,7 @@ class Locks:
                 return
             with contextlib.suppress(Exception):  # else it ends at its ttl
                 await self.client.execute_command(
-                    request.commands.release, request.key, request.token
+                    request.commands.release, *request.target, request.token
                 )
 
         task = asyncio.create_task(give_back())
@@ -370,6 +370,58 @@ class Locks:
         return _holding(
             lambda: self._acquire(request, watchdog), common.not_acquired_message(key, wait)
         )
+
+    async def acquire_many(
+        self,
+        keys: Iterable[common.Key],
+        ttl: float,
+        *,
+        wait: float | None = None,
+        session: bool = False,
+        watchdog: bool = True,
+        owner: str | bytes | None = None,
+        shared: bool = False,
+        sync: ReplicaSync | None = None,
+    ) -> Lease | None:
+        """One lease on every key of `keys` for `ttl` seconds, taken in one step
+        (`LOCK.MACQUIRE`), or None when any of them is held (nothing is taken).
+
+        All or nothing: every key is granted to one token, with one fence and
+        one deadline. With `wait`, the request queues fairly on every key and
+        holds none while it waits, so requests for overlapping sets, in any
+        order, cannot deadlock; None when the wait runs out. The lease's
+        `keys` are the set, its `key` the first; the watchdog extends them
+        together as one hold: in the `Locks`' session (`LEASE`, each key a
+        hold of its lease, counted per key), or with one `LOCK.MEXTEND` (1 only
+        when the token still holds every key, else nothing changes and the
+        lease is lost); `release()` releases them together (`LOCK.MRELEASE`;
+        True when every key was released), and `guard()` checks the first
+        key. `sync` applies to the whole set (undone on every key when the
+        replicas fall short: `NotReplicated`). In a Redis Cluster all
+        keys must share a slot: one hash tag (`{order:42}:stock`,
+        `{order:42}:payment`). One key is a plain `acquire`.
+        """
+        request = common.Acquire.many(keys, ttl, wait, session, owner, shared=shared, sync=sync)
+        return await self._acquire(request, watchdog)
+
+    def lock_many(
+        self,
+        keys: Iterable[common.Key],
+        ttl: float,
+        *,
+        wait: float | None = None,
+        session: bool = False,
+        watchdog: bool = True,
+        owner: str | bytes | None = None,
+        shared: bool = False,
+        sync: ReplicaSync | None = None,
+    ) -> contextlib.AbstractAsyncContextManager[Lease]:
+        """`acquire_many` as an async context manager: yields the lease on every key,
+        releases them all on exit; `NotAcquired` when any key is held (or the
+        wait ran out), `Lost` on exit when the lease was lost meanwhile."""
+        request = common.Acquire.many(keys, ttl, wait, session, owner, shared=shared, sync=sync)
+        message = common.not_acquired_many_message(request.keys or (request.key,), wait)
+        return _holding(lambda: self._acquire(request, watchdog), message)
 
     def semaphore(self, key: common.Key, limit: int) -> Semaphore:
         """The semaphore `key` with `limit` permits: `Semaphore(self, key, limit)`."""
@@ -482,7 +534,7 @@ class Lease(common.LeaseFacts):
             ttl_ms = self._clock.ttl_ms  # the session's: an attached hold's ttl moves nothing
         synced = self._sync if sync is None else common.sync_of(sync)
         common.check_sync_fits(synced, ttl_ms, self._locks.safety_margin)
-        args = [self._commands.extend, self.key, self.token, ttl_ms, *common.sync_args(synced)]
+        args = [self._commands.extend, *self._target, self.token, ttl_ms, *common.sync_args(synced)]
         sent = common.now()
         try:
             reply = await self._locks._call_synced(synced, *args)
@@ -510,13 +562,13 @@ class Lease(common.LeaseFacts):
         self._locks._watchdog.remove(self)
         try:
             reply = await self._locks._call(
-                self._locks.client, self._commands.release, self.key, self.token
+                self._locks.client, self._commands.release, *self._target, self.token
             )
         finally:
             if self._connection is not None:
                 await self._connection.close()  # the server releases a session lock with it
         self._released = True
-        return bool(reply == 1)
+        return self._released_all(reply)
 
     async def guard(self, *command: object, sync: ReplicaSync | None = None) -> Any:
         """Runs `command` only while this lease holds the lock (`LOCK.GUARD`), and

@@ -57,6 +57,8 @@ pub struct Held {
 pub struct Guard {
     conn: LockConnection,
     key: Vec<u8>,
+    /// A multi-key guard's keys (`key` is the first); empty for one key.
+    set: Vec<Vec<u8>>,
     token: String,
     fence: u64,
     shared: bool,
@@ -73,6 +75,7 @@ impl std::fmt::Debug for Guard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Guard")
             .field("key", &String::from_utf8_lossy(&self.key))
+            .field("keys", &self.set.len().max(1))
             .field("fence", &self.fence)
             .field("shared", &self.shared)
             .field("lost", &self.lease.lost_signal().reason())
@@ -90,6 +93,7 @@ impl Guard {
         Guard {
             conn,
             key: grant.key,
+            set: grant.set,
             token: grant.token,
             fence: grant.fence,
             shared,
@@ -108,9 +112,21 @@ impl Guard {
         self.session.as_ref()
     }
 
-    /// The locked key, as given.
+    /// The locked key, as given; for a guard of several keys
+    /// ([`Locks::lock_many`](crate::Locks::lock_many)), the first of them.
     pub fn key(&self) -> &[u8] {
         &self.key
+    }
+
+    /// Every key this guard holds, in the order given: one for a lock,
+    /// the whole set for [`Locks::lock_many`](crate::Locks::lock_many)
+    /// (one token, one fence, one deadline for all of them).
+    pub fn keys(&self) -> Vec<&[u8]> {
+        if self.set.is_empty() {
+            vec![&self.key]
+        } else {
+            self.set.iter().map(Vec::as_slice).collect()
+        }
     }
 
     /// The token that holds the lock (random, chosen by this client). It is

@@ -150,6 +150,56 @@ impl Locks {
         LockRequest::new(self.clone(), key.as_ref().to_vec())
     }
 
+    /// A request for several locks taken in one step, all or nothing
+    /// (`LOCK.MACQUIRE`, issue 28): every key is granted to one token with
+    /// one fence and one deadline, or none is. Shape it as
+    /// [`Locks::lock`]'s ([`ttl`](LockRequest::ttl),
+    /// [`wait`](LockRequest::wait), [`shared`](LockRequest::shared),
+    /// [`owner`](LockRequest::owner)), then
+    /// [`acquire`](LockRequest::acquire) for one [`Guard`] over the whole
+    /// set, or [`run`](LockRequest::run).
+    ///
+    /// - A wait queues fairly on every key and holds none while it waits,
+    ///   so two requests for overlapping sets, in any order, cannot
+    ///   deadlock.
+    /// - The guard keeps all of them alive together, as one lock's: in its
+    ///   session (`LOCK.MACQUIRE … LEASE id`: each key a hold of the
+    ///   session's lease, which the session counts per key), or by a
+    ///   watchdog of its own, one `LOCK.MEXTEND` every ttl/3 for the whole
+    ///   set. It signals the loss when any key is lost (`LOCK.MEXTEND` is
+    ///   all or nothing: it replies 0 and changes nothing unless the token
+    ///   still holds every key; a session finds a key gone at its next
+    ///   keepalive), and releases them all (`LOCK.MRELEASE`; `Ok(true)`
+    ///   when every key was released). [`Guard::guarded`] checks the first
+    ///   key (the one [`Guard::key`] returns); [`Guard::keys`] lists them
+    ///   all.
+    /// - [`sync`](LockRequest::sync) applies to the whole set: the grant is
+    ///   answered once the replicas hold every key, and undone on every key
+    ///   otherwise.
+    /// - In a Redis Cluster every key must hash to one slot: give them one
+    ///   hash tag (`{order:42}:stock`, `{order:42}:payment`).
+    /// - One key is a plain lock (`LOCK.ACQUIRE`); none is
+    ///   [`Error::InvalidArgument`] at acquire.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// # async fn demo(locks: redis_lock_client::Locks) -> Result<(), redis_lock_client::Error> {
+    /// let guard = locks
+    ///     .lock_many(["{order:42}:stock", "{order:42}:payment"])
+    ///     .ttl(Duration::from_secs(10))
+    ///     .wait(Duration::from_secs(30))
+    ///     .acquire()
+    ///     .await?;
+    /// // One fence for the whole set.
+    /// println!("fence {}", guard.fence());
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn lock_many<K: AsRef<[u8]>>(&self, keys: impl IntoIterator<Item = K>) -> LockRequest {
+        let keys = keys.into_iter().map(|k| k.as_ref().to_vec()).collect();
+        LockRequest::many(self.clone(), keys)
+    }
+
     /// The lock `key` now (`LOCK.INFO`): `None` when nobody holds it.
     /// [`Error::Server`] with code `WRONGTYPE` for a key of another type
     /// (a semaphore's too: see [`Semaphore::info`](crate::Semaphore::info)).
@@ -277,8 +327,10 @@ impl Locks {
             let token = new_token();
             match self.acquire_with(spec, how, &session, &token, end).await {
                 Ok(fence) => {
-                    let probe = spec.kind.extend_cmd(&spec.key, &token, how.ttl, None)?;
-                    match session.attach(probe.clone()) {
+                    let probe = spec
+                        .kind
+                        .extend_cmd(&spec.key, &spec.set, &token, how.ttl, None)?;
+                    match session.attach(probe.clone(), spec.set.len().max(1)) {
                         Ok(attached) => {
                             return Ok(
                                 self.grant_attached(spec, token, fence, session, probe, attached)
@@ -333,6 +385,7 @@ impl Locks {
         if spec.wait == Wait::No {
             let cmd = spec.kind.acquire_cmd(
                 &spec.key,
+                &spec.set,
                 how.ttl,
                 token,
                 Wait::No,
@@ -370,9 +423,9 @@ impl Locks {
             return Err(Error::TimedOut);
         }
         let wait = left.map_or(Wait::Forever, Wait::For);
-        let cmd = spec
-            .kind
-            .acquire_cmd(&spec.key, how.ttl, token, wait, how.owner, None, lease)?;
+        let cmd = spec.kind.acquire_cmd(
+            &spec.key, &spec.set, how.ttl, token, wait, how.owner, None, lease,
+        )?;
         let query = async {
             let dedicated = opener.open().await?;
             dedicated.query::<Option<(Vec<u8>, u64)>>(&cmd).await
@@ -419,6 +472,7 @@ impl Locks {
                 sync: None,
                 kind: spec.kind,
                 key: spec.key.clone(),
+                set: spec.set.clone(),
                 token: token.clone(),
             },
             session: session.clone(),
@@ -426,6 +480,7 @@ impl Locks {
         });
         Grant {
             key: spec.key.clone(),
+            set: spec.set.clone(),
             token,
             fence,
             lease: Lease::attached(
@@ -454,6 +509,7 @@ impl Locks {
         let token = new_token();
         let cmd = spec.kind.acquire_cmd(
             &spec.key,
+            &spec.set,
             how.ttl,
             &token,
             Wait::No,
@@ -524,9 +580,9 @@ impl Locks {
                 return Err(Error::TimedOut);
             }
             let wait = left.map_or(Wait::Forever, Wait::For);
-            let cmd = spec
-                .kind
-                .acquire_cmd(&spec.key, how.ttl, &token, wait, how.owner, how.sync, None)?;
+            let cmd = spec.kind.acquire_cmd(
+                &spec.key, &spec.set, how.ttl, &token, wait, how.owner, how.sync, None,
+            )?;
             let query = async {
                 let dedicated = opener.open().await?;
                 let reply = dedicated.query::<Option<(Vec<u8>, u64)>>(&cmd).await?;
@@ -559,7 +615,9 @@ impl Locks {
                 .sync
                 .map(|_| Arc::new(SyncLane::with(opener.clone(), dedicated)));
             let sent = Instant::now();
-            let extend = spec.kind.extend_cmd(&spec.key, &token, how.ttl, how.sync)?;
+            let extend = spec
+                .kind
+                .extend_cmd(&spec.key, &spec.set, &token, how.ttl, how.sync)?;
             let limit = how.ttl - how.margin;
             let reply = match &lane {
                 Some(lane) => lane.query::<i64>(&extend, limit).await,
@@ -620,6 +678,7 @@ impl Locks {
             sync: how.sync,
             kind: spec.kind,
             key: spec.key.clone(),
+            set: spec.set.clone(),
             token: token.clone(),
         });
         let term = Term {
@@ -630,6 +689,7 @@ impl Locks {
         };
         Grant {
             key: spec.key.clone(),
+            set: spec.set.clone(),
             token,
             fence,
             lease: Lease::start(renew, term, &self.options, how.sync),
@@ -642,7 +702,7 @@ impl Locks {
     /// reply was lost, the grant may have happened.
     fn release_in_background(&self, spec: &Spec, token: &str) {
         let conn = self.conn.clone();
-        let cmd = spec.kind.release_cmd(&spec.key, token);
+        let cmd = spec.kind.release_cmd(&spec.key, &spec.set, token);
         let timeout = self.options.release_timeout;
         tokio::spawn(async move {
             let _ = tokio::time::timeout(timeout, conn.query::<i64>(&cmd)).await;
@@ -654,6 +714,10 @@ impl Locks {
 #[derive(Debug, Clone)]
 pub(crate) struct Spec {
     pub(crate) key: Vec<u8>,
+    /// Several keys taken in one step (`LOCK.MACQUIRE`, issue 28): the
+    /// whole set, of which `key` is the first (it routes the session and
+    /// the guarded commands); empty for one key.
+    pub(crate) set: Vec<Vec<u8>>,
     pub(crate) kind: Kind,
     pub(crate) ttl: Duration,
     pub(crate) wait: Wait,
@@ -676,6 +740,8 @@ struct How<'a> {
 /// A lease just granted, before it is wrapped in the guard of its kind.
 pub(crate) struct Grant {
     pub(crate) key: Vec<u8>,
+    /// A multi-key hold's set (empty for one key).
+    pub(crate) set: Vec<Vec<u8>>,
     pub(crate) token: String,
     pub(crate) fence: u64,
     pub(crate) lease: Lease,
@@ -695,6 +761,9 @@ struct SingleLease {
     sync: Option<ReplicaSync>,
     kind: Kind,
     key: Vec<u8>,
+    /// The whole set of a multi-key hold (`key` is its first); empty for
+    /// one key.
+    set: Vec<Vec<u8>>,
     token: String,
 }
 
@@ -702,7 +771,10 @@ impl SingleLease {
     /// Extend to `ttl`, with `sync` (checked) if any: then on the lane, as
     /// it blocks its connection until the replicas acknowledge.
     async fn extend(&self, ttl: Duration, sync: Option<ReplicaSync>) -> Renewal {
-        let cmd = match self.kind.extend_cmd(&self.key, &self.token, ttl, sync) {
+        let cmd = match self
+            .kind
+            .extend_cmd(&self.key, &self.set, &self.token, ttl, sync)
+        {
             Ok(cmd) => cmd,
             Err(e) => return Renewal::Failed(e),
         };
@@ -746,9 +818,10 @@ impl Renew for SingleLease {
         Box::pin(async move {
             let n: i64 = self
                 .conn
-                .query(&self.kind.release_cmd(&self.key, &self.token))
+                .query(&self.kind.release_cmd(&self.key, &self.set, &self.token))
                 .await?;
-            Ok(n == 1)
+            // A set is released when every one of its keys was.
+            Ok(n == self.set.len().max(1) as i64)
         })
     }
 }

@@ -53,12 +53,21 @@ use crate::options::{ReplicaSync, DEFAULT_TTL};
 pub struct LockRequest {
     locks: Locks,
     spec: Spec,
+    /// Why it cannot be sent (found when it was made).
+    invalid: Option<&'static str>,
 }
 
 impl std::fmt::Debug for LockRequest {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let keys: Vec<_> = self
+            .spec
+            .set
+            .iter()
+            .map(|k| String::from_utf8_lossy(k))
+            .collect();
         f.debug_struct("LockRequest")
             .field("key", &String::from_utf8_lossy(&self.spec.key))
+            .field("set", &keys)
             .field("ttl", &self.spec.ttl)
             .field("wait", &self.spec.wait)
             .field("shared", &(self.spec.kind == Kind::Shared))
@@ -70,16 +79,39 @@ impl std::fmt::Debug for LockRequest {
 
 impl LockRequest {
     pub(crate) fn new(locks: Locks, key: Vec<u8>) -> LockRequest {
+        LockRequest::of_set(locks, key, Vec::new())
+    }
+
+    /// A request for several keys at once ([`Locks::lock_many`]): `keys`
+    /// as given (two or more; one is a plain lock, none is refused at
+    /// [`acquire`](LockRequest::acquire)).
+    pub(crate) fn many(locks: Locks, mut keys: Vec<Vec<u8>>) -> LockRequest {
+        let key = keys.first().cloned().unwrap_or_default();
+        let invalid = keys
+            .is_empty()
+            .then_some("lock_many needs at least one key");
+        if keys.len() < 2 {
+            keys.clear();
+        }
+        LockRequest {
+            invalid,
+            ..LockRequest::of_set(locks, key, keys)
+        }
+    }
+
+    fn of_set(locks: Locks, key: Vec<u8>, set: Vec<Vec<u8>>) -> LockRequest {
         LockRequest {
             locks,
             spec: Spec {
                 key,
+                set,
                 kind: Kind::Exclusive,
                 ttl: DEFAULT_TTL,
                 wait: Wait::No,
                 owner: None,
                 sync: None,
             },
+            invalid: None,
         }
     }
 
@@ -190,6 +222,9 @@ impl LockRequest {
     /// Dropping the future after the command was sent can leave a grant
     /// that nobody holds a guard for: it then lasts until its ttl ends.
     pub async fn acquire(self) -> Result<Guard> {
+        if let Some(invalid) = self.invalid {
+            return Err(Error::InvalidArgument(invalid));
+        }
         let shared = self.spec.kind == Kind::Shared;
         let grant = self.locks.acquire_spec(&self.spec).await?;
         Ok(Guard::of(

@@ -271,9 +271,14 @@ impl Session {
     /// Attach a hold just granted with this lease: its cell (the lease's
     /// term), and what detaches it when dropped. `probe` is the hold's
     /// extend (`LOCK.EXTEND key token ttl`), which for an attached hold
-    /// moves nothing and tells whether it still holds, or why not. The
+    /// moves nothing and tells whether it still holds, or why not; `keys`
+    /// the holds it counts for on the server (a multi-key hold's keys). The
     /// reason when the lease ended before the reply came.
-    pub(crate) fn attach(&self, probe: Cmd) -> std::result::Result<Attached, LostReason> {
+    pub(crate) fn attach(
+        &self,
+        probe: Cmd,
+        keys: usize,
+    ) -> std::result::Result<Attached, LostReason> {
         let mut state = locked(&self.core.state);
         match &state.status {
             Status::Live => {}
@@ -291,6 +296,7 @@ impl Session {
             Member {
                 cell: cell.clone(),
                 probe,
+                keys,
             },
         );
         drop(state);
@@ -380,6 +386,9 @@ enum Status {
 struct Member {
     cell: LeaseCell,
     probe: Cmd,
+    /// The holds it is on the server: one per key (a multi-key hold is one
+    /// member with a hold on each of its keys).
+    keys: usize,
 }
 
 struct State {
@@ -555,14 +564,16 @@ impl Core {
         }
     }
 
-    /// Attached holds not known to be lost (a guarded command or a manual
-    /// extend may have found one lost before the keeper did).
+    /// The server's holds of the attached members not known to be lost (a
+    /// guarded command or a manual extend may have found one lost before
+    /// the keeper did): one per key.
     fn held_members(&self) -> usize {
         locked(&self.state)
             .members
             .values()
             .filter(|m| m.cell.is_held())
-            .count()
+            .map(|m| m.keys)
+            .sum()
     }
 
     /// Ask every attached hold (its extend moves nothing): one the server
