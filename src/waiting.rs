@@ -233,17 +233,16 @@ pub struct WaitRequest<'a> {
     pub lease: Option<LeaseId>,
 }
 
-/// Block the calling client at the tail of `key`'s queue, and make sure the
-/// key is looked at again at `wake_at_ms` (the core's `Acquire::Queue`).
-pub fn enqueue(
+/// Block the calling client as a waiter for `request`, unless the longest
+/// queue it joins already holds `lock.max-waiters` (`queued`); its timeout
+/// timer is armed. The caller pushes it on its queue (or queues).
+fn block_waiter(
     ctx: &Context,
-    db: i32,
-    key: &[u8],
     request: &WaitRequest,
-    wake_at_ms: Option<i64>,
-) -> Result<(), LockError> {
+    queued: usize,
+) -> Result<(BlockedId, Waiter), LockError> {
     let max = config::max_waiters();
-    if max > 0 && waiters(db, key) >= max {
+    if max > 0 && queued >= max {
         metrics::count(Counter::WaitsRefused);
         return Err(LockError::WaitersLimit);
     }
@@ -265,6 +264,19 @@ pub fn enqueue(
         queued_ms,
         ends_ms: (request.wait_ms > 0).then(|| queued_ms.saturating_add(request.wait_ms)),
     };
+    Ok((id, waiter))
+}
+
+/// Block the calling client at the tail of `key`'s queue, and make sure the
+/// key is looked at again at `wake_at_ms` (the core's `Acquire::Queue`).
+pub fn enqueue(
+    ctx: &Context,
+    db: i32,
+    key: &[u8],
+    request: &WaitRequest,
+    wake_at_ms: Option<i64>,
+) -> Result<(), LockError> {
+    let (id, waiter) = block_waiter(ctx, request, waiters(db, key))?;
     with_queues(|q| q.push(db, key, id, waiter));
     metrics::count(Counter::Waits);
     if let Some(at) = wake_at_ms {
@@ -285,29 +297,12 @@ pub fn enqueue_many(
     request: &WaitRequest,
     wake: &[(usize, i64)],
 ) -> Result<(), LockError> {
-    let max = config::max_waiters();
-    if max > 0 && names.iter().any(|name| waiters(db, name) >= max) {
-        metrics::count(Counter::WaitsRefused);
-        return Err(LockError::WaitersLimit);
-    }
-    let id = blocked::block::<Queue>(ctx).ok_or(LockError::Internal)?;
-    let timeout = (request.wait_ms > 0)
-        .then(|| timer::start(ctx, request.wait_ms, Wake::Timeout { waiter: id }, on_wake));
-    let queued_ms = server::now_ms();
-    let waiter = Waiter {
-        token: request.token.map(Into::into),
-        ttl_ms: request.ttl_ms,
-        session: request.session,
-        user: client::user(ctx),
-        timeout,
-        owner: request.owner.map(Into::into),
-        client: client::id(ctx),
-        want: request.want,
-        sync: request.sync,
-        lease: request.lease,
-        queued_ms,
-        ends_ms: (request.wait_ms > 0).then(|| queued_ms.saturating_add(request.wait_ms)),
-    };
+    let longest = names
+        .iter()
+        .map(|name| waiters(db, name))
+        .max()
+        .unwrap_or(0);
+    let (id, waiter) = block_waiter(ctx, request, longest)?;
     let keys: Vec<&[u8]> = names.iter().map(|name| name.as_slice()).collect();
     with_queues(|q| q.push_many(db, &keys, id, waiter));
     metrics::count(Counter::Waits);

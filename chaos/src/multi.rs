@@ -26,8 +26,8 @@ use rand::SeedableRng;
 use crate::check::Verdict;
 use crate::history::{Event, Outcome, Recorder, MS};
 use crate::scenarios::{
-    finish_run, join_workers, kill_restart, pause_holders, spawn_pool_with, worker_base, Ctx, Pool,
-    Report,
+    aof_always_kill_setup, finish_run, join_workers, kill_restart, pause_holders, spawn_pool_with,
+    worker_base, Ctx, Pool, Report,
 };
 use crate::server;
 use crate::worker::WorkerArgs;
@@ -222,16 +222,7 @@ pub fn multi_key(ctx: &Ctx) -> Result<Report, String> {
         let seed = seed_base + 2;
         let mut rng = StdRng::seed_from_u64(seed);
         let mode = "aof-always";
-        let mut master = ctx.cfg.start(
-            &format!("s{ID}-{mode}"),
-            &["--appendonly", "yes", "--appendfsync", "always"],
-        )?;
-        let rec = Recorder::start(&ctx.out.join(format!("s{ID}.sock")))?;
-        let mut base = worker_base(&rec, &master.addr(), KEY, ttl);
-        base.hold_ms = (5, 30);
-        base.extend = 0.2;
-        base.op_timeout_ms = 500;
-        base.duration_ms = (kills * 3 + 6) * 1000;
+        let (mut master, rec, base) = aof_always_kill_setup(ctx, &ID.to_string(), KEY, ttl, kills)?;
         let mut workers = spawn_multi(ctx, &base, 8, seed, 1500, 0.75)?;
         kill_restart(&mut master, &rec, &mut rng, kills, mode)?;
         std::thread::sleep(Duration::from_millis(ttl + 2000));

@@ -652,6 +652,30 @@ pub fn crash_restart(ctx: &Ctx) -> Result<Report, String> {
     Ok(report)
 }
 
+/// The kill -9 phase's setup shared by the shaped scenarios (as scenario
+/// 4's first mode): a master with `appendfsync always`, a recorder, and the
+/// worker template for `kills` kills (short holds, a few extensions, 500 ms
+/// operation timeouts, long enough for every kill and restart).
+pub fn aof_always_kill_setup(
+    ctx: &Ctx,
+    id: &str,
+    key: &str,
+    ttl_ms: u64,
+    kills: u64,
+) -> Result<(server::Server, Recorder, WorkerArgs), String> {
+    let master = ctx.cfg.start(
+        &format!("s{id}-aof-always"),
+        &["--appendonly", "yes", "--appendfsync", "always"],
+    )?;
+    let rec = Recorder::start(&ctx.out.join(format!("s{id}.sock")))?;
+    let mut base = worker_base(&rec, &master.addr(), key, ttl_ms);
+    base.hold_ms = (5, 30);
+    base.extend = 0.2;
+    base.op_timeout_ms = 500;
+    base.duration_ms = (kills * 3 + 6) * 1000;
+    Ok((master, rec, base))
+}
+
 /// `kills` times, after 0.8-2 s: kill -9 of the master under load and a
 /// restart at once on the same port and directory, recorded as a fault.
 pub fn kill_restart(

@@ -17,8 +17,8 @@ use rand::SeedableRng;
 use crate::check::Verdict;
 use crate::history::{Recorder, MS};
 use crate::scenarios::{
-    finish_run, join_workers, kill_restart, pause_holders, spawn_pool_with, worker_base, Ctx, Pool,
-    Report,
+    aof_always_kill_setup, finish_run, join_workers, kill_restart, pause_holders, spawn_pool_with,
+    worker_base, Ctx, Pool, Report,
 };
 use crate::worker::WorkerArgs;
 
@@ -131,16 +131,7 @@ fn shared_holders(ctx: &Ctx, id: u32, name: &str, shape: Shape) -> Result<Report
     let seed = seed_base + 50;
     let mut rng = StdRng::seed_from_u64(seed);
     let mode = "aof-always";
-    let mut master = ctx.cfg.start(
-        &format!("s{id}-{mode}"),
-        &["--appendonly", "yes", "--appendfsync", "always"],
-    )?;
-    let rec = Recorder::start(&ctx.out.join(format!("s{id}.sock")))?;
-    let mut base = worker_base(&rec, &master.addr(), key, ttl);
-    base.hold_ms = (5, 30);
-    base.extend = 0.2;
-    base.op_timeout_ms = 500;
-    base.duration_ms = (kills * 3 + 6) * 1000;
+    let (mut master, rec, base) = aof_always_kill_setup(ctx, &id.to_string(), key, ttl, kills)?;
     let mut workers = spawn_shape(ctx, &base, shape, 8, seed, 1500)?;
     kill_restart(&mut master, &rec, &mut rng, kills, mode)?;
     std::thread::sleep(Duration::from_millis(ttl + 2000));
