@@ -134,7 +134,14 @@ pub fn run_acquire(ctx: &Context, args: &[RedisString]) -> Result<(), LockError>
             metrics::count(Counter::Renewals);
             bind(ctx, session, db, names, fence);
             let token = lock.token.unwrap_or_default();
-            answer(ctx, lock.sync, granted(fence, token), Stands::Extension)?;
+            answer(
+                ctx,
+                lock.sync,
+                token,
+                fence,
+                || granted(fence, token),
+                Stands::Extension,
+            )?;
         }
         AcquireMany::Renew { fence, renewals } => {
             // Renew is only decided for a caller-supplied token.
@@ -149,7 +156,14 @@ pub fn run_acquire(ctx: &Context, args: &[RedisString]) -> Result<(), LockError>
             }
             bind(ctx, session, db, names, fence);
             // A renewal is an extension: it stands whatever the replicas.
-            answer(ctx, lock.sync, granted(fence, token), Stands::Extension)?;
+            answer(
+                ctx,
+                lock.sync,
+                token,
+                fence,
+                || granted(fence, token),
+                Stands::Extension,
+            )?;
         }
         AcquireMany::Grant { deadline_ms } => {
             let mut drawn = [0u8; UUID_LEN];
@@ -180,36 +194,48 @@ pub fn run_acquire(ctx: &Context, args: &[RedisString]) -> Result<(), LockError>
             drop(opened);
             metrics::count(Counter::MultiGrants);
             bind(ctx, session, db, names, fence);
-            let grant = granted(fence, token);
-            if let Err(error) = answer(ctx, lock.sync, grant.clone(), Stands::Undone) {
-                // Not answered, so never held: the grant goes back, every key.
-                waiting::undo(ctx, &grant);
-                return Err(error);
-            }
+            answer(
+                ctx,
+                lock.sync,
+                token,
+                fence,
+                || granted(fence, token),
+                Stands::Undone,
+            )?;
         }
     }
     Ok(())
 }
 
 /// Reply `[token, fence]` now, or with `SYNC` once that many replicas hold
-/// `grant` (`stands`: a new grant is undone, on every key, if they do not
-/// in time).
+/// the grant (`stands`: a new grant is undone, on every key, if they do not
+/// in time). The grant's copy of every key name (`grant`) is made only for
+/// `SYNC`, which keeps it until it is answered; a new grant that cannot wait
+/// is never answered, so never held: it goes back on every key.
 fn answer(
     ctx: &Context,
     sync: Option<redis_lock_core::args::Sync>,
-    grant: Grant,
+    token: &[u8],
+    fence: u64,
+    grant: impl FnOnce() -> Grant,
     stands: Stands,
 ) -> Result<(), LockError> {
     let Some(sync) = sync else {
-        reply::grant(ctx, &grant.token, grant.fence);
+        reply::grant(ctx, token, fence);
         return Ok(());
     };
+    let grant = grant();
     let answer = Answer::Grant {
-        token: grant.token.clone(),
-        fence: grant.fence,
+        token: token.into(),
+        fence,
     };
+    let undo_on_error = (stands == Stands::Undone).then(|| grant.clone());
     let undoable = (stands == Stands::Undone).then_some(grant);
-    sync::block(ctx, sync, answer, stands, undoable, waiting::undo)
+    let blocked = sync::block(ctx, sync, answer, stands, undoable, waiting::undo);
+    if let (Err(_), Some(grant)) = (&blocked, undo_on_error) {
+        waiting::undo(ctx, &grant);
+    }
+    blocked
 }
 
 /// `SESSION`: every key goes when the connection closes.
