@@ -18,7 +18,7 @@ use crate::metrics::{self, Counter};
 use crate::redis::key::LockKey;
 use crate::redis::replicate::{self, HoldState};
 use crate::redis::server;
-use crate::{fence, groups, observers};
+use crate::{fence, groups, observers, sync};
 
 /// Who is granted a hold, and for how long.
 pub struct Grantee<'a> {
@@ -98,6 +98,36 @@ pub fn grant_with_fence(
     Ok(())
 }
 
+/// [`grant_with_fence`] on every key of a multi-key grant (`names`, open as
+/// `keys`), all or nothing: one key that refuses (a bug: each was decided
+/// grantable on keys still open) takes back the keys granted before it,
+/// and the error is returned. The one rule for the command and the queue.
+pub fn grant_each(
+    ctx: &Context,
+    keys: &mut [LockKey],
+    names: &[RedisString],
+    grantee: &Grantee,
+    want: Want,
+    fence: u64,
+) -> Result<(), LockError> {
+    for (i, (key, name)) in keys.iter_mut().zip(names).enumerate() {
+        if let Err(error) = grant_with_fence(ctx, key, name, grantee, want, fence) {
+            for (key, name) in keys.iter_mut().zip(names).take(i) {
+                release(
+                    ctx,
+                    key,
+                    name,
+                    want.kind(),
+                    grantee.token,
+                    ReleasedBy::Undone,
+                );
+            }
+            return Err(error);
+        }
+    }
+    Ok(())
+}
+
 /// The holder `token` of `name` keeps its hold until `renewal.deadline_ms`,
 /// with `owner` as its new label if given; another holder's lease does not
 /// move. The whole state is replicated again, since the extension count
@@ -125,6 +155,9 @@ pub fn renew(
     replicate::touched(ctx, name);
     replicate::hold(ctx, name, kind, &state);
     replicate::notify(ctx, kind.event(Event::Extended), name);
+    // Its token is answered as the holder: no undo of its grant may take
+    // it now.
+    sync::confirm(renewal.fence);
     Ok(())
 }
 

@@ -40,6 +40,8 @@ pub fn init(ctx: &Context, args: &[RedisString], commands: &[Spec]) -> Status {
     declare_acl_categories(ctx, commands);
 
     datatype::set_hooks(handlers::TYPE_HOOKS);
+    // How a grant whose replicas did not hold it in time is given back.
+    crate::sync::register_undo(crate::waiting::undo);
     info::register(ctx, handlers::info_fields);
 
     // A corrupt RESTORE payload must become an error reply, not a crash; and

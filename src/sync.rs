@@ -34,7 +34,7 @@ use std::ffi::CString;
 
 use redis_lock_core::args::Sync;
 use redis_lock_core::errors::LockError;
-use redis_lock_core::sync::{self as rules, Stands, Waited};
+use redis_lock_core::sync::{Finished, Looked, Stands, Waiting};
 use redis_module::Context;
 
 use crate::metrics::{self, Counter};
@@ -64,46 +64,22 @@ pub struct Grant {
     pub fence: u64,
 }
 
-/// Undo a grant (release each of its keys, if it is still that hold, and
-/// hand it on): `waiting.rs`'s, given with each request.
+/// Give back a grant: release each of its keys if it is still that hold,
+/// and hand it on (`waiting.rs`'s, registered at load: this file calls
+/// nothing above it).
 pub type Undo = fn(&Context, &Grant);
 
 /// Answer a waiting client: with its answer once synced, or the `NOSYNC`
-/// error; with the hold it is answered about (none after `NOSYNC`), to be
-/// given back (`Undo`) if the client leaves before its reply.
-pub type AnswerBy = fn(BlockedId, Result<Answer, CString>, Option<Grant>, Undo);
+/// error; with the hold it is answered about, if any.
+pub type AnswerBy = fn(BlockedId, Result<Answer, CString>, Option<Grant>);
 
 /// A client waiting for its replicas.
 pub struct Pending {
     pub client: BlockedId,
-    pub sync: Sync,
     pub answer: Answer,
-    /// What stands if its time runs out: a new grant is undone then, and
-    /// when its client leaves while it waits.
-    pub stands: Stands,
     /// The hold it is about (a grant, a renewal), if any.
     pub grant: Option<Grant>,
-    pub undo: Undo,
     pub answer_by: AnswerBy,
-}
-
-impl Pending {
-    /// The grant to give back if it is undone: a new one only.
-    fn undoable(&self) -> Option<(Grant, Undo)> {
-        match (&self.grant, self.stands) {
-            (Some(grant), Stands::Undone) => Some((grant.clone(), self.undo)),
-            _ => None,
-        }
-    }
-}
-
-struct Entry {
-    pending: Pending,
-    /// When its wait ends (unix ms).
-    deadline_ms: i64,
-    /// The master's replication offset it waits for: read at the first
-    /// poll after its command, when its effects are in the stream.
-    target: Option<i64>,
 }
 
 /// How often the waiting requests are looked at while any wait.
@@ -113,52 +89,100 @@ const POLL_MS: i64 = 1;
 const ASK_AGAIN_MS: i64 = 100;
 
 thread_local! {
-    static PENDING: RefCell<Vec<Entry>> = const { RefCell::new(Vec::new()) };
+    /// The waiting requests and the grants no reply has confirmed yet
+    /// (`core::sync::Waiting`: what to answer, what to undo).
+    static WAITING: RefCell<Waiting<Pending>> = RefCell::new(Waiting::new());
+    static UNDO: Cell<Option<Undo>> = const { Cell::new(None) };
     /// The poll timer, and when it is due (unix ms).
     static POLL: Cell<Option<(TimerId, i64)>> = const { Cell::new(None) };
     static ASKED_MS: Cell<i64> = const { Cell::new(0) };
 }
 
+/// At load: how a grant is given back.
+pub fn register_undo(undo: Undo) {
+    UNDO.with(|u| u.set(Some(undo)));
+}
+
 /// Requests waiting for their replicas (`INFO lock`).
 pub fn waiting() -> usize {
-    PENDING.with(|p| p.borrow().len())
+    WAITING.with(|w| w.borrow().len())
+}
+
+/// Whether the new grant with `fence` still waits for its replicas, no
+/// reply having confirmed it yet.
+pub fn syncing(fence: u64) -> bool {
+    WAITING.with(|w| w.borrow().syncing(fence))
+}
+
+/// A new grant with `fence` was made for a client that is told of it only
+/// later (a waiter granted from the queue): until its reply, or a reply to
+/// its token from another request, it may be undone.
+pub fn granted(fence: u64) {
+    WAITING.with(|w| w.borrow_mut().granted(fence));
+}
+
+/// A reply told the token of the hold with `fence` that it holds it (its
+/// grant's own reply, a renewal, an extension, a guarded write, a lease
+/// group's answer): nothing undoes that hold any more.
+pub fn confirm(fence: u64) {
+    WAITING.with(|w| w.borrow_mut().confirm(fence));
+}
+
+/// Whether the grant with `fence` may still be given back (no reply
+/// confirmed it); if so, it is forgotten, for the caller gives it back now.
+pub fn take_unconfirmed(fence: u64) -> bool {
+    WAITING.with(|w| w.borrow_mut().undo(fence))
+}
+
+/// Undo `grant` unless a reply has confirmed it (see `core::sync::Waiting`).
+pub fn undo(ctx: &Context, grant: &Grant) {
+    if !take_unconfirmed(grant.fence) {
+        return;
+    }
+    metrics::count(Counter::SyncsUndone);
+    if let Some(undo) = UNDO.with(Cell::get) {
+        undo(ctx, grant);
+    }
 }
 
 /// Block the calling client until `sync.replicas` replicas hold what its
-/// command did, then answer `answer` (or `NOSYNC`, with `stands`, undoing
-/// `undo`'s grant). `Err` if the server would not block it (the caller
-/// has checked that the context may block).
+/// command did, then answer `answer` (or `NOSYNC`, with `stands`; a new
+/// grant, `Stands::Undone`, is then undone). If the server would not block
+/// the client, a new grant is undone at once (never answered, so never
+/// held) and the error returned (the caller has checked that the context
+/// may block).
 pub fn block(
     ctx: &Context,
     sync: Sync,
     answer: Answer,
     stands: Stands,
     grant: Option<Grant>,
-    undo: Undo,
 ) -> Result<(), LockError> {
-    let client = blocked::block::<Syncing>(ctx).ok_or(LockError::Internal)?;
+    let Some(client) = blocked::block::<Syncing>(ctx) else {
+        if let (Stands::Undone, Some(grant)) = (stands, &grant) {
+            WAITING.with(|w| w.borrow_mut().granted(grant.fence));
+            undo(ctx, grant);
+        }
+        return Err(LockError::Internal);
+    };
     let pending = Pending {
         client,
-        sync,
         answer,
-        stands,
         grant,
-        undo,
         answer_by: answer_directly,
     };
-    wait(ctx, pending);
+    wait(ctx, sync, stands, pending);
     Ok(())
 }
 
-/// `pending`'s client (already blocked) waits for its replicas.
-pub fn wait(ctx: &Context, pending: Pending) {
-    let deadline_ms = server::now_ms().saturating_add(pending.sync.timeout_ms);
-    PENDING.with(|p| {
-        p.borrow_mut().push(Entry {
-            pending,
-            deadline_ms,
-            target: None,
-        })
+/// `pending`'s client (already blocked) waits for its replicas; `stands`
+/// says what stands if they do not hold it in time.
+pub fn wait(ctx: &Context, sync: Sync, stands: Stands, pending: Pending) {
+    let deadline_ms = server::now_ms().saturating_add(sync.timeout_ms);
+    let fence = pending.grant.as_ref().map(|g| g.fence);
+    WAITING.with(|w| {
+        w.borrow_mut()
+            .push(pending, sync.replicas, deadline_ms, stands, fence)
     });
     metrics::count(Counter::Syncs);
     // The first look comes as soon as the event loop runs timers, after this
@@ -194,11 +218,12 @@ fn ask(ctx: &Context) {
 /// millisecond while any wait.
 fn poll(ctx: &Context, (): ()) {
     POLL.with(|p| p.set(None));
-    let (waiting, new_targets) = answer_ready(ctx, true);
-    if waiting && (new_targets || server::now_ms() - ASKED_MS.with(Cell::get) >= ASK_AGAIN_MS) {
+    let looked = answer_ready(ctx, true);
+    let ask_again = server::now_ms() - ASKED_MS.with(Cell::get) >= ASK_AGAIN_MS;
+    if looked.waiting && (looked.new_targets || ask_again) {
         ask(ctx);
     }
-    if PENDING.with(|p| !p.borrow().is_empty()) {
+    if WAITING.with(|w| !w.borrow().is_empty()) {
         arm(ctx, POLL_MS);
     }
 }
@@ -208,75 +233,39 @@ fn poll(ctx: &Context, (): ()) {
 /// server answers its own `WAIT` there too), not up to a millisecond later
 /// at the next poll. Nothing is asked or armed here: the poll does that.
 pub fn before_sleep(ctx: &Context) {
-    if PENDING.with(|p| p.borrow().is_empty()) {
+    if WAITING.with(|w| w.borrow().is_empty()) {
         return;
     }
     answer_ready(ctx, false);
 }
 
-/// Answer every request whose replicas are enough or whose time ran out.
-/// A request not yet looked at gets its target offset (the master's now)
-/// only from the poll (`targets`), which then asks the replicas for it.
-/// Whether any still waits, and whether one got its target offset now.
-fn answer_ready(ctx: &Context, targets: bool) -> (bool, bool) {
+/// Answer every request whose replicas are enough or whose time ran out
+/// (a request not yet looked at gets its target offset, the master's now,
+/// only from the poll: `targets`, which then asks the replicas for it).
+fn answer_ready(ctx: &Context, targets: bool) -> Looked {
     let now_ms = server::now_ms();
     let (master, acked) = server::replication(ctx).unwrap_or((i64::MAX, Vec::new()));
-    let mut done = Vec::new();
-    let mut waiting = false;
-    let mut new_targets = false;
-    PENDING.with(|p| {
-        let mut pending = p.borrow_mut();
-        let mut i = 0;
-        while i < pending.len() {
-            let entry = &mut pending[i];
-            if entry.target.is_none() && !targets {
-                waiting = true;
-                i += 1;
-                continue;
-            }
-            new_targets |= entry.target.is_none();
-            let target = *entry.target.get_or_insert(master);
-            let count = rules::acked(&acked, target);
-            match rules::waited(
-                count,
-                entry.pending.sync.replicas,
-                entry.deadline_ms,
-                now_ms,
-            ) {
-                Waited::Waiting => {
-                    waiting = true;
-                    i += 1;
-                }
-                outcome => done.push((pending.swap_remove(i), outcome)),
-            }
-        }
-    });
-    for (entry, outcome) in done {
-        finish(ctx, entry.pending, outcome);
+    let (finished, looked) = WAITING.with(|w| w.borrow_mut().look(master, &acked, now_ms, targets));
+    for done in finished {
+        finish(ctx, done);
     }
-    (waiting, new_targets)
+    looked
 }
 
 /// Answer a request that is done waiting; undo its grant if its time ran
-/// out.
-fn finish(ctx: &Context, pending: Pending, outcome: Waited) {
-    match outcome {
-        Waited::TimedOut { acked } => {
+/// out on a grant no reply confirmed.
+fn finish(ctx: &Context, done: Finished<Pending>) {
+    let pending = done.request;
+    match done.synced {
+        Ok(()) => (pending.answer_by)(pending.client, Ok(pending.answer), pending.grant),
+        Err(text) => {
             metrics::count(Counter::SyncTimeouts);
-            if let Some((grant, undo)) = pending.undoable() {
-                metrics::count(Counter::SyncsUndone);
-                undo(ctx, &grant);
+            if let (true, Some(grant)) = (done.undo, &pending.grant) {
+                undo(ctx, grant);
             }
-            let text = rules::no_sync(acked, pending.sync.replicas, pending.stands);
             let text = CString::new(text).unwrap_or_else(|_| CString::from(c"NOSYNC"));
-            (pending.answer_by)(pending.client, Err(text), None, pending.undo);
+            (pending.answer_by)(pending.client, Err(text), None);
         }
-        _ => (pending.answer_by)(
-            pending.client,
-            Ok(pending.answer),
-            pending.grant,
-            pending.undo,
-        ),
     }
 }
 
@@ -284,40 +273,33 @@ fn finish(ctx: &Context, pending: Pending, outcome: Waited) {
 /// and Redis unblocked it): if it is one of these, it leaves now (unblocked
 /// without a reply, as Redis requires of a disconnect), and its grant,
 /// which it never learned of, is undone from a timer due now (the keyspace
-/// is not written from inside a disconnect). Whether it was one of these.
+/// is not written from inside a disconnect), unless a reply confirmed it
+/// meanwhile. Whether it was one of these.
 pub fn client_gone(ctx: &Context, client: BlockedId) -> bool {
-    let entry = PENDING.with(|p| {
-        let mut pending = p.borrow_mut();
-        let at = pending.iter().position(|e| e.pending.client == client)?;
-        Some(pending.swap_remove(at))
-    });
-    let Some(entry) = entry else {
+    let left = WAITING.with(|w| w.borrow_mut().leave(|p| p.client == client));
+    let Some((pending, undoes)) = left else {
         return false;
     };
     blocked::unblock_without_reply(client);
-    if let Some(undo) = entry.pending.undoable() {
-        undo_later(ctx, undo);
+    if let (true, Some(grant)) = (undoes, pending.grant) {
+        undo_later(ctx, grant);
     }
     true
 }
 
-/// Undo a grant from a timer due now.
-pub fn undo_later(ctx: &Context, undo: (Grant, Undo)) {
-    timer::start(ctx, 0, undo, |ctx, (grant, undo)| {
-        metrics::count(Counter::SyncsUndone);
-        undo(ctx, &grant);
-    });
+/// Undo a grant from a timer due now, unless a reply confirms it before.
+pub fn undo_later(ctx: &Context, grant: Grant) {
+    timer::start(ctx, 0, grant, |ctx, grant| undo(ctx, &grant));
 }
 
 /// This node became a replica: whoever still waits is answered
 /// `READONLY` (a replica grants nothing; Redis has unblocked most of them
 /// itself already, see [`client_gone`]).
 pub fn demoted(ctx: &Context) {
-    let all: Vec<Entry> = PENDING.with(|p| p.borrow_mut().drain(..).collect());
-    for entry in all {
+    let all = WAITING.with(|w| w.borrow_mut().drain());
+    for pending in all {
         let text = CString::from(LockError::WaitDemoted.as_cstr());
-        let pending = entry.pending;
-        (pending.answer_by)(pending.client, Err(text), None, pending.undo);
+        (pending.answer_by)(pending.client, Err(text), None);
     }
     if let Some((poll, _)) = POLL.with(|p| p.take()) {
         timer::stop::<()>(ctx, poll);
@@ -325,26 +307,16 @@ pub fn demoted(ctx: &Context) {
 }
 
 /// A command's client, answered once synced.
-fn answer_directly(
-    client: BlockedId,
-    result: Result<Answer, CString>,
-    grant: Option<Grant>,
-    undo: Undo,
-) {
-    blocked::unblock::<Syncing>(
-        client,
-        Answered {
-            result,
-            grant: grant.map(|grant| (grant, undo)),
-        },
-    );
+fn answer_directly(client: BlockedId, result: Result<Answer, CString>, grant: Option<Grant>) {
+    blocked::unblock::<Syncing>(client, Answered { result, grant });
 }
 
 /// What a directly waiting client is unblocked with, and the grant it is
-/// about (given back if the client leaves before its reply).
+/// about (given back if the client leaves before its reply, unless a reply
+/// confirmed it).
 pub struct Answered {
     result: Result<Answer, CString>,
-    grant: Option<(Grant, Undo)>,
+    grant: Option<Grant>,
 }
 
 /// The commands' clients waiting for their replicas.
@@ -355,7 +327,10 @@ impl Waits for Syncing {
 
     fn reply(ctx: &Context, answered: &Answered) {
         match &answered.result {
-            Ok(Answer::Grant { token, fence }) => reply::grant(ctx, token, *fence),
+            Ok(Answer::Grant { token, fence }) => {
+                confirm(*fence);
+                reply::grant(ctx, token, *fence)
+            }
             Ok(Answer::Integer(n)) => reply::integer(ctx, *n),
             Ok(Answer::Call(call)) => call.reply(ctx),
             Err(text) => reply::error_text(ctx, text),
@@ -365,14 +340,12 @@ impl Waits for Syncing {
     fn disconnected(ctx: &Context, client: BlockedId, answered: Option<&Answered>) {
         match answered {
             // Answered, but gone before the reply: a grant it never
-            // learned of is given back.
-            Some(answered) => {
-                if let (Ok(Answer::Grant { .. }), Some((grant, undo))) =
-                    (&answered.result, &answered.grant)
-                {
-                    undo_later(ctx, (grant.clone(), *undo));
-                }
-            }
+            // learned of is given back (unless confirmed since).
+            Some(Answered {
+                result: Ok(Answer::Grant { .. }),
+                grant: Some(grant),
+            }) => undo_later(ctx, grant.clone()),
+            Some(_) => {}
             None => {
                 client_gone(ctx, client);
             }

@@ -418,8 +418,15 @@ fn serve_many(ctx: &Context, db: i32, id: WaiterId) -> bool {
             };
             let owner = with_queues(|q| q.get(id).and_then(|w| w.owner.clone()));
             for ((lock_key, name), renewal) in opened.iter_mut().zip(&names).zip(&renewals) {
-                // Decided renewable a moment ago, on keys still open.
-                let _ = lease::renew(ctx, lock_key, name, token, renewal, owner.as_deref());
+                // Decided renewable a moment ago, on keys still open: a
+                // refusal is a bug, answered as the command answers it.
+                if let Err(error) =
+                    lease::renew(ctx, lock_key, name, token, renewal, owner.as_deref())
+                {
+                    drop(opened);
+                    leave_many(ctx, db, id, &keys, Outcome::Failed(error));
+                    return true;
+                }
             }
             drop(opened);
             for (key, renewal) in keys.iter().zip(&renewals) {
@@ -535,10 +542,8 @@ fn grant_many(
         deadline_ms,
         lease,
     };
-    for (lock_key, name) in opened.iter_mut().zip(names) {
-        // Each key was decided free (or with room) a moment ago and is
-        // still open: a refusal here is a bug, and leaves that key alone.
-        let _ = lease::grant_with_fence(ctx, lock_key, name, &grantee, waiter.want, fence);
+    if let Err(error) = lease::grant_each(ctx, &mut opened, names, &grantee, waiter.want, fence) {
+        return refuse(ctx, opened, error);
     }
     drop(opened);
     if let Some(client) = waiter.session {
@@ -801,33 +806,36 @@ fn grant_to_head(
 
 /// Answer a granted (or renewed) waiter: now, or with `SYNC` once its
 /// replicas hold the grant (a new grant is undone if they do not in time).
+/// A new grant may be given back until its reply goes out (the client may
+/// leave first), unless a reply to its token confirms it before.
 fn answer(ctx: &Context, id: BlockedId, sync_args: Option<Sync>, grant: Grant, stands: Stands) {
+    if !stands.undoes() {
+        // A renewal, or a grant kept by its lease group: its token is
+        // answered as the holder, so no undo of its grant may take it now.
+        sync::confirm(grant.fence);
+    }
     let Some(sync_args) = sync_args else {
+        if stands.undoes() {
+            sync::granted(grant.fence);
+        }
         return blocked::unblock::<Queue>(id, Outcome::Granted(grant));
     };
     let pending = sync::Pending {
         client: id,
-        sync: sync_args,
         answer: sync::Answer::Grant {
             token: grant.token.clone(),
             fence: grant.fence,
         },
-        stands,
         grant: Some(grant),
-        undo,
         answer_by: answer_queued,
     };
-    sync::wait(ctx, pending);
+    sync::wait(ctx, sync_args, stands, pending);
 }
 
 /// Answer a queued client about its grant: `[token, fence]` (given back if
-/// it leaves before the reply), or the `NOSYNC` error.
-fn answer_queued(
-    id: BlockedId,
-    result: Result<sync::Answer, CString>,
-    grant: Option<Grant>,
-    _undo: sync::Undo,
-) {
+/// it leaves before the reply, unless confirmed since), or the `NOSYNC`
+/// error.
+fn answer_queued(id: BlockedId, result: Result<sync::Answer, CString>, grant: Option<Grant>) {
     let outcome = match (result, grant) {
         (Ok(_), Some(grant)) => Outcome::Granted(grant),
         (Ok(_), None) => Outcome::Failed(LockError::Internal),
@@ -839,6 +847,7 @@ fn answer_queued(
 /// Undo a grant whose replicas did not hold it in time (or whose client
 /// left while it waited for them): each of its keys released as a release
 /// would, if that hold is still there, and handed on. A master only.
+/// Registered at load with `sync.rs`, which decides when.
 pub fn undo(ctx: &Context, grant: &Grant) {
     give_back(ctx, grant, ReleasedBy::Undone);
 }
@@ -1119,7 +1128,12 @@ fn on_wake(ctx: &Context, wake: Wake) {
             }
         }
         Wake::Timeout { waiter } => time_out(ctx, waiter),
-        Wake::Reclaim(grant) => give_back(ctx, &grant, ReleasedBy::Reclaim),
+        // Unless a reply to its token confirmed it meanwhile.
+        Wake::Reclaim(grant) => {
+            if sync::take_unconfirmed(grant.fence) {
+                give_back(ctx, &grant, ReleasedBy::Reclaim);
+            }
+        }
         Wake::SessionClosed(bound) => {
             if !server::is_master(ctx) {
                 return;
@@ -1202,7 +1216,10 @@ impl Waits for Queue {
 
     fn reply(ctx: &Context, outcome: &Outcome) {
         match outcome {
-            Outcome::Granted(grant) => reply::grant(ctx, &grant.token, grant.fence),
+            Outcome::Granted(grant) => {
+                sync::confirm(grant.fence);
+                reply::grant(ctx, &grant.token, grant.fence)
+            }
             Outcome::Failed(error) => reply::error(ctx, *error),
             Outcome::TimedOut => reply::null(ctx),
             Outcome::Redirected(error) => reply::error_text(ctx, error),

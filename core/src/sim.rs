@@ -663,3 +663,365 @@ mod multi_key_queues {
         assert!(world.broken.is_empty(), "{:?}", world.broken);
     }
 }
+
+/// `SYNC`: grants waiting for their replicas, acknowledgements, timeouts,
+/// undo, the same token on a second connection, and clients that leave,
+/// run by the rule the module runs ([`crate::sync::Waiting`]). The
+/// property: no reply that told a token it holds a key is followed by that
+/// hold's removal by anything but release or expiry (the simulator has no
+/// revocation or lease groups). An undo removes only a hold that is still
+/// its grant's (the same fence), as the module's does.
+#[cfg(test)]
+mod sync_undo {
+    use std::collections::HashSet;
+
+    use proptest::prelude::*;
+
+    use super::LockTable;
+    use crate::sync::{Stands, Waiting};
+
+    const KEYS: u8 = 2;
+    const CONNS: u8 = 3;
+    const TOKENS: u8 = 2;
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        /// `LOCK.ACQUIRE key ttl TOKEN token [SYNC 1 timeout]` on a
+        /// connection with no request waiting.
+        Acquire {
+            conn: u8,
+            key: u8,
+            token: u8,
+            ttl: i64,
+            sync: Option<i64>,
+        },
+        Extend {
+            key: u8,
+            token: u8,
+            ttl: i64,
+        },
+        Release {
+            key: u8,
+            token: u8,
+        },
+        /// The replica acknowledges everything sent so far.
+        Ack,
+        /// The connection closes (or is killed) while its request waits.
+        Leave {
+            conn: u8,
+        },
+        Tick {
+            ms: i64,
+        },
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            5 => (0..CONNS, 0..KEYS, 0..TOKENS, 1i64..60, prop::option::of(1i64..30))
+                .prop_map(|(conn, key, token, ttl, sync)| Op::Acquire { conn, key, token, ttl, sync }),
+            2 => (0..KEYS, 0..TOKENS, 1i64..60).prop_map(|(key, token, ttl)| Op::Extend { key, token, ttl }),
+            1 => (0..KEYS, 0..TOKENS).prop_map(|(key, token)| Op::Release { key, token }),
+            2 => Just(Op::Ack),
+            2 => (0..CONNS).prop_map(|conn| Op::Leave { conn }),
+            3 => (0i64..20).prop_map(|ms| Op::Tick { ms }),
+        ]
+    }
+
+    /// A request waiting for its replica.
+    #[derive(Debug)]
+    struct Request {
+        conn: u8,
+        key: [u8; 1],
+        token: [u8; 2],
+        fence: u64,
+    }
+
+    /// How the world treats a token's renewals and extensions while a
+    /// grant waits: as the module does (they confirm the hold), or as it
+    /// did before (they do not): the second shows that the check fails.
+    #[derive(Clone, Copy, PartialEq, Eq)]
+    enum Rule {
+        Confirm,
+        Ignore,
+    }
+
+    struct World {
+        table: LockTable,
+        waiting: Waiting<Request>,
+        rule: Rule,
+        now_ms: i64,
+        now_us: u64,
+        /// The master's replication offset, and the replica's acknowledged
+        /// one.
+        offset: i64,
+        acked: i64,
+        /// The connections with a request waiting.
+        conns: HashSet<u8>,
+        /// (key, fence) of the holds a reply told a token it holds.
+        confirmed: HashSet<([u8; 1], u64)>,
+        broken: Vec<String>,
+    }
+
+    fn key(k: u8) -> [u8; 1] {
+        [b'k' + k]
+    }
+    fn token(t: u8) -> [u8; 2] {
+        [b't', b'0' + t]
+    }
+
+    impl World {
+        fn new(rule: Rule) -> Self {
+            World {
+                table: LockTable::new(),
+                waiting: Waiting::new(),
+                rule,
+                now_ms: 1_000,
+                now_us: 1_000_000,
+                offset: 0,
+                acked: 0,
+                conns: HashSet::new(),
+                confirmed: HashSet::new(),
+                broken: Vec::new(),
+            }
+        }
+
+        /// A reply tells `token` it holds `key`'s hold with `fence`.
+        fn told(&mut self, key: [u8; 1], fence: u64) {
+            self.confirmed.insert((key, fence));
+        }
+
+        /// Another request answered the token as the holder.
+        fn renewed(&mut self, key: [u8; 1], fence: u64) {
+            if self.rule == Rule::Confirm {
+                self.waiting.confirm(fence);
+            }
+            self.told(key, fence);
+        }
+
+        /// The module's undo: if no reply confirmed it, the hold goes when
+        /// it is still that grant's.
+        fn undo(&mut self, request: &Request) {
+            if !self.waiting.undo(request.fence) {
+                return;
+            }
+            let now_ms = self.now_ms;
+            let still = self
+                .table
+                .live(&request.key, now_ms)
+                .is_some_and(|h| h.fence == request.fence && h.held_by(&request.token));
+            if still {
+                if self.confirmed.contains(&(request.key, request.fence)) {
+                    self.broken.push(format!(
+                        "undo took {:?} fence {}, which a reply had confirmed",
+                        request.key, request.fence
+                    ));
+                }
+                self.table.delete(&request.key);
+                self.offset += 1;
+            }
+        }
+
+        fn look(&mut self) {
+            let (finished, _) = self
+                .waiting
+                .look(self.offset, &[self.acked], self.now_ms, true);
+            for done in finished {
+                self.conns.remove(&done.request.conn);
+                match done.synced {
+                    Ok(()) => {
+                        // Its own reply: the client is told it holds it.
+                        self.waiting.confirm(done.request.fence);
+                        self.told(done.request.key, done.request.fence);
+                    }
+                    Err(_) if done.undo => self.undo(&done.request),
+                    Err(_) => {}
+                }
+            }
+        }
+
+        fn step(&mut self, op: Op) {
+            match op {
+                Op::Acquire {
+                    conn,
+                    key: k,
+                    token: t,
+                    ttl,
+                    sync,
+                } => {
+                    if self.conns.contains(&conn) {
+                        return;
+                    }
+                    let (key, token) = (key(k), token(t));
+                    let before = self.table.live(&key, self.now_ms).cloned();
+                    let got = self
+                        .table
+                        .acquire(&key, ttl, &token, self.now_ms, self.now_us)
+                        .unwrap_or(None);
+                    let Some(fence) = got else { return };
+                    self.offset += 1;
+                    let renewal = before.is_some_and(|b| b.held_by(&token));
+                    let stands = if renewal {
+                        self.renewed(key, fence);
+                        Stands::Extension
+                    } else {
+                        Stands::Undone
+                    };
+                    match sync {
+                        Some(timeout) => {
+                            let request = Request {
+                                conn,
+                                key,
+                                token,
+                                fence,
+                            };
+                            self.waiting.push(
+                                request,
+                                1,
+                                self.now_ms + timeout,
+                                stands,
+                                Some(fence),
+                            );
+                            self.conns.insert(conn);
+                        }
+                        None => self.told(key, fence),
+                    }
+                }
+                Op::Extend {
+                    key: k,
+                    token: t,
+                    ttl,
+                } => {
+                    let (key, token) = (key(k), token(t));
+                    if self.table.extend(&key, &token, ttl, self.now_ms) == Ok(true) {
+                        self.offset += 1;
+                        let fence = self.table.live(&key, self.now_ms).map(|h| h.fence);
+                        if let Some(fence) = fence {
+                            self.renewed(key, fence);
+                        }
+                    }
+                }
+                Op::Release { key: k, token: t } => {
+                    let (key, token) = (key(k), token(t));
+                    let fence = self.table.live(&key, self.now_ms).map(|h| h.fence);
+                    if self.table.release(&key, &token, self.now_ms) == Ok(true) {
+                        self.offset += 1;
+                        if let Some(fence) = fence {
+                            self.confirmed.remove(&(key, fence));
+                        }
+                    }
+                }
+                Op::Ack => self.acked = self.offset,
+                Op::Leave { conn } => {
+                    if let Some((request, undo)) = self.waiting.leave(|r| r.conn == conn) {
+                        self.conns.remove(&conn);
+                        if undo {
+                            self.undo(&request);
+                        }
+                    }
+                }
+                Op::Tick { ms } => {
+                    self.now_ms += ms;
+                    self.now_us += ms as u64 * 1_000;
+                }
+            }
+            // Expired holds leave the record (an expiry is a lawful end).
+            for k in 0..KEYS {
+                let key = key(k);
+                let live = self.table.live(&key, self.now_ms).map(|h| h.fence);
+                self.confirmed.retain(|&(c, f)| c != key || Some(f) == live);
+            }
+            self.look();
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(500))]
+
+        /// Nothing a reply confirmed is undone, whatever the order of
+        /// grants, retries on other connections, acknowledgements,
+        /// timeouts and clients leaving; and every wait ends.
+        #[test]
+        fn no_undo_takes_a_confirmed_hold(ops in proptest::collection::vec(op(), 1..200)) {
+            let mut world = World::new(Rule::Confirm);
+            for op in ops {
+                world.step(op);
+                prop_assert!(world.broken.is_empty(), "{:?}", world.broken);
+            }
+            world.step(Op::Tick { ms: 100 });
+            prop_assert!(world.waiting.is_empty());
+            prop_assert!(world.broken.is_empty(), "{:?}", world.broken);
+        }
+    }
+
+    /// The defect this closes, as the simulator sees it: a grant waits, its
+    /// token's retry on a second connection is answered as the holder, then
+    /// the first request's wait runs out (or its client leaves). Under the
+    /// old rule (a renewal confirms nothing) the undo takes the confirmed
+    /// hold; under the module's, it stands.
+    #[test]
+    fn a_retry_confirms_the_hold_an_undo_would_have_taken() {
+        for leave in [false, true] {
+            for rule in [Rule::Ignore, Rule::Confirm] {
+                let mut world = World::new(rule);
+                world.step(Op::Acquire {
+                    conn: 0,
+                    key: 0,
+                    token: 0,
+                    ttl: 50,
+                    sync: Some(10),
+                });
+                world.step(Op::Acquire {
+                    conn: 1,
+                    key: 0,
+                    token: 0,
+                    ttl: 50,
+                    sync: None,
+                });
+                if leave {
+                    world.step(Op::Leave { conn: 0 });
+                } else {
+                    world.step(Op::Tick { ms: 10 });
+                }
+                let expected = match rule {
+                    Rule::Ignore => 1,
+                    Rule::Confirm => 0,
+                };
+                assert_eq!(
+                    world.broken.len(),
+                    expected,
+                    "leave {leave}: {:?}",
+                    world.broken
+                );
+                let held = world.table.live(&key(0), world.now_ms).is_some();
+                assert_eq!(held, rule == Rule::Confirm, "leave {leave}");
+            }
+        }
+    }
+
+    /// An unconfirmed grant is still undone; an acknowledged one is kept.
+    #[test]
+    fn only_what_no_reply_confirmed_is_undone() {
+        let mut world = World::new(Rule::Confirm);
+        world.step(Op::Acquire {
+            conn: 0,
+            key: 0,
+            token: 0,
+            ttl: 50,
+            sync: Some(10),
+        });
+        world.step(Op::Tick { ms: 10 });
+        assert!(world.table.live(&key(0), world.now_ms).is_none(), "undone");
+        world.step(Op::Acquire {
+            conn: 0,
+            key: 1,
+            token: 0,
+            ttl: 50,
+            sync: Some(10),
+        });
+        world.step(Op::Ack);
+        assert!(world.waiting.is_empty(), "acknowledged");
+        world.step(Op::Leave { conn: 0 });
+        assert!(world.table.live(&key(1), world.now_ms).is_some(), "kept");
+        assert!(world.broken.is_empty(), "{:?}", world.broken);
+    }
+}

@@ -146,6 +146,7 @@ fn apply(
         Acquire::Held { fence } => {
             // Renewed by its lease group alone: its grant, nothing moved.
             drop(key);
+            sync::confirm(fence);
             let token = parsed.token.unwrap_or_default();
             metrics::count(Counter::Renewals);
             if let Some(client) = caller.session {
@@ -157,7 +158,7 @@ fn apply(
                         token: token.into(),
                         fence,
                     };
-                    sync::block(ctx, sync, answer, Stands::Extension, None, waiting::undo)?;
+                    sync::block(ctx, sync, answer, Stands::Extension, None)?;
                 }
                 None => reply::grant(ctx, token, fence),
             }
@@ -179,7 +180,7 @@ fn apply(
                         token: token.into(),
                         fence: renewal.fence,
                     };
-                    sync::block(ctx, sync, answer, Stands::Extension, None, waiting::undo)?;
+                    sync::block(ctx, sync, answer, Stands::Extension, None)?;
                 }
                 None => reply::grant(ctx, token, renewal.fence),
             }
@@ -214,19 +215,7 @@ fn apply(
                         token: token.into(),
                         fence,
                     };
-                    let blocked = sync::block(
-                        ctx,
-                        sync,
-                        answer,
-                        Stands::Undone,
-                        Some(grant.clone()),
-                        waiting::undo,
-                    );
-                    if let Err(error) = blocked {
-                        // Not answered, so never held: the grant goes back.
-                        waiting::undo(ctx, &grant);
-                        return Err(error);
-                    }
+                    sync::block(ctx, sync, answer, Stands::Undone, Some(grant))?;
                 }
                 None => reply::grant(ctx, token, fence),
             }

@@ -44,6 +44,7 @@ fn extend(ctx: &Context, args: &[RedisString], family: Family) -> Result<(), Loc
     hold::admits(family, holds.kind())?;
     let mine = super::live_mine(&holds, Some(parsed.token), now_ms);
     drop(holds);
+    let fence = mine.map(|m| m.fence);
     match decide::extend(mine, parsed.ttl_ms, now_ms, config::hold_policy()) {
         Ok(Extend::NotHolder) => {
             metrics::count(Counter::StaleExtends);
@@ -53,8 +54,12 @@ fn extend(ctx: &Context, args: &[RedisString], family: Family) -> Result<(), Loc
             }
         }
         Ok(Extend::Leased) => {
-            // Its lease group keeps it alive: nothing to move.
+            // Its lease group keeps it alive: nothing to move, but it is
+            // answered as held.
             drop(key);
+            if let Some(fence) = fence {
+                sync::confirm(fence);
+            }
             extended(ctx, parsed.sync)?;
         }
         Ok(Extend::Renewed(renewal)) => {
@@ -83,7 +88,7 @@ pub(super) fn extended(
     match sync {
         Some(sync) => {
             let answer = Answer::Integer(1);
-            sync::block(ctx, sync, answer, Stands::Extension, None, waiting::undo)
+            sync::block(ctx, sync, answer, Stands::Extension, None)
         }
         None => {
             reply::integer(ctx, 1);

@@ -20,7 +20,6 @@ use crate::metrics::{self, Counter};
 use crate::redis::key::LockKey;
 use crate::redis::{self, call, reply, server};
 use crate::sync::{self, Answer};
-use crate::waiting;
 
 pub fn run(ctx: &Context, args: &[RedisString]) -> Result<(), LockError> {
     guard(ctx, args, Access::Write)
@@ -68,13 +67,17 @@ fn guard(ctx: &Context, args: &[RedisString], access: Access) -> Result<(), Lock
     let holds = key.held()?;
     // A semaphore's permits guard nothing: WRONGTYPE.
     hold::admits(Family::Lock, holds.kind())?;
-    let allowed = decide::guard(
-        super::live_mine(&holds, Some(parsed.token), now_ms),
-        holds.count_live(now_ms),
-    );
+    let mine = super::live_mine(&holds, Some(parsed.token), now_ms);
+    let allowed = decide::guard(mine, holds.count_live(now_ms));
     drop(holds);
     let read_only = match allowed {
-        Ok(read_only) => read_only || access == Access::Read,
+        Ok(read_only) => {
+            // The guarded command runs: its token is told it holds the key.
+            if let Some(mine) = mine {
+                sync::confirm(mine.fence);
+            }
+            read_only || access == Access::Read
+        }
         Err(lost) => {
             metrics::count(Counter::GuardsLost);
             // Taken away: `REVOKED <reason>`, not `LOST`.
@@ -106,5 +109,5 @@ fn guard(ctx: &Context, args: &[RedisString], access: Access) -> Result<(), Lock
         return Ok(());
     }
     let answer = Answer::Call(reply);
-    sync::block(ctx, sync, answer, Stands::Guarded, None, waiting::undo)
+    sync::block(ctx, sync, answer, Stands::Guarded, None)
 }

@@ -10,8 +10,9 @@
 //! (latest lease). With `HOLDS n`, the map ends with `holds`: the first `n`
 //! holders, oldest grant first, each with its own fence, ttl, grant time,
 //! extensions, permits and label. A hold attached to a lease group shows
-//! its lease's deadline and `lease`, the group's public number. Never a
-//! token, never a lease's id.
+//! its lease's deadline and `lease`, the group's public number; a newest
+//! grant that still waits for its replicas (`SYNC`) adds `syncing` 1.
+//! Never a token, never a lease's id.
 
 use std::ffi::CStr;
 
@@ -23,7 +24,7 @@ use redis_module::{Context, RedisString};
 use crate::redis::key::LockKey;
 use crate::redis::reply::{self, Field};
 use crate::redis::{self, server};
-use crate::{groups, waiting};
+use crate::{groups, sync, waiting};
 
 /// A hold's deadline as clients see it: its lease group's, if attached to
 /// one (its key's TTL runs further ahead, see `leases.rs`); `None` without
@@ -112,6 +113,11 @@ fn info(ctx: &Context, args: &[RedisString], family: Family) -> Result<(), LockE
     // is attached to one (never the lease's id).
     if let Some(number) = newest.tags.lease() {
         fields.push((c"lease", Field::Int(number as i64)));
+    }
+    // `syncing`: the newest grant still waits for its replicas (`SYNC`),
+    // its client not told yet; it may still be undone.
+    if sync::syncing(newest.fence) {
+        fields.push((c"syncing", Field::Int(1)));
     }
     if parsed.holds.is_some() {
         fields.push((c"holds", Field::Maps(&listed)));

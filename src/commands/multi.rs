@@ -131,6 +131,7 @@ pub fn run_acquire(ctx: &Context, args: &[RedisString]) -> Result<(), LockError>
             // Held through its lease group, which alone moves it: its
             // grant, nothing moved.
             drop(opened);
+            sync::confirm(fence);
             metrics::count(Counter::Renewals);
             bind(ctx, session, db, names, fence);
             let token = lock.token.unwrap_or_default();
@@ -181,16 +182,7 @@ pub fn run_acquire(ctx: &Context, args: &[RedisString]) -> Result<(), LockError>
                 deadline_ms,
                 lease: lease.map(|a| a.number),
             };
-            for (i, (key, name)) in opened.iter_mut().zip(names).enumerate() {
-                if let Err(error) = lease::grant_with_fence(ctx, key, name, &grantee, want, fence) {
-                    // Decided grantable on keys still open: a bug. Take back
-                    // what was granted, so that nothing is half held.
-                    for (key, name) in opened.iter_mut().zip(names).take(i) {
-                        lease::release(ctx, key, name, want.kind(), token, ReleasedBy::Undone);
-                    }
-                    return Err(error);
-                }
-            }
+            lease::grant_each(ctx, &mut opened, names, &grantee, want, fence)?;
             drop(opened);
             metrics::count(Counter::MultiGrants);
             bind(ctx, session, db, names, fence);
@@ -229,13 +221,7 @@ fn answer(
         token: token.into(),
         fence,
     };
-    let undo_on_error = (stands == Stands::Undone).then(|| grant.clone());
-    let undoable = (stands == Stands::Undone).then_some(grant);
-    let blocked = sync::block(ctx, sync, answer, stands, undoable, waiting::undo);
-    if let (Err(_), Some(grant)) = (&blocked, undo_on_error) {
-        waiting::undo(ctx, &grant);
-    }
-    blocked
+    sync::block(ctx, sync, answer, stands, Some(grant))
 }
 
 /// `SESSION`: every key goes when the connection closes.
@@ -325,9 +311,15 @@ pub fn run_extend(ctx: &Context, args: &[RedisString]) -> Result<(), LockError> 
         }
         Err(error) => return Err(error),
     };
-    for ((key, name), done) in opened.iter_mut().zip(names).zip(&extended) {
-        if let Extend::Renewed(renewal) = done {
-            lease::renew(ctx, key, name, extend.token, renewal, None)?;
+    for (((key, name), done), mine) in opened.iter_mut().zip(names).zip(&extended).zip(&mine) {
+        match (done, mine) {
+            (Extend::Renewed(renewal), _) => {
+                lease::renew(ctx, key, name, extend.token, renewal, None)?;
+            }
+            // Kept by its lease group: nothing moves, but it is answered
+            // as held.
+            (Extend::Leased, Some(mine)) => sync::confirm(mine.fence),
+            _ => {}
         }
     }
     drop(opened);
