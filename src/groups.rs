@@ -15,12 +15,15 @@
 //! has one fence on each of its keys, each key a hold of its own, released,
 //! expired or deleted on its own. Each path that adds or removes a leased
 //! hold tells this file:
-//! a grant, the master's effects, an RDB load ([`attached`]); a release, an
-//! expiry, a `DEL` or an overwrite ([`detached`]); a flush ([`flushed`]);
-//! `SWAPDB` ([`swapped`]).
+//! a grant, the master's effects ([`attached`]); an RDB load or a
+//! `RESTORE` ([`loaded`], then, for `RESTORE`, [`take_copies`]); a release,
+//! an expiry, a `DEL` or an overwrite ([`detached`]); a flush ([`flushed`]);
+//! `SWAPDB` ([`swapped`]); `RENAME`, `MOVE` and `RESTORE … REPLACE`, whose
+//! key leaves its old name (Redis unlinks it there: [`detached`]) and
+//! arrives under its new one ([`arrived`]).
 
 use std::cell::RefCell;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use redis_lock_core::decide::Attach;
 use redis_lock_core::errors::LockError;
@@ -46,8 +49,9 @@ struct Lease {
     /// Attached holds by the horizon their key's TTL runs to, then fence
     /// and key: the first ones come due first.
     holds: BTreeSet<(i64, Attached)>,
-    /// Each attached hold's horizon.
-    horizons: HashMap<Attached, i64>,
+    /// Each attached hold's horizon, by fence first (a grant's keys are
+    /// together).
+    horizons: BTreeMap<Attached, i64>,
 }
 
 #[derive(Default)]
@@ -56,6 +60,19 @@ struct Registry {
     numbers: HashMap<LeaseId, u64>,
     /// Every lease's deadline, then number.
     deadlines: BTreeSet<(i64, u64)>,
+    /// The copies among the holds of the key loaded last ([`loaded`]), for
+    /// its `restore` event ([`take_copies`]).
+    copies: Option<(i32, Box<[u8]>, Vec<RestoredCopy>)>,
+}
+
+/// A hold loaded by `RESTORE` that is a copy of one its lease has under
+/// another key (`group::restored_is_copy`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RestoredCopy {
+    pub fence: u64,
+    pub number: u64,
+    /// The deadline its lease had when it was saved: its own from now on.
+    pub lease_deadline_ms: i64,
 }
 
 thread_local! {
@@ -200,7 +217,7 @@ pub fn set(id: LeaseId, number: u64, ttl_ms: i64, deadline_ms: i64, owner: Optio
                     deadline_ms,
                     owner: owner.map(Box::from),
                     holds: BTreeSet::new(),
-                    horizons: HashMap::new(),
+                    horizons: BTreeMap::new(),
                 },
             );
         }
@@ -249,6 +266,88 @@ pub fn attached(db: i32, key: &[u8], fence: u64, number: u64, horizon_ms: i64) -
         lease.holds.insert((horizon_ms, at));
         true
     })
+}
+
+/// A hold with `fence` on `key` in `db`, of lease `number`, is loaded (an
+/// RDB, `RESTORE`), its key running to `horizon_ms`; saved when its lease
+/// ended at `lease_deadline_ms`. Attached, if that lease exists here. A
+/// copy (`group::restored_is_copy`) is noted for the `restore` event that
+/// follows a `RESTORE` ([`take_copies`]), which detaches it: it cannot be
+/// told from a hold of a full load here (a multi-key grant's keys load one
+/// by one, and each but the first looks like a copy of the first), and a
+/// full load has no such event. Whether the lease exists here.
+pub fn loaded(
+    db: i32,
+    key: &[u8],
+    fence: u64,
+    number: u64,
+    horizon_ms: i64,
+    lease_deadline_ms: i64,
+) -> bool {
+    let copy = with(|r| {
+        if r.copies
+            .as_ref()
+            .is_some_and(|(d, k, _)| *d != db || **k != *key)
+        {
+            r.copies = None;
+        }
+        let lease = r.leases.get(&number)?;
+        let from = Attached {
+            fence,
+            db: i32::MIN,
+            key: Box::default(),
+        };
+        let same_grant = lease
+            .horizons
+            .range(from..)
+            .map(|(at, _)| at)
+            .take_while(|at| at.fence == fence);
+        let (mut here, mut elsewhere) = (false, false);
+        for at in same_grant {
+            if at.db == db && *at.key == *key {
+                here = true;
+            } else {
+                elsewhere = true;
+            }
+        }
+        Some(group::restored_is_copy(elsewhere, here))
+    });
+    let Some(copy) = copy else {
+        return false;
+    };
+    if copy {
+        with(|r| {
+            let (_, _, copies) = r.copies.get_or_insert_with(|| (db, key.into(), Vec::new()));
+            copies.push(RestoredCopy {
+                fence,
+                number,
+                lease_deadline_ms,
+            });
+        });
+    }
+    attached(db, key, fence, number, horizon_ms)
+}
+
+/// The copies [`loaded`] found among the holds of `key` in `db`, the key
+/// that was just restored: forgotten here.
+pub fn take_copies(db: i32, key: &[u8]) -> Vec<RestoredCopy> {
+    with(|r| match r.copies.take() {
+        Some((d, k, copies)) if d == db && *k == *key => copies,
+        _ => Vec::new(),
+    })
+}
+
+/// Every hold of `key` in `db` (`holds`) that names a lease group is
+/// attached to it there, running to its deadline: the key arrived under
+/// this name (`RENAME`, `MOVE`, `RESTORE`), and Redis unlinked it from its
+/// old one, which detached it. Holds of a lease that is gone stay as they
+/// are (nobody's).
+pub fn arrived(db: i32, key: &[u8], holds: &Holds) {
+    for hold in holds.all() {
+        if let Some(number) = hold.tags.lease() {
+            attached(db, key, hold.fence, number, hold.deadline_ms);
+        }
+    }
 }
 
 /// The hold with `fence` on `key` in `db`, attached to lease `number`, is
