@@ -545,7 +545,7 @@ fn garbage_and_unknown_leases_change_nothing() {
         (vec!["LOCK.REVOKE", "held", "WHY", "x"], "ERR syntax"),
         (
             vec!["LOCK.REVOKE", "held", "REASON", "a", "b"],
-            "ERR wrong number",
+            "ERR syntax error: unknown option",
         ),
         (
             vec!["LOCK.LEASESET", &id, "1", "1000", "1"],
@@ -1130,4 +1130,204 @@ fn a_replica_and_the_aof_follow_a_renamed_and_a_moved_hold_to_its_lease() {
     assert_eq!(lease_cmd(&mut r, "REVOKE", &id), Value::Int(2));
     assert_eq!(dbsize(&mut r), 0);
     assert_eq!(dbsize(&mut conn_in(&replica, 1)), 0);
+}
+
+/// Issue 33: `LOCK.LEASE END id`, the holder's own end of its lease: every
+/// attached hold (a lock, a reader, permits, a multi-key grant's keys) is
+/// given back as its `LOCK.RELEASE` would give it back: waiters served at
+/// once, `released` events, no `REVOKED` mark (the old token gets `0`, as
+/// after its own release); the lease is gone; replicated.
+#[test]
+fn ending_a_lease_releases_its_holds_as_releases_and_serves_waiters() {
+    let (master, replica) = pair();
+    let mut con = master.conn();
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("notify-keyspace-events")
+        .arg("Kd")
+        .query(&mut con)
+        .unwrap();
+    let events = keyspace_events(&master, "e*", Duration::from_secs(20));
+    let id = grant_lease(&mut con, 60000, Some("worker"));
+    leased(&mut con, &["LOCK.ACQUIRE", "e1", "1000", "TOKEN", "t"], &id).unwrap();
+    leased(
+        &mut con,
+        &["LOCK.ACQUIRE", "e2", "1000", "SHARED", "TOKEN", "t"],
+        &id,
+    )
+    .unwrap();
+    leased(
+        &mut con,
+        &["SEM.ACQUIRE", "e3", "2", "1000", "COUNT", "2", "TOKEN", "t"],
+        &id,
+    )
+    .unwrap();
+    leased(
+        &mut con,
+        &["LOCK.MACQUIRE", "2", "e4", "e5", "1000", "TOKEN", "t"],
+        &id,
+    )
+    .unwrap();
+    let waiters: Vec<_> = [
+        vec![
+            "LOCK.ACQUIRE",
+            "e1",
+            "60000",
+            "TOKEN",
+            "next",
+            "WAIT",
+            "20000",
+        ],
+        vec![
+            "SEM.ACQUIRE",
+            "e3",
+            "2",
+            "60000",
+            "TOKEN",
+            "next",
+            "WAIT",
+            "20000",
+        ],
+    ]
+    .into_iter()
+    .map(|parts| {
+        let mut c = master.conn();
+        let parts: Vec<String> = parts.into_iter().map(String::from).collect();
+        thread::spawn(move || {
+            let parts: Vec<&str> = parts.iter().map(String::as_str).collect();
+            run(&mut c, &parts).unwrap()
+        })
+    })
+    .collect();
+    wait_until(Duration::from_secs(10), || {
+        counter(&mut con, "waiters") == 2
+    });
+    let releases = counter(&mut con, "releases");
+    assert_eq!(lease_cmd(&mut con, "END", &id), Value::Int(5));
+    for waiter in waiters {
+        let granted: (String, u64) = redis::from_redis_value(&waiter.join().unwrap()).unwrap();
+        assert_eq!(granted.0, "next");
+    }
+    for key in ["e2", "e4", "e5"] {
+        assert!(!exists(&mut con, key), "{key} released");
+    }
+    assert_eq!(lease_info(&mut con, &id), None);
+    assert_eq!(lease_cmd(&mut con, "KEEPALIVE", &id), Value::Int(0));
+    assert_eq!(lease_cmd(&mut con, "END", &id), Value::Int(0), "gone");
+    // Released, not revoked: the old token is told what its own release
+    // would have told it.
+    let extended: i64 = redis::cmd("LOCK.EXTEND")
+        .arg("e1")
+        .arg("t")
+        .arg(100)
+        .query(&mut con)
+        .expect("not REVOKED");
+    assert_eq!(extended, 0);
+    assert!(error_of(
+        &mut con,
+        redis::cmd("LOCK.GUARD")
+            .arg("e1")
+            .arg("t")
+            .arg("GET")
+            .arg("x")
+    )
+    .starts_with("LOST "));
+    assert_eq!(counter(&mut con, "releases") - releases, 5);
+    assert_eq!(counter(&mut con, "leases_ended"), 1);
+    assert_eq!(counter(&mut con, "leases_revoked"), 0);
+    assert_eq!(counter(&mut con, "revocations"), 0);
+    let mut seen: HashMap<String, Vec<String>> = HashMap::new();
+    while let Ok((key, event)) = events.recv_timeout(Duration::from_millis(500)) {
+        seen.entry(key).or_default().push(event);
+    }
+    for (key, event) in [
+        ("e1", "lock.released"),
+        ("e2", "lock.released"),
+        ("e3", "sem.released"),
+        ("e4", "lock.released"),
+        ("e5", "lock.released"),
+    ] {
+        assert!(
+            seen[key].contains(&event.to_string()),
+            "{key}: {:?}",
+            seen[key]
+        );
+        assert!(
+            !seen[key].iter().any(|e| e.ends_with(".revoked")),
+            "{key}: {:?}",
+            seen[key]
+        );
+    }
+    // The replica: the same keys, the lease gone.
+    sync_replica(&master, &replica);
+    let mut r = replica.conn();
+    assert_eq!(lease_info(&mut r, &id), None);
+    assert_eq!(digest(&mut r), digest(&mut con));
+}
+
+/// `LOCK.LEASE END`'s garbage, and the container's `HELP`: an error, and
+/// nothing changes; `HELP` lists every subcommand.
+#[test]
+fn lease_end_garbage_changes_nothing_and_help_lists_the_subcommands() {
+    let server = Server::start();
+    let mut con = server.conn();
+    let id = grant_lease(&mut con, 60000, None);
+    leased(&mut con, &["LOCK.ACQUIRE", "kept", "1000"], &id).unwrap();
+    let before = digest(&mut con);
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (
+            vec!["LOCK.LEASE", "END"],
+            "ERR wrong number of arguments for 'lock.lease' command",
+        ),
+        (
+            vec!["LOCK.LEASE", "END", &id, "x"],
+            "ERR wrong number of arguments for 'lock.lease' command",
+        ),
+        (
+            vec!["LOCK.LEASE", "END", "nothex"],
+            "ERR lease id must be 32 lowercase hex digits (what LOCK.LEASE GRANT replied)",
+        ),
+        (
+            vec!["LOCK.LEASE", "END", "0123456789ABCDEF0123456789ABCDEF"],
+            "ERR lease id must be 32 lowercase hex digits (what LOCK.LEASE GRANT replied)",
+        ),
+        (
+            vec!["LOCK.LEASE", "HELP", "x"],
+            "ERR wrong number of arguments for 'lock.lease' command",
+        ),
+    ];
+    for (parts, want) in cases {
+        let err = error_of(&mut con, &{
+            let mut c = redis::cmd(parts[0]);
+            c.arg(&parts[1..]);
+            c
+        });
+        assert_eq!(err, want, "{parts:?}");
+    }
+    assert_eq!(
+        error_of(&mut con, &cmd(&[b"LOCK.LEASE", b"END", b"\x00\r\n\xff"])),
+        "ERR lease id must be 32 lowercase hex digits (what LOCK.LEASE GRANT replied)"
+    );
+    // Unknown: nothing to end.
+    assert_eq!(
+        lease_cmd(&mut con, "END", "0123456789abcdef0123456789abcdef"),
+        Value::Int(0)
+    );
+    assert_eq!(digest(&mut con), before, "nothing changed");
+    assert_eq!(int(&lease_info(&mut con, &id).unwrap()["holds"]), 1);
+    let help: Vec<String> = redis::cmd("LOCK.LEASE")
+        .arg("HELP")
+        .query(&mut con)
+        .unwrap();
+    for sub in ["GRANT", "KEEPALIVE", "END", "REVOKE", "INFO", "HELP"] {
+        assert!(
+            help.iter().any(|line| line.starts_with(sub)),
+            "{sub}: {help:?}"
+        );
+    }
+    let lower: Vec<String> = redis::cmd("LOCK.LEASE")
+        .arg("help")
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(lower, help);
 }
