@@ -268,14 +268,18 @@ pub fn attached(db: i32, key: &[u8], fence: u64, number: u64, horizon_ms: i64) -
     })
 }
 
-/// A hold with `fence` on `key` in `db`, of lease `number`, is loaded (an
-/// RDB, `RESTORE`), its key running to `horizon_ms`; saved when its lease
-/// ended at `lease_deadline_ms`. Attached, if that lease exists here. A
-/// copy (`group::restored_is_copy`) is noted for the `restore` event that
-/// follows a `RESTORE` ([`take_copies`]), which detaches it: it cannot be
-/// told from a hold of a full load here (a multi-key grant's keys load one
-/// by one, and each but the first looks like a copy of the first), and a
-/// full load has no such event. Whether the lease exists here.
+/// A hold with `fence` on `key` in `db`, of lease `number`, is loaded, its
+/// key running to `horizon_ms`; saved when its lease ended at
+/// `lease_deadline_ms`. Whether that lease exists here. Loaded with a whole
+/// dataset (`whole`: an RDB, the AOF, a full sync), it is attached now: no
+/// event follows. Loaded by `RESTORE`, it is attached by the `restore`
+/// event that follows once the server has stored the key ([`arrived`]; a
+/// key the server drops, its TTL past, is never attached). A copy
+/// (`group::restored_is_copy`) is noted for that event ([`take_copies`]),
+/// which detaches it; in a whole dataset it cannot be told from a
+/// multi-key grant's keys (loaded one by one, each but the first looks like
+/// a copy of the first), and only a `RESTORE` replayed from the AOF has an
+/// event to detach it.
 pub fn loaded(
     db: i32,
     key: &[u8],
@@ -283,6 +287,7 @@ pub fn loaded(
     number: u64,
     horizon_ms: i64,
     lease_deadline_ms: i64,
+    whole: bool,
 ) -> bool {
     let copy = with(|r| {
         if r.copies
@@ -309,23 +314,35 @@ pub fn loaded(
             } else {
                 elsewhere = true;
             }
+            if here && elsewhere {
+                break;
+            }
         }
         Some(group::restored_is_copy(elsewhere, here))
     });
     let Some(copy) = copy else {
         return false;
     };
-    if copy {
-        with(|r| {
+    // The verdict replaces any earlier one on the same hold of this key
+    // (a `RESTORE` the server refused after the load, whose event never
+    // came).
+    with(|r| {
+        if let Some((_, _, copies)) = r.copies.as_mut() {
+            copies.retain(|c| c.fence != fence || c.number != number);
+        }
+        if copy {
             let (_, _, copies) = r.copies.get_or_insert_with(|| (db, key.into(), Vec::new()));
             copies.push(RestoredCopy {
                 fence,
                 number,
                 lease_deadline_ms,
             });
-        });
+        }
+    });
+    if whole {
+        attached(db, key, fence, number, horizon_ms);
     }
-    attached(db, key, fence, number, horizon_ms)
+    true
 }
 
 /// The copies [`loaded`] found among the holds of `key` in `db`, the key

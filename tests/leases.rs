@@ -1064,6 +1064,17 @@ fn a_restored_copy_of_a_leased_hold_is_not_attached_a_restored_original_is() {
     restore(&mut con, "a", 0, true);
     assert_eq!(lease_holds(&mut con, &id), Some((1, vec!["a".into()])));
     assert_eq!(lease_of(&mut con, "a"), Some(number));
+    // A copy the server drops after loading it (its absolute TTL is past):
+    // nothing of it stays, not even its verdict.
+    let _: () = redis::cmd("RESTORE")
+        .arg("moved")
+        .arg(1)
+        .arg(&payload)
+        .arg("ABSTTL")
+        .query(&mut con)
+        .unwrap();
+    assert!(!exists(&mut con, "moved"));
+    assert_eq!(lease_holds(&mut con, &id), Some((1, vec!["a".into()])));
     // Moved by hand: DUMP, DEL, RESTORE under another name.
     let _: i64 = redis::cmd("DEL").arg("a").query(&mut con).unwrap();
     restore(&mut con, "moved", 0, false);

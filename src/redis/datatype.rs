@@ -54,9 +54,10 @@ pub struct Hooks {
     /// A hold was loaded (an RDB, `RESTORE`) into the key of this database
     /// and name, with this fence, attached to the lease group of this
     /// number, its key running to this horizon, its lease ending at this
-    /// deadline when it was saved: whether that lease exists here (if not,
-    /// the hold keeps that deadline).
-    pub lease_loaded: fn(i32, &[u8], u64, u64, i64, i64) -> bool,
+    /// deadline when it was saved, while the server loads a whole dataset
+    /// or not (a `RESTORE`, which the server may still drop): whether that
+    /// lease exists here (if not, the hold keeps that deadline).
+    pub lease_loaded: fn(i32, &[u8], u64, u64, i64, i64, bool) -> bool,
     /// When the lease group of this number ends, if it exists.
     pub lease_deadline: fn(u64) -> Option<i64>,
     /// The lease groups, saved in the RDB's aux field.
@@ -382,8 +383,10 @@ fn load_hold(rdb: *mut raw::RedisModuleIO, saved: Saved) -> Option<Hold> {
     hold.is_whole().then_some(hold)
 }
 
-/// Attach a loaded hold to lease group `number` if it exists here: by the
-/// name and database of the key being loaded.
+/// Tell the layer above a hold of lease group `number` is loaded, by the
+/// name and database of the key being loaded, and whether the server loads
+/// a whole dataset (then it attaches the hold at once) or a `RESTORE` (then
+/// once the key is stored): whether that lease exists here.
 fn attach_loaded(
     rdb: *mut raw::RedisModuleIO,
     hold: &Hold,
@@ -418,6 +421,7 @@ fn attach_loaded(
             number,
             hold.deadline_ms,
             lease_deadline_ms,
+            server::is_loading(),
         )
     }
 }
