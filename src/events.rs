@@ -28,7 +28,7 @@ pub const TYPE_HOOKS: Hooks = Hooks {
     removed,
     unlinked,
     lease_unlinked: groups::detached_unlinked,
-    lease_loaded: groups::attached,
+    lease_loaded: groups::loaded,
     lease_deadline: groups::deadline,
     leases,
     load_leases,
@@ -100,11 +100,19 @@ fn unlinked(db: i32, key: &[u8], kind: Kind, removal: Removal) {
 
 /// Every generic event (`del`, `restore`, `rename_from`, `move_from`,
 /// `expire`, …) and eviction on any key. Redis calls this for every such
-/// event on every key; only `restore`, `expire` and `persist` look the key
-/// up (one dictionary lookup), and only keys that clients wait for do more.
+/// event on every key; only `restore`, `expire`, `persist`, `rename_to` and
+/// `move_to` look the key up (one dictionary lookup), and only keys that
+/// clients wait for do more.
 ///
 /// - `expire`, `persist`, `restore` on a lock: keep the lock's copy of its
 ///   deadline equal to the key's TTL (see `redis/key.rs`).
+/// - `rename_to`, `move_to`, `restore`: the key arrived under this name (in
+///   this database), and Redis unlinked it from the old one, which detached
+///   its holds from their lease groups: they are attached again here
+///   (`groups::arrived`), so they still end with their lease, are kept by
+///   its keepalive and shown by `LOCK.LEASE INFO` under the new name. A
+///   restored copy of a hold its lease has under another key is detached
+///   instead (`groups::take_copies`): it lives to its own deadline.
 /// - Any other event: an unlinked lock was not an expiry.
 /// - `restore` (also the target side of `MIGRATE`, and a `RESTORE` replayed
 ///   from the AOF or the replication stream): if the key is a lock, raise the
@@ -128,7 +136,21 @@ pub fn on_key_event(ctx: &Context, _class: NotifyEvent, event: &str, key: &[u8])
                 if let Ok(holds) = lock_key.held() {
                     holds.all().for_each(|hold| fence::observe(hold.fence));
                 }
+                let db = server::selected_db(ctx);
+                for copy in groups::take_copies(db, key) {
+                    groups::detached(db, key, copy.fence, copy.number);
+                    lock_key.detach_lease(copy.fence, copy.number, copy.lease_deadline_ms);
+                }
                 follow_ttl(ctx, &lock_key, key);
+                if let Ok(holds) = lock_key.held() {
+                    groups::arrived(db, key, &holds);
+                }
+            }
+            "rename_to" | "move_to" => {
+                let name = crate::redis::string(ctx, key);
+                if let Ok(holds) = LockKey::open_read(ctx, &name).held() {
+                    groups::arrived(server::selected_db(ctx), key, &holds);
+                }
             }
             // A TTL changed by a client (`PEXPIRE`, `PERSIST`; also Redis'
             // own `PEXPIREAT` after each lock in a rewritten AOF).

@@ -15,12 +15,15 @@
 //! has one fence on each of its keys, each key a hold of its own, released,
 //! expired or deleted on its own. Each path that adds or removes a leased
 //! hold tells this file:
-//! a grant, the master's effects, an RDB load ([`attached`]); a release, an
-//! expiry, a `DEL` or an overwrite ([`detached`]); a flush ([`flushed`]);
-//! `SWAPDB` ([`swapped`]).
+//! a grant, the master's effects ([`attached`]); an RDB load or a
+//! `RESTORE` ([`loaded`], then, for `RESTORE`, [`take_copies`]); a release,
+//! an expiry, a `DEL` or an overwrite ([`detached`]); a flush ([`flushed`]);
+//! `SWAPDB` ([`swapped`]); `RENAME`, `MOVE` and `RESTORE … REPLACE`, whose
+//! key leaves its old name (Redis unlinks it there: [`detached`]) and
+//! arrives under its new one ([`arrived`]).
 
 use std::cell::RefCell;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use redis_lock_core::decide::Attach;
 use redis_lock_core::errors::LockError;
@@ -46,8 +49,9 @@ struct Lease {
     /// Attached holds by the horizon their key's TTL runs to, then fence
     /// and key: the first ones come due first.
     holds: BTreeSet<(i64, Attached)>,
-    /// Each attached hold's horizon.
-    horizons: HashMap<Attached, i64>,
+    /// Each attached hold's horizon, by fence first (a grant's keys are
+    /// together).
+    horizons: BTreeMap<Attached, i64>,
 }
 
 #[derive(Default)]
@@ -56,6 +60,19 @@ struct Registry {
     numbers: HashMap<LeaseId, u64>,
     /// Every lease's deadline, then number.
     deadlines: BTreeSet<(i64, u64)>,
+    /// The copies among the holds of the key loaded last ([`loaded`]), for
+    /// its `restore` event ([`take_copies`]).
+    copies: Option<(i32, Box<[u8]>, Vec<RestoredCopy>)>,
+}
+
+/// A hold loaded by `RESTORE` that is a copy of one its lease has under
+/// another key (`group::restored_is_copy`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RestoredCopy {
+    pub fence: u64,
+    pub number: u64,
+    /// The deadline its lease had when it was saved: its own from now on.
+    pub lease_deadline_ms: i64,
 }
 
 thread_local! {
@@ -200,7 +217,7 @@ pub fn set(id: LeaseId, number: u64, ttl_ms: i64, deadline_ms: i64, owner: Optio
                     deadline_ms,
                     owner: owner.map(Box::from),
                     holds: BTreeSet::new(),
-                    horizons: HashMap::new(),
+                    horizons: BTreeMap::new(),
                 },
             );
         }
@@ -249,6 +266,105 @@ pub fn attached(db: i32, key: &[u8], fence: u64, number: u64, horizon_ms: i64) -
         lease.holds.insert((horizon_ms, at));
         true
     })
+}
+
+/// A hold with `fence` on `key` in `db`, of lease `number`, is loaded, its
+/// key running to `horizon_ms`; saved when its lease ended at
+/// `lease_deadline_ms`. Whether that lease exists here. Loaded with a whole
+/// dataset (`whole`: an RDB, the AOF, a full sync), it is attached now: no
+/// event follows. Loaded by `RESTORE`, it is attached by the `restore`
+/// event that follows once the server has stored the key ([`arrived`]; a
+/// key the server drops, its TTL past, is never attached). A copy
+/// (`group::restored_is_copy`) is noted for that event ([`take_copies`]),
+/// which detaches it; in a whole dataset it cannot be told from a
+/// multi-key grant's keys (loaded one by one, each but the first looks like
+/// a copy of the first), and only a `RESTORE` replayed from the AOF has an
+/// event to detach it.
+pub fn loaded(
+    db: i32,
+    key: &[u8],
+    fence: u64,
+    number: u64,
+    horizon_ms: i64,
+    lease_deadline_ms: i64,
+    whole: bool,
+) -> bool {
+    let copy = with(|r| {
+        if r.copies
+            .as_ref()
+            .is_some_and(|(d, k, _)| *d != db || **k != *key)
+        {
+            r.copies = None;
+        }
+        let lease = r.leases.get(&number)?;
+        let from = Attached {
+            fence,
+            db: i32::MIN,
+            key: Box::default(),
+        };
+        let same_grant = lease
+            .horizons
+            .range(from..)
+            .map(|(at, _)| at)
+            .take_while(|at| at.fence == fence);
+        let (mut here, mut elsewhere) = (false, false);
+        for at in same_grant {
+            if at.db == db && *at.key == *key {
+                here = true;
+            } else {
+                elsewhere = true;
+            }
+            if here && elsewhere {
+                break;
+            }
+        }
+        Some(group::restored_is_copy(elsewhere, here))
+    });
+    let Some(copy) = copy else {
+        return false;
+    };
+    // The verdict replaces any earlier one on the same hold of this key
+    // (a `RESTORE` the server refused after the load, whose event never
+    // came).
+    with(|r| {
+        if let Some((_, _, copies)) = r.copies.as_mut() {
+            copies.retain(|c| c.fence != fence || c.number != number);
+        }
+        if copy {
+            let (_, _, copies) = r.copies.get_or_insert_with(|| (db, key.into(), Vec::new()));
+            copies.push(RestoredCopy {
+                fence,
+                number,
+                lease_deadline_ms,
+            });
+        }
+    });
+    if whole {
+        attached(db, key, fence, number, horizon_ms);
+    }
+    true
+}
+
+/// The copies [`loaded`] found among the holds of `key` in `db`, the key
+/// that was just restored: forgotten here.
+pub fn take_copies(db: i32, key: &[u8]) -> Vec<RestoredCopy> {
+    with(|r| match r.copies.take() {
+        Some((d, k, copies)) if d == db && *k == *key => copies,
+        _ => Vec::new(),
+    })
+}
+
+/// Every hold of `key` in `db` (`holds`) that names a lease group is
+/// attached to it there, running to its deadline: the key arrived under
+/// this name (`RENAME`, `MOVE`, `RESTORE`), and Redis unlinked it from its
+/// old one, which detached it. Holds of a lease that is gone stay as they
+/// are (nobody's).
+pub fn arrived(db: i32, key: &[u8], holds: &Holds) {
+    for hold in holds.all() {
+        if let Some(number) = hold.tags.lease() {
+            attached(db, key, hold.fence, number, hold.deadline_ms);
+        }
+    }
 }
 
 /// The hold with `fence` on `key` in `db`, attached to lease `number`, is

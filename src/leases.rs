@@ -9,9 +9,10 @@
 //!   Redis expires any lease that ran out (the `DEL` replicated, the
 //!   `expired` event, the lock-delay, the hand-off to waiters); a hold of a
 //!   key with several holders is expired by the module as its others are;
-//! - `LOCK.LEASE REVOKE`: each attached hold is released as `LOCK.RELEASE`
-//!   would release it (waiters served at once), and marked revoked
-//!   (`revocations.rs`).
+//! - `LOCK.LEASE END`, its holder's own end: each attached hold is released
+//!   as its `LOCK.RELEASE` would release it (waiters served at once);
+//! - `LOCK.LEASE REVOKE`, an operator's: the same, and each hold marked
+//!   revoked (`revocations.rs`).
 //!
 //! Replicas and the AOF receive `LOCK.LEASESET` (the whole lease, its
 //! deadline absolute) at every grant and keepalive, and `LOCK.LEASEDEL`
@@ -139,6 +140,9 @@ enum End {
     Expired,
     /// `LOCK.LEASE REVOKE`: its holds are released and marked revoked.
     Revoked,
+    /// `LOCK.LEASE END`: its holds are released, as their holder's own
+    /// releases.
+    Released,
 }
 
 /// `LOCK.LEASE REVOKE id`: the lease ends now, and every hold attached to
@@ -148,6 +152,18 @@ enum End {
 pub fn revoke(ctx: &Context, id: &LeaseId) -> usize {
     match groups::number_of(id) {
         Some(number) => end(ctx, number, End::Revoked),
+        None => 0,
+    }
+}
+
+/// `LOCK.LEASE END id`: the lease's holder ends it now, and every hold
+/// attached to it is released as its `LOCK.RELEASE` would release it
+/// (waiters served at once, no revoked mark: the old token is told `0` and
+/// `LOST`, as after its own release). How many holds ended (0 when the
+/// lease is gone).
+pub fn end_own(ctx: &Context, id: &LeaseId) -> usize {
+    match groups::number_of(id) {
+        Some(number) => end(ctx, number, End::Released),
         None => 0,
     }
 }
@@ -171,6 +187,7 @@ fn end(ctx: &Context, number: u64, how: End) -> usize {
     metrics::count(match how {
         End::Expired => Counter::LeasesExpired,
         End::Revoked => Counter::LeasesRevoked,
+        End::Released => Counter::LeasesEnded,
     });
     count
 }
@@ -196,6 +213,9 @@ fn end_hold(ctx: &Context, at: &Attached, number: u64, deadline_ms: i64, how: En
         End::Revoked => {
             revocations::mark(at.db, &at.key, &token, fence, deadline_ms, LEASE_REVOKED);
             waiting::release(ctx, at.db, key, &name, kind, &token, ReleasedBy::Revoked);
+        }
+        End::Released => {
+            waiting::release(ctx, at.db, key, &name, kind, &token, ReleasedBy::Holder);
         }
         End::Expired => {
             // The hold ends where its lease did; opening the key again

@@ -68,7 +68,8 @@ use redis::datatype::{LOCK_TYPE, SEMAPHORE_TYPE, SHARED_TYPE};
 /// arguments as the server holds them, and replies its error or a panic.
 ///
 /// RELEASE has no deny-oom, so a lock can always be given back under
-/// maxmemory (nor has `LOCK.LEASE REVOKE` or `LOCK.REVOKE`). GUARD has
+/// maxmemory (nor have `LOCK.LEASE END`, `LOCK.LEASE REVOKE` or
+/// `LOCK.REVOKE`). GUARD has
 /// neither deny-oom (a guarded read works under maxmemory; a guarded write
 /// is refused as the bare write would be) nor fast (the guarded command may
 /// be slow). The multi-key commands (`LOCK.MACQUIRE`, `MEXTEND`,
@@ -80,7 +81,9 @@ use redis::datatype::{LOCK_TYPE, SEMAPHORE_TYPE, SHARED_TYPE};
 /// own: each command in `@read` or `@write`, `@fast` or `@slow`; taking
 /// another client's hold away (`LOCK.REVOKE`, `LOCK.LEASE REVOKE`) is
 /// `@dangerous` and `@admin`, like `CLIENT KILL`, so that `+@lock
-/// -@dangerous` is a worker's rights; the internal effects (`SETSTATE`,
+/// -@dangerous` is a worker's rights, ending its own lease included
+/// (`LOCK.LEASE END`, O(holds): `@slow`); `LOCK.LEASE HELP` is as Redis'
+/// own containers' `HELP` (`@slow`, neither read nor write); the internal effects (`SETSTATE`,
 /// `SETHOLDER`, `DELHOLDER`, `LEASESET`, `LEASEDEL`) are `@dangerous` like
 /// `RESTORE`, which can forge a key's state the same way, and not in `@lock`.
 #[rustfmt::skip]
@@ -110,8 +113,10 @@ const COMMANDS: &[Spec] = &[
     container(c"lock.lease"),
     sub(c"grant",           c"write deny-oom fast",           "write fast",                 true,  lease_group::run_grant),
     sub(c"keepalive",       c"write deny-oom fast",           "write fast",                 true,  lease_group::run_keepalive),
+    sub(c"end",             c"write",                         "write slow",                 true,  lease_group::run_end_lease),
     sub(c"revoke",          c"write",                         "write slow dangerous admin", true,  lease_group::run_revoke_lease),
     sub(c"info",            c"readonly fast",                 "read fast",                  true,  lease_group::run_lease_info),
+    sub(c"help",            c"allow-loading allow-stale",     "slow",                       true,  lease_group::run_lease_help),
 ];
 
 /// A command whose key is argument 1.
@@ -215,8 +220,9 @@ mod tests {
             let name = spec.name;
             assert_eq!(spec.in_lock_category, !internal.contains(&name), "{name:?}");
             let words: Vec<&str> = spec.categories.split(' ').collect();
+            // `HELP` touches no data, as Redis' own.
             assert!(
-                words.contains(&"read") != words.contains(&"write"),
+                words.contains(&"read") != words.contains(&"write") || name == c"help",
                 "{name:?}: read or write"
             );
             assert!(

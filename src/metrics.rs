@@ -61,6 +61,9 @@ pub enum Counter {
     LeasesExpired,
     /// Lease groups revoked (`LOCK.LEASE REVOKE`).
     LeasesRevoked,
+    /// Lease groups their holder ended (`LOCK.LEASE END`): their holds
+    /// released, counted in `Releases` too.
+    LeasesEnded,
     /// Holds taken away by `LOCK.REVOKE` or with a revoked lease group.
     Revocations,
     /// `LOCK.LEASE KEEPALIVE` of a live lease group.
@@ -70,7 +73,7 @@ pub enum Counter {
     MultiGrants,
 }
 
-const COUNTERS: [(Counter, &CStr); 27] = [
+const COUNTERS: [(Counter, &CStr); 28] = [
     (Counter::Grants, c"grants"),
     (Counter::Refused, c"refused"),
     (Counter::Renewals, c"renewals"),
@@ -95,6 +98,7 @@ const COUNTERS: [(Counter, &CStr); 27] = [
     (Counter::LeasesGranted, c"leases_granted"),
     (Counter::LeasesExpired, c"leases_expired"),
     (Counter::LeasesRevoked, c"leases_revoked"),
+    (Counter::LeasesEnded, c"leases_ended"),
     (Counter::Revocations, c"revocations"),
     (Counter::Keepalives, c"keepalives"),
     (Counter::MultiGrants, c"macquires"),

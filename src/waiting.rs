@@ -192,20 +192,23 @@ pub struct Queued {
     pub client: u64,
     /// What it waits for.
     pub want: Want,
+    /// How many keys it waits for (`LOCK.MACQUIRE`: all of them at once).
+    pub keys: usize,
 }
 
 /// The first `count` clients waiting for `key`, from the head.
 pub fn queued(db: i32, key: &[u8], count: usize) -> Vec<Queued> {
     with_queues(|q| {
-        q.waiters(db, key)
+        q.waiters_with_ids(db, key)
             .take(count)
-            .map(|w| Queued {
+            .map(|(id, w)| Queued {
                 owner: w.owner.clone(),
                 ttl_ms: w.ttl_ms,
                 queued_ms: w.queued_ms,
                 ends_ms: w.ends_ms,
                 client: w.client,
                 want: w.want,
+                keys: q.keys_of(id).map_or(1, |(_, keys)| keys.len()),
             })
             .collect()
     })

@@ -37,6 +37,10 @@ const COMMANDS: &[(&str, &[&str], bool)] = &[
         false,
     ),
     ("lock.lease|info", &["read", "fast"], false),
+    // The holder's own end of its lease: its holds released, none revoked.
+    ("lock.lease|end", &["write", "slow"], false),
+    // As Redis' own containers' `HELP`.
+    ("lock.lease|help", &["slow"], false),
     ("sem.acquire", &["write", "fast", "blocking"], true),
     ("sem.extend", &["write", "fast"], false),
     ("sem.release", &["write", "fast"], false),
@@ -263,7 +267,7 @@ fn a_worker_without_dangerous_cannot_revoke_others_holds() {
         AclSupport::ModuleCategory => "user +@lock -@dangerous",
         AclSupport::Standard => "user +@write +@read -@dangerous",
         AclSupport::None => {
-            "user +lock.acquire +lock.release +lock.extend +lock.lease|grant +lock.lease|keepalive"
+            "user +lock.acquire +lock.release +lock.extend +lock.lease|grant +lock.lease|keepalive +lock.lease|end"
         }
     };
     acl_setuser(&mut admin, rules).expect("ACL SETUSER");
@@ -288,6 +292,17 @@ fn a_worker_without_dangerous_cannot_revoke_others_holds() {
         .query(&mut admin)
         .unwrap();
     assert_eq!(revoked, 1);
+    // The worker ends its own lease (issue 33): its hold released.
+    let ended: i64 = redis::cmd("LOCK.LEASE")
+        .arg("END")
+        .arg(&id)
+        .query(&mut user)
+        .expect("a worker ends its own lease");
+    assert_eq!(ended, 1);
+    assert!(!exists(&mut admin, "mine"));
+    if support == AclSupport::ModuleCategory {
+        assert!(!noperm(&mut user, &["LOCK.LEASE", "HELP"]));
+    }
 }
 
 #[test]

@@ -337,6 +337,96 @@ fn acquire_option_errors_are_refused_and_change_nothing() {
     Fixture::new().assert_all_refused(&cases);
 }
 
+/// Issue 33: the lease and revocation options report as the acquire's do:
+/// an option given twice is "given more than once", one with no value
+/// "needs a value"; the lease's subcommands count their arguments.
+#[test]
+fn lease_and_revoke_option_errors_are_refused_and_change_nothing() {
+    const REPEATED_OWNER: &str = "ERR syntax error: OWNER is given more than once";
+    const MISSING_OWNER: &str = "ERR syntax error: OWNER needs a value";
+    const REPEATED_REASON: &str = "ERR syntax error: REASON is given more than once";
+    const MISSING_REASON: &str = "ERR syntax error: REASON needs a value";
+    const ARITY_LEASE: &str = "ERR wrong number of arguments for 'lock.lease' command";
+    const ARITY_REVOKE: &str = "ERR wrong number of arguments for 'lock.revoke' command";
+    let mut cases = vec![
+        case(
+            "GRANT OWNER a OWNER b",
+            &["LOCK.LEASE", "GRANT", "1000", "OWNER", "a", "OWNER", "b"],
+            REPEATED_OWNER,
+        ),
+        case(
+            "GRANT OWNER a owner b",
+            &["LOCK.LEASE", "GRANT", "1000", "OWNER", "a", "owner", "b"],
+            REPEATED_OWNER,
+        ),
+        case(
+            "GRANT OWNER a OWNER",
+            &["LOCK.LEASE", "GRANT", "1000", "OWNER", "a", "OWNER"],
+            MISSING_OWNER,
+        ),
+        case(
+            "GRANT OWNER",
+            &["LOCK.LEASE", "GRANT", "1000", "OWNER"],
+            MISSING_OWNER,
+        ),
+        case(
+            "GRANT OWNER a extra",
+            &["LOCK.LEASE", "GRANT", "1000", "OWNER", "a", "extra"],
+            UNKNOWN_OPTION,
+        ),
+        case(
+            "GRANT WHO",
+            &["LOCK.LEASE", "GRANT", "1000", "WHO"],
+            UNKNOWN_OPTION,
+        ),
+        case("END, no id", &["LOCK.LEASE", "END"], ARITY_LEASE),
+        case("HELP extra", &["LOCK.LEASE", "HELP", "extra"], ARITY_LEASE),
+        case("REVOKE, no key", &["LOCK.REVOKE"], ARITY_REVOKE),
+    ];
+    cases.extend(on_both_keys(|key, _| {
+        vec![
+            case(
+                format!("REVOKE {key} REASON"),
+                &["LOCK.REVOKE", key, "REASON"],
+                MISSING_REASON,
+            ),
+            case(
+                format!("REVOKE {key} reason"),
+                &["LOCK.REVOKE", key, "reason"],
+                MISSING_REASON,
+            ),
+            case(
+                format!("REVOKE {key} REASON a REASON b"),
+                &["LOCK.REVOKE", key, "REASON", "a", "REASON", "b"],
+                REPEATED_REASON,
+            ),
+            case(
+                format!("REVOKE {key} REASON a REASON"),
+                &["LOCK.REVOKE", key, "REASON", "a", "REASON"],
+                MISSING_REASON,
+            ),
+            case(
+                format!("REVOKE {key} REASON a extra"),
+                &["LOCK.REVOKE", key, "REASON", "a", "extra"],
+                UNKNOWN_OPTION,
+            ),
+            case(
+                format!("REVOKE {key} WHY x"),
+                &["LOCK.REVOKE", key, "WHY", "x"],
+                UNKNOWN_OPTION,
+            ),
+        ]
+    }));
+    let mut fx = Fixture::new();
+    let leases = info_field(&mut fx.con, "lock", "lock_leases");
+    fx.assert_all_refused(&cases);
+    assert_eq!(
+        info_field(&mut fx.con, "lock", "lock_leases"),
+        leases,
+        "no lease granted"
+    );
+}
+
 #[test]
 fn setstate_from_a_client_is_refused_and_changes_nothing() {
     let mut fx = Fixture::new();

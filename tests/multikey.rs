@@ -1048,3 +1048,45 @@ fn mrelease_hands_on_only_after_it_released_every_key() {
     let pong: String = redis::cmd("PING").query(&mut con).unwrap();
     assert_eq!(pong, "PONG");
 }
+
+/// Issue 33: `LOCK.QUEUE` shows how many keys a multi-key waiter waits for
+/// (`keys`), so that a free key kept for it (everyone else gets null) can
+/// be explained; a single-key waiter's entry is as it was (no `keys`).
+#[test]
+fn lock_queue_shows_how_many_keys_a_multi_key_waiter_waits_for() {
+    let server = Server::start();
+    let mut con = server.conn();
+    acquire(&mut con, "c", 60_000, Some("holder")).unwrap();
+    let multi = in_thread(
+        &server,
+        macquire(
+            &[b"a", b"b", b"c"],
+            60_000,
+            &[b"TOKEN", b"m", b"WAIT", b"0"],
+        ),
+    );
+    wait_until(Duration::from_secs(10), || queued(&mut con, b"a") == 1);
+    let single = in_thread(&server, acquire_wait("a", 60_000, "single", 0).clone());
+    wait_until(Duration::from_secs(10), || queued(&mut con, b"a") == 2);
+    let shown: Vec<std::collections::HashMap<String, Value>> =
+        redis::cmd("LOCK.QUEUE").arg("a").query(&mut con).unwrap();
+    assert_eq!(shown[0].get("keys"), Some(&Value::Int(3)), "{shown:?}");
+    assert_eq!(
+        shown[0].get("mode"),
+        Some(&Value::BulkString(b"exclusive".to_vec()))
+    );
+    assert_eq!(shown[1].get("keys"), None, "{shown:?}");
+    assert_eq!(
+        shown[1].len(),
+        5,
+        "ttl, waited, timeout, client, mode: {shown:?}"
+    );
+    // Its other keys' queues show it the same way.
+    let on_c: Vec<std::collections::HashMap<String, Value>> =
+        redis::cmd("LOCK.QUEUE").arg("c").query(&mut con).unwrap();
+    assert_eq!(on_c[0].get("keys"), Some(&Value::Int(3)));
+    assert_eq!(release(&mut con, "c", "holder"), 1);
+    assert_eq!(multi.join().unwrap().unwrap().0, b"m");
+    assert_eq!(mrelease(&mut con, &[b"a", b"b", b"c"], b"m"), 3);
+    assert_eq!(single.join().unwrap().unwrap().0, b"single");
+}

@@ -863,3 +863,62 @@ fn multi_key_commands_are_replicated_as_each_keys_effects_in_one_transaction() {
         );
     }
 }
+
+/// `LOCK.LEASE END` (issue 33) travels as what it did: each hold's release
+/// (`DEL`) and the hand-off to its waiter, then `LOCK.LEASEDEL`; never the
+/// command itself.
+#[test]
+fn ending_a_lease_is_replicated_as_its_releases_and_hand_offs() {
+    let master = Server::start();
+    let mut link = ReplicationStream::open(&master);
+    let mut con = master.conn();
+    let id: String = redis::cmd("LOCK.LEASE")
+        .arg("GRANT")
+        .arg(30_000)
+        .query(&mut con)
+        .unwrap();
+    let _: (String, u64) = redis::cmd("LOCK.ACQUIRE")
+        .arg("lk")
+        .arg(1_000)
+        .arg("TOKEN")
+        .arg("me")
+        .arg("LEASE")
+        .arg(&id)
+        .query(&mut con)
+        .unwrap();
+    let mut waiting = master.conn();
+    let waiter = std::thread::spawn(move || {
+        acquire_wait("lk", 60_000, "next", 20_000)
+            .query::<Option<(String, u64)>>(&mut waiting)
+            .unwrap()
+    });
+    wait_until(Duration::from_secs(10), || {
+        info_field(&mut con, "lock", "lock_waiters") == "1"
+    });
+    let ended: i64 = redis::cmd("LOCK.LEASE")
+        .arg("END")
+        .arg(&id)
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(ended, 1);
+    let (_, fence) = waiter.join().unwrap().expect("handed on");
+    let effects = link.effects_until(|c| c[0] == "LOCK.LEASEDEL");
+    let names: Vec<&str> = effects.iter().map(|c| c[0].as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "LOCK.LEASESET",
+            "LOCK.SETSTATE",
+            "DEL",
+            "LOCK.SETSTATE",
+            "LOCK.LEASEDEL"
+        ],
+        "{effects:?}"
+    );
+    assert_eq!(effects[2], ["DEL", "lk"]);
+    assert_eq!(
+        &effects[3][..4],
+        ["LOCK.SETSTATE", "lk", "next", &fence.to_string()]
+    );
+    assert_eq!(effects[4], ["LOCK.LEASEDEL", &id]);
+}

@@ -70,23 +70,27 @@ pub fn parse_lease_grant<A: ArgBytes>(
         _ => return Err(LockError::ArityLease),
     };
     let ttl_ms = parse_ttl(ttl.bytes())?;
-    let owner = match rest {
-        [] => None,
-        [option, label] if option.bytes().eq_ignore_ascii_case(b"OWNER") => {
-            Some(rules::check_owner(label.bytes())?)
+    // As the acquire's options read (`parse_options`): a missing value
+    // first, then a repeated option.
+    let mut owner = None;
+    let mut rest = rest.iter();
+    while let Some(option) = rest.next() {
+        if !option.bytes().eq_ignore_ascii_case(b"OWNER") {
+            return Err(LockError::SyntaxUnknownOption);
         }
-        [option] if option.bytes().eq_ignore_ascii_case(b"OWNER") => {
-            return Err(LockError::SyntaxMissingOwner)
+        let label = rest.next().ok_or(LockError::SyntaxMissingOwner)?;
+        if owner.is_some() {
+            return Err(LockError::SyntaxRepeatedOwner);
         }
-        _ => return Err(LockError::SyntaxUnknownOption),
-    };
+        owner = Some(rules::check_owner(label.bytes())?);
+    }
     Ok(LeaseGrantArgs {
         ttl_ms: rules::check_ttl_limit(ttl_ms, max_ttl_ms)?,
         owner,
     })
 }
 
-/// `LOCK.LEASE KEEPALIVE|REVOKE|INFO id`: the lease's id.
+/// `LOCK.LEASE KEEPALIVE|END|REVOKE|INFO id`: the lease's id.
 pub fn parse_lease_id<A: ArgBytes>(args: &[A]) -> Result<LeaseId, LockError> {
     match args {
         [_, _, id] => LeaseId::parse(id.bytes()).ok_or(LockError::LeaseIdInvalid),
@@ -95,18 +99,35 @@ pub fn parse_lease_id<A: ArgBytes>(args: &[A]) -> Result<LeaseId, LockError> {
 }
 
 /// `LOCK.REVOKE key [REASON text]`: the reason, if given (1 to 128 bytes).
+/// The option reads as the acquire's do (`parse_options`).
 pub fn parse_revoke<A: ArgBytes>(args: &[A]) -> Result<Option<&[u8]>, LockError> {
-    match args {
-        [_, _] => Ok(None),
-        [_, _, option, reason] if option.bytes().eq_ignore_ascii_case(b"REASON") => {
-            let reason = reason.bytes();
-            match reason.len() {
-                1..=rules::MAX_OWNER_LEN => Ok(Some(reason)),
-                _ => Err(LockError::ReasonLength),
-            }
+    let [_, _, options @ ..] = args else {
+        return Err(LockError::ArityRevoke);
+    };
+    let mut reason = None;
+    let mut rest = options.iter();
+    while let Some(option) = rest.next() {
+        if !option.bytes().eq_ignore_ascii_case(b"REASON") {
+            return Err(LockError::SyntaxUnknownOption);
         }
-        [_, _, _] | [_, _, _, _] => Err(LockError::SyntaxUnknownOption),
-        _ => Err(LockError::ArityRevoke),
+        let text = rest.next().ok_or(LockError::SyntaxMissingReason)?;
+        if reason.is_some() {
+            return Err(LockError::SyntaxRepeatedReason);
+        }
+        let text = text.bytes();
+        if !(1..=rules::MAX_OWNER_LEN).contains(&text.len()) {
+            return Err(LockError::ReasonLength);
+        }
+        reason = Some(text);
+    }
+    Ok(reason)
+}
+
+/// `LOCK.LEASE HELP`: no argument after it.
+pub fn parse_lease_help<A: ArgBytes>(args: &[A]) -> Result<(), LockError> {
+    match args {
+        [_, _] => Ok(()),
+        _ => Err(LockError::ArityLease),
     }
 }
 
@@ -1193,6 +1214,18 @@ mod tests {
                 LockError::SyntaxUnknownOption,
             ),
             (
+                vec!["LOCK.LEASE", "GRANT", "1", "OWNER", "a", "owner", "b"],
+                LockError::SyntaxRepeatedOwner,
+            ),
+            (
+                vec!["LOCK.LEASE", "GRANT", "1", "OWNER", "a", "OWNER"],
+                LockError::SyntaxMissingOwner,
+            ),
+            (
+                vec!["LOCK.LEASE", "GRANT", "1", "OWNER", "a", "x"],
+                LockError::SyntaxUnknownOption,
+            ),
+            (
                 vec!["LOCK.LEASE", "GRANT", "1", "OWNER", ""],
                 LockError::OwnerLength,
             ),
@@ -1208,6 +1241,12 @@ mod tests {
             );
         }
         assert!(parse_lease_id(&["LOCK.LEASE", "KEEPALIVE", id]).is_ok());
+        assert!(parse_lease_id(&["LOCK.LEASE", "END", id]).is_ok());
+        assert_eq!(parse_lease_help(&["LOCK.LEASE", "HELP"]), Ok(()));
+        assert_eq!(
+            parse_lease_help(&["LOCK.LEASE", "HELP", "x"]),
+            Err(LockError::ArityLease)
+        );
         assert_eq!(
             parse_lease_id(&["LOCK.LEASE", "KEEPALIVE", "ABC"]),
             Err(LockError::LeaseIdInvalid)
@@ -1226,7 +1265,15 @@ mod tests {
             (vec!["LOCK.REVOKE"], LockError::ArityRevoke),
             (
                 vec!["LOCK.REVOKE", "k", "REASON"],
-                LockError::SyntaxUnknownOption,
+                LockError::SyntaxMissingReason,
+            ),
+            (
+                vec!["LOCK.REVOKE", "k", "REASON", "a", "reason", "b"],
+                LockError::SyntaxRepeatedReason,
+            ),
+            (
+                vec!["LOCK.REVOKE", "k", "REASON", "a", "REASON"],
+                LockError::SyntaxMissingReason,
             ),
             (
                 vec!["LOCK.REVOKE", "k", "WHY", "x"],
@@ -1242,7 +1289,7 @@ mod tests {
             ),
             (
                 vec!["LOCK.REVOKE", "k", "REASON", "x", "y"],
-                LockError::ArityRevoke,
+                LockError::SyntaxUnknownOption,
             ),
         ] {
             assert_eq!(parse_revoke(&args), Err(want), "{args:?}");

@@ -151,6 +151,10 @@ pub enum LockError {
     SyntaxRepeatedLease,
     /// `LOCK.REVOKE … REASON` not 1 to 128 bytes.
     ReasonLength,
+    /// `REASON` as the last argument.
+    SyntaxMissingReason,
+    /// `REASON` given twice.
+    SyntaxRepeatedReason,
     /// `LOCK.LEASESET`/`LOCK.LEASEDEL` from a normal client.
     LeaseInternal,
     /// `LOCK.LEASESET`/`LOCK.LEASEDEL` with the wrong arguments.
@@ -350,6 +354,10 @@ impl LockError {
             LockError::ReasonLength => {
                 c"ERR REASON must be 1 to 128 bytes long"
             }
+            LockError::SyntaxMissingReason => c"ERR syntax error: REASON needs a value",
+            LockError::SyntaxRepeatedReason => {
+                c"ERR syntax error: REASON is given more than once"
+            }
             LockError::LeaseInternal => {
                 c"ERR LOCK.LEASESET and LOCK.LEASEDEL are internal: only the replication link and AOF loading may call them"
             }
@@ -409,7 +417,7 @@ impl std::error::Error for LockError {}
 mod tests {
     use super::*;
 
-    const ALL: [LockError; 95] = [
+    const ALL: [LockError; 97] = [
         LockError::ArityMAcquire,
         LockError::ArityMRelease,
         LockError::ArityMExtend,
@@ -502,6 +510,8 @@ mod tests {
         LockError::SyntaxMissingLease,
         LockError::SyntaxRepeatedLease,
         LockError::ReasonLength,
+        LockError::SyntaxMissingReason,
+        LockError::SyntaxRepeatedReason,
         LockError::LeaseInternal,
         LockError::ArityLeaseSet,
         LockError::Internal,
@@ -593,6 +603,8 @@ mod tests {
             | LockError::SyntaxMissingLease
             | LockError::SyntaxRepeatedLease
             | LockError::ReasonLength
+            | LockError::SyntaxMissingReason
+            | LockError::SyntaxRepeatedReason
             | LockError::LeaseInternal
             | LockError::ArityLeaseSet
             | LockError::LeaseMismatch

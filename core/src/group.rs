@@ -89,9 +89,34 @@ pub fn is_live(deadline_ms: i64, now_ms: i64) -> bool {
     rules::is_live(deadline_ms, now_ms)
 }
 
+/// Whether a hold loaded by `RESTORE` is a copy, not the hold itself: its
+/// lease already has a hold of the same grant (its fence) under another key
+/// (`elsewhere`), and none under this one (`here`). A copy (`DUMP` of a
+/// held key, `RESTORE` under another name while the original still holds)
+/// is not attached to the lease: one grant is one hold per key, which is
+/// why `COPY` is refused. The hold restored over itself (`REPLACE`), or
+/// under a new name once the original is gone (a rename by hand), is the
+/// hold, and stays attached. A key of a multi-key grant restored after its
+/// own deletion, while the grant's other keys are held, cannot be told from
+/// a copy of one of them: it is taken for one.
+pub fn restored_is_copy(elsewhere: bool, here: bool) -> bool {
+    elsewhere && !here
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_restored_hold_is_a_copy_only_beside_its_original() {
+        assert!(restored_is_copy(true, false), "DUMP a, RESTORE b");
+        assert!(
+            !restored_is_copy(true, true),
+            "a multi-key grant's key restored over itself"
+        );
+        assert!(!restored_is_copy(false, true), "RESTORE a REPLACE");
+        assert!(!restored_is_copy(false, false), "DUMP a, DEL a, RESTORE b");
+    }
 
     #[test]
     fn an_id_is_32_lowercase_hex_digits_and_comes_back_exactly() {

@@ -4,8 +4,12 @@
 //!   like a token.
 //! - `LOCK.LEASE KEEPALIVE id` → 1 when the lease lives (it now ends `ttl-ms`
 //!   from now, and so does every hold attached to it), 0 when it is gone.
+//! - `LOCK.LEASE END id` → how many holds it ended: the holder's own end of
+//!   its lease, each hold released as its `LOCK.RELEASE` would release it
+//!   (not `@dangerous`: whoever has the id keeps the holds alive anyway).
 //! - `LOCK.LEASE REVOKE id` → how many holds it ended, each released as
-//!   `LOCK.RELEASE` would release it and marked revoked (`lease revoked`).
+//!   `LOCK.RELEASE` would release it and marked revoked (`lease revoked`):
+//!   an operator's command.
 //! - `LOCK.LEASE INFO id` → null when gone, else a map of `lease` (its public
 //!   number, which `LOCK.INFO` shows on its holds), `ttl`, `deadline`,
 //!   `owner` (when labelled), `holds` and `keys` (up to 100).
@@ -13,13 +17,17 @@
 //!   when free), each released as a release would, waiters served, and the
 //!   old token told `REVOKED <reason>` by `LOCK.EXTEND` and `LOCK.GUARD`
 //!   until its hold would have ended anyway.
+//! - `LOCK.LEASE HELP` → the subcommands, one line each and a line of
+//!   description, as Redis' own container commands answer `HELP`.
 //!
 //! What a lease is and how it ends its holds: `leases.rs`.
 
-use redis_lock_core::args::{parse_lease_grant, parse_lease_id, parse_revoke};
+use redis_lock_core::args::{parse_lease_grant, parse_lease_help, parse_lease_id, parse_revoke};
 use redis_lock_core::errors::LockError;
 use redis_lock_core::group::LEASE_ID_LEN;
 use redis_lock_core::token::UUID_LEN;
+use std::ffi::CStr;
+
 use redis_module::{Context, RedisString};
 
 use crate::redis::reply::{self, Field};
@@ -43,6 +51,37 @@ pub fn run_keepalive(ctx: &Context, args: &[RedisString]) -> Result<(), LockErro
     super::refuse_local_write_on_replica(ctx)?;
     let alive = leases::keepalive(ctx, &id)?;
     reply::integer(ctx, i64::from(alive));
+    Ok(())
+}
+
+pub fn run_end_lease(ctx: &Context, args: &[RedisString]) -> Result<(), LockError> {
+    let id = parse_lease_id(redis::args(args))?;
+    super::refuse_local_write_on_replica(ctx)?;
+    let ended = leases::end_own(ctx, &id);
+    reply::integer(ctx, ended as i64);
+    Ok(())
+}
+
+/// What `LOCK.LEASE HELP` answers: each subcommand, then what it does.
+const HELP: &[&CStr] = &[
+    c"LOCK.LEASE <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+    c"GRANT <ttl-ms> [OWNER <label>]",
+    c"    Grant a lease of ttl-ms; reply its id, a secret. LEASE <id> on an acquire attaches a hold to it.",
+    c"KEEPALIVE <id>",
+    c"    The lease and every hold attached to it now end ttl-ms from now: 1, or 0 when it is gone.",
+    c"END <id>",
+    c"    End your lease: release every hold attached to it, waiters served. Reply how many.",
+    c"REVOKE <id>",
+    c"    An operator's: end the lease, its holds released and marked revoked. Reply how many.",
+    c"INFO <id>",
+    c"    The lease's number, ttl, deadline, label, holds and keys; null when it is gone.",
+    c"HELP",
+    c"    Print this help.",
+];
+
+pub fn run_lease_help(ctx: &Context, args: &[RedisString]) -> Result<(), LockError> {
+    parse_lease_help(redis::args(args))?;
+    reply::lines(ctx, HELP);
     Ok(())
 }
 

@@ -2,8 +2,10 @@
 //! order (at most `n`, default 10), each a map of `ttl` (the lease it asked
 //! for), `waited` (ms so far), `timeout` (ms left, 0 for none), `client`
 //! (its id, for `CLIENT KILL ID`), `mode` (`exclusive`, `shared`, or
-//! `permits` for a semaphore, with `count`), and `owner` (when it gave one).
-//! Never a token. An empty array when nobody waits.
+//! `permits` for a semaphore, with `count`), `keys` (a multi-key waiter:
+//! how many keys it waits for at once, which is why a free key can be kept
+//! for it), and `owner` (when it gave one). Never a token. An empty array
+//! when nobody waits.
 
 use redis_lock_core::args::parse_queue;
 use redis_lock_core::errors::LockError;
@@ -36,6 +38,10 @@ pub fn run(ctx: &Context, args: &[RedisString]) -> Result<(), LockError> {
         ];
         if let Want::Permits { .. } = waiter.want {
             fields.push((c"count", Field::Int(i64::from(count))));
+        }
+        // Absent for a single key, as before multi-key requests.
+        if waiter.keys > 1 {
+            fields.push((c"keys", Field::Int(waiter.keys as i64)));
         }
         if let Some(owner) = waiter.owner.as_deref() {
             fields.push((c"owner", Field::Bytes(owner)));

@@ -53,9 +53,11 @@ pub struct Hooks {
     pub lease_unlinked: fn(Option<KeyName<'_>>, u64, u64),
     /// A hold was loaded (an RDB, `RESTORE`) into the key of this database
     /// and name, with this fence, attached to the lease group of this
-    /// number, its key running to this horizon: whether that lease exists
-    /// here (if not, the hold keeps the deadline its lease had when saved).
-    pub lease_loaded: fn(i32, &[u8], u64, u64, i64) -> bool,
+    /// number, its key running to this horizon, its lease ending at this
+    /// deadline when it was saved, while the server loads a whole dataset
+    /// or not (a `RESTORE`, which the server may still drop): whether that
+    /// lease exists here (if not, the hold keeps that deadline).
+    pub lease_loaded: fn(i32, &[u8], u64, u64, i64, i64, bool) -> bool,
     /// When the lease group of this number ends, if it exists.
     pub lease_deadline: fn(u64) -> Option<i64>,
     /// The lease groups, saved in the RDB's aux field.
@@ -369,7 +371,7 @@ fn load_hold(rdb: *mut raw::RedisModuleIO, saved: Saved) -> Option<Hold> {
         let number = raw::load_unsigned(rdb).ok()?;
         if number > 0 {
             let lease_deadline = raw::load_signed(rdb).ok()?;
-            if attach_loaded(rdb, &hold, number) {
+            if attach_loaded(rdb, &hold, number, lease_deadline) {
                 hold.tags.set_lease(Some(number));
             } else {
                 // Its lease group is not here (another server's, or gone):
@@ -381,9 +383,16 @@ fn load_hold(rdb: *mut raw::RedisModuleIO, saved: Saved) -> Option<Hold> {
     hold.is_whole().then_some(hold)
 }
 
-/// Attach a loaded hold to lease group `number` if it exists here: by the
-/// name and database of the key being loaded.
-fn attach_loaded(rdb: *mut raw::RedisModuleIO, hold: &Hold, number: u64) -> bool {
+/// Tell the layer above a hold of lease group `number` is loaded, by the
+/// name and database of the key being loaded, and whether the server loads
+/// a whole dataset (then it attaches the hold at once) or a `RESTORE` (then
+/// once the key is stored): whether that lease exists here.
+fn attach_loaded(
+    rdb: *mut raw::RedisModuleIO,
+    hold: &Hold,
+    number: u64,
+    lease_deadline_ms: i64,
+) -> bool {
     let (Some(hooks), Some(name_of), Some(db_of), Some(ptr_len)) = (
         HOOKS.get(),
         unsafe { raw::RedisModule_GetKeyNameFromIO },
@@ -404,7 +413,16 @@ fn attach_loaded(rdb: *mut raw::RedisModuleIO, hold: &Hold, number: u64) -> bool
             return false;
         }
         let key = std::slice::from_raw_parts(bytes.cast::<u8>(), len);
-        (hooks.lease_loaded)(db_of(rdb), key, hold.fence, number, hold.deadline_ms)
+        let db = db_of(rdb);
+        (hooks.lease_loaded)(
+            db,
+            key,
+            hold.fence,
+            number,
+            hold.deadline_ms,
+            lease_deadline_ms,
+            server::is_loading(),
+        )
     }
 }
 

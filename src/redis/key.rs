@@ -318,6 +318,30 @@ impl LockKey {
         }
     }
 
+    /// The hold with `fence`, attached to lease group `number`, is no longer
+    /// attached: it runs to `deadline_ms` on its own (a restored copy, see
+    /// `events.rs`; a lock's deadline then follows its TTL, as after any
+    /// `RESTORE`). Works on a key open for reading too, as
+    /// [`LockKey::mirror_deadline`] does.
+    pub fn detach_lease(&self, fence: u64, number: u64, deadline_ms: i64) {
+        let detach = |hold: &mut Hold| {
+            if hold.fence == fence && hold.tags.lease() == Some(number) {
+                hold.tags.set_lease(None);
+                hold.deadline_ms = deadline_ms;
+            }
+        };
+        // SAFETY: the value belongs to this open key; nothing borrows it.
+        match self.value() {
+            Ok(Some((Stored::Packed, value))) => unsafe {
+                (*value.cast::<StoredLock>()).update(detach)
+            },
+            Ok(Some((Stored::List, value))) => unsafe {
+                (*value.cast::<Holders>()).list.iter_mut().for_each(detach)
+            },
+            _ => {}
+        }
+    }
+
     /// The key's absolute expiry in unix ms, if it has one.
     pub fn deadline(&self) -> Option<i64> {
         if self.key.is_null() {

@@ -118,6 +118,18 @@ pub fn map(ctx: &Context, fields: &[(&CStr, Field)]) {
     }
 }
 
+/// An array of simple strings (`HELP`'s lines).
+pub fn lines(ctx: &Context, lines: &[&CStr]) {
+    array(ctx, lines.len());
+    unsafe {
+        if let Some(simple) = raw::RedisModule_ReplyWithSimpleString {
+            for line in lines {
+                simple(ctx.get_raw(), line.as_ptr());
+            }
+        }
+    }
+}
+
 /// An array of `len` elements; the caller replies each.
 pub fn array(ctx: &Context, len: usize) {
     unsafe {

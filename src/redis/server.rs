@@ -49,6 +49,16 @@ pub fn is_replicated_or_loading(ctx: &Context) -> bool {
         .intersects(ContextFlags::REPLICATED | ContextFlags::LOADING)
 }
 
+/// Whether the server is loading a whole dataset (an RDB, the AOF, a
+/// replica's full sync, also into a temporary database): outside any
+/// command, where no context is at hand (a data type's `rdb_load`).
+pub fn is_loading() -> bool {
+    let loading = raw::REDISMODULE_CTX_FLAGS_LOADING | raw::REDISMODULE_CTX_FLAGS_ASYNC_LOADING;
+    // The server reads no client of a null context: only its own state.
+    let flags = unsafe { raw::RedisModule_GetContextFlags.map_or(0, |f| f(std::ptr::null_mut())) };
+    flags as u32 & loading != 0
+}
+
 /// Whether the command runs inside a Lua script or function.
 pub fn in_script(ctx: &Context) -> bool {
     ctx.get_flags().contains(ContextFlags::LUA)
