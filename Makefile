@@ -187,7 +187,7 @@ fuzz: deps ## cargo-fuzz on the argument parsers and the lock model (FUZZ_SECOND
 # check-layers: top-level modules (of every crate) that import each other in a
 # cycle fail the lint; the layers only import downwards. `make layers` shows
 # the graph. Every FFI call (`raw::`, `unsafe`) stays in src/redis/.
-lint: lint-python ## rustfmt check, clippy with warnings as errors (no unwrap/expect/panic in the module and core, no NUL-unsafe strings), no import cycle between modules, docs/architecture.md names only what exists, FFI only in src/redis/; ruff and mypy --strict on clients/python
+lint: lint-python ## rustfmt check, clippy with warnings as errors (no unwrap/expect/panic in the module and core, no NUL-unsafe strings), no import cycle between modules, docs/architecture.md names only what exists and every file, command and decision function, FFI only in src/redis/; ruff and mypy --strict on clients/python
 	cargo fmt --all -- --check
 	cargo clippy --locked --workspace --all-targets -- -D warnings
 	python3 scripts/check-layers.py --self-test
