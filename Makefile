@@ -68,7 +68,7 @@ PYTHON_RUN := cd clients/python && export MYPY_CACHE_DIR=$(CURDIR)/target/mypy-c
 CHAOS := target/release/lock-chaos
 CHAOS_ARGS ?=
 
-.PHONY: help deps deps-examples build run test test-redis test-valkey test-client test-examples test-go-node valkey servers unit lint layers fmt clean \
+.PHONY: help deps deps-examples build run test test-build test-redis test-valkey test-client test-examples test-go-node valkey servers unit lint layers fmt clean \
 	test-matrix test-cluster-matrix \
 	python-venv lint-python test-python dist dist-python dist-rust \
 	bench bench-report bench-quick bench-build bench-venv bench-profile debian-valkey test-cluster cluster-long fuzz \
@@ -300,17 +300,23 @@ test-go-node: deps-examples valkey ## The Go (clients/go) and Node (clients/node
 	cd clients/node && LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) LOCK_TEST_SERVER=$$(ls $(CURDIR)/$(VALKEY_SERVER)) \
 	  $(NODE_OFFLINE) node --test --test-reporter=spec test/locks.test.js test/kinds.test.js test/session.test.js test/cluster.test.js
 
-# The parts of `make test`, in order; each one's time goes to target/test-times.txt.
-TEST_PARTS := lint unit test-matrix test-cluster test-client test-examples test-go-node test-python bench-quick chaos-quick test-docker
+# The parts of `make test` (scripts/test-lanes.sh): first those that build,
+# in order (cargo builds one at a time per target directory, and builds use
+# both cores), then three lanes side by side, each lane's parts in order:
+# they mostly wait on servers. Each part's output goes to target/test-logs/,
+# its time to target/test-times.txt.
+TEST_FIRST := lint unit test-build test-client
+TEST_LANES := 'test-matrix test-cluster' 'test-python test-go-node test-examples test-docker' 'bench-quick chaos-quick'
 test: deps ## Everything CI runs: lint, unit (core), integration on Redis 7.0 and 8.2 and Valkey 8.1 and 9.1, Redis Cluster on the same four, the client crate, the Go and Node examples and packages, the Python package, bench-quick, chaos-quick, the Docker image
-	@mkdir -p target && rm -f target/test-times.txt; started=$$(date +%s); \
-	for part in $(TEST_PARTS); do \
-	  part_started=$$(date +%s); \
-	  $(MAKE) --no-print-directory $$part || { echo "make test: $$part failed"; exit 1; }; \
-	  echo "$$part: $$(($$(date +%s) - part_started)) s" >> target/test-times.txt; \
-	done; \
-	echo "total: $$(($$(date +%s) - started)) s" >> target/test-times.txt; \
-	echo "== make test passed; time per part:"; cat target/test-times.txt
+	@MAKE="$(MAKE)" bash scripts/test-lanes.sh target/test-logs "$(TEST_FIRST)" $(TEST_LANES)
+
+# Everything the lanes of `make test` run, built before them: the module
+# and its integration tests (debug), the module, the benchmark and the
+# fault-injection harnesses with their own tests (release).
+test-build: deps servers valkey
+	cargo test --locked --no-run -p redis-lock
+	cargo build --release --locked -p redis-lock -p redis-lock-bench -p redis-lock-chaos
+	cargo test --release --locked --no-run -p redis-lock-bench -p redis-lock-chaos
 
 bench-build: build ## Build the module and the benchmark harness (lock-bench, lock-load) in release mode
 	cargo build --release --locked -p redis-lock-bench
