@@ -10,7 +10,7 @@ use std::thread::sleep;
 use std::time::{Duration, Instant};
 
 pub use redis::{Connection, Value};
-pub use redis_lock_testsupport::Server;
+pub use redis_lock_testsupport::{memcheck, Server};
 
 pub mod payload;
 
@@ -75,8 +75,15 @@ pub fn promote(con: &mut Connection) {
         .expect("REPLICAOF NO ONE");
 }
 
-/// Poll `cond` every 10 ms until it holds; panic after `timeout`.
+/// A bounded wait on the server, longer under memcheck (where the server
+/// runs 20 to 50 times slower): `wait` times [`memcheck::slowdown`].
+pub fn scaled(wait: Duration) -> Duration {
+    wait * memcheck::slowdown()
+}
+
+/// Poll `cond` every 10 ms until it holds; panic after `timeout` ([`scaled`]).
 pub fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) {
+    let timeout = scaled(timeout);
     let start = Instant::now();
     while !cond() {
         assert!(
@@ -315,9 +322,10 @@ pub fn conn_as(server: &Server, user: &str, password: &str) -> Connection {
     ))
     .expect("client");
     let con = client
-        .get_connection_with_timeout(Duration::from_secs(5))
+        .get_connection_with_timeout(scaled(Duration::from_secs(5)))
         .unwrap_or_else(|e| panic!("connect as {user}: {e}"));
-    con.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    con.set_read_timeout(Some(scaled(Duration::from_secs(30))))
+        .unwrap();
     con
 }
 
