@@ -8,6 +8,7 @@
 //! once a second (no test asserts a duration).
 
 mod common;
+use common::resp::RawClient;
 use common::*;
 
 use std::collections::HashMap;
@@ -698,4 +699,93 @@ fn a_client_that_leaves_while_its_multi_key_grant_syncs_gives_every_key_back() {
     drop(leaving);
     wait_until(Duration::from_secs(10), || dbsize(&mut con) == 0);
     assert_eq!(counter(&mut con, "syncs_undone"), 1);
+}
+
+/// `LOCK.GUARD k t SYNC 1 600000 INCR ctr` sent on a socket of its own, on
+/// a server without replicas: the write is done and its reply waits.
+fn guarded_write_waiting(server: &Server, con: &mut Connection) -> RawClient {
+    acquire(con, "k", 600_000, Some("t")).unwrap();
+    let mut waiting = RawClient::connect(server);
+    waiting.send(&[
+        b"LOCK.GUARD",
+        b"k",
+        b"t",
+        b"SYNC",
+        b"1",
+        b"600000",
+        b"INCR",
+        b"ctr",
+    ]);
+    wait_until(Duration::from_secs(10), || {
+        counter(con, "sync_waiting") == 1
+    });
+    waiting
+}
+
+/// Once the waiting client is gone: the server still serves (it crashed
+/// here on Redis 7.0 when it freed the guarded command's reply, kept past
+/// its command), nothing waits, the write stands and the lock is still
+/// its holder's.
+fn the_guarded_write_stands(server: &Server) {
+    let mut con = server.conn();
+    let pong: String = redis::cmd("PING").query(&mut con).expect("PING");
+    assert_eq!(pong, "PONG");
+    wait_until(Duration::from_secs(10), || {
+        counter(&mut con, "sync_waiting") == 0
+    });
+    let ctr: i64 = redis::cmd("GET").arg("ctr").query(&mut con).unwrap();
+    assert_eq!(ctr, 1, "the guarded write stands");
+    assert!(holds(&mut con, "k", "t"), "the lock is still its holder's");
+    assert_eq!(counter(&mut con, "syncs_undone"), 0);
+}
+
+/// Whether `token` holds `key`: a guarded `PING` runs.
+fn holds(con: &mut Connection, key: &str, token: &str) -> bool {
+    redis::cmd("LOCK.GUARD")
+        .arg(&[key, token, "PING"])
+        .query::<String>(con)
+        .is_ok_and(|pong| pong == "PONG")
+}
+
+#[test]
+fn a_client_that_closes_while_its_guarded_write_syncs_leaves_the_write_and_the_server() {
+    let server = Server::start();
+    let mut con = server.conn();
+    let waiting = guarded_write_waiting(&server, &mut con);
+    drop(waiting);
+    the_guarded_write_stands(&server);
+}
+
+#[test]
+fn client_kill_while_a_guarded_write_syncs_leaves_the_write_and_the_server() {
+    let server = Server::start();
+    let mut con = server.conn();
+    let waiting = guarded_write_waiting(&server, &mut con);
+    let killed: i64 = redis::cmd("CLIENT")
+        .arg(&["KILL", "TYPE", "normal", "SKIPME", "yes"])
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(killed, 1, "the waiting client");
+    drop(waiting);
+    the_guarded_write_stands(&server);
+}
+
+#[test]
+fn becoming_a_replica_while_a_guarded_write_syncs_leaves_the_write_and_the_server() {
+    let server = Server::start();
+    let mut con = server.conn();
+    let _waiting = guarded_write_waiting(&server, &mut con);
+    // A master that is not there: the link never comes up, and the data
+    // stays as it is.
+    let nowhere = redis_lock_testsupport::free_port().unwrap();
+    let _: () = redis::cmd("REPLICAOF")
+        .arg("127.0.0.1")
+        .arg(nowhere)
+        .query(&mut con)
+        .unwrap();
+    wait_until(Duration::from_secs(10), || {
+        counter(&mut con, "sync_waiting") == 0
+    });
+    promote(&mut con);
+    the_guarded_write_stands(&server);
 }

@@ -3,7 +3,8 @@
 //! `$LOCK_TEST_SERVER`, e.g. Valkey) with the freshly built module, on a free
 //! loopback port, in its own directory, killed and cleaned up on drop, even
 //! when the test panics. DUMP/RESTORE payload helpers are in [`payload`]
-//! (`use common::payload::*;`).
+//! (`use common::payload::*;`), a client that keeps every byte of a reply
+//! in [`resp`].
 #![allow(dead_code)]
 
 use std::thread::sleep;
@@ -13,6 +14,7 @@ pub use redis::{Connection, Value};
 pub use redis_lock_testsupport::{memcheck, Server};
 
 pub mod payload;
+pub mod resp;
 
 /// Replication set up from a test.
 pub trait ReplicaOf {
