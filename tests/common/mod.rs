@@ -83,6 +83,22 @@ pub fn scaled(wait: Duration) -> Duration {
     wait * memcheck::slowdown()
 }
 
+/// [`scaled`] for a duration in milliseconds given to the server (a lease
+/// that must outlast a test's few commands).
+pub fn scaled_ms(ms: i64) -> i64 {
+    ms * i64::from(memcheck::slowdown())
+}
+
+/// Under memcheck, whether to skip a test that is timing-sensitive by
+/// nature (`why` says how), printing why; run it otherwise.
+pub fn skip_under_memcheck(why: &str) -> bool {
+    let skip = memcheck::enabled();
+    if skip {
+        eprintln!("skipped under memcheck: {why}");
+    }
+    skip
+}
+
 /// Poll `cond` every 10 ms until it holds; panic after `timeout` ([`scaled`]).
 pub fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) {
     let timeout = scaled(timeout);

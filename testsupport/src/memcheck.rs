@@ -7,6 +7,10 @@
 //! a clean `SHUTDOWN` (valgrind writes its summary at exit), and its logs
 //! are read then: any error fails the test.
 //!
+//! Debian's redis-server links jemalloc, but valgrind's allocator is
+//! preloaded and takes `malloc` and `free` before it: the module's memory
+//! (`RedisModule_Alloc`, the server's zmalloc) is checked too.
+//!
 //! The servers run 20 to 50 times slower: the harness's own waits grow by
 //! [`slowdown`], and tests scale theirs by it.
 
