@@ -31,6 +31,8 @@ APT_PACKAGES := redis-server redis-tools libclang-dev python3 python3-venv
 # examples: real clients from Debian, no registry (redisc for Redis Cluster,
 # tsc to check the Node package's types).
 EXAMPLES_APT_PACKAGES := golang-go golang-github-gomodule-redigo-dev golang-github-mna-redisc-dev nodejs node-redis node-typescript
+# test-memcheck: valgrind's memcheck, from Debian.
+MEMCHECK_APT_PACKAGES := valgrind
 # The Go package builds offline against Debian's sources (clients/go/vendor.sh).
 GO_OFFLINE := GOFLAGS=-mod=vendor GOPROXY=off
 NODE_OFFLINE := NODE_PATH=/usr/share/nodejs
@@ -68,7 +70,8 @@ PYTHON_RUN := cd clients/python && export MYPY_CACHE_DIR=$(CURDIR)/target/mypy-c
 CHAOS := target/release/lock-chaos
 CHAOS_ARGS ?=
 
-.PHONY: help deps deps-examples build run test test-build test-redis test-valkey test-client test-examples test-go-node valkey servers unit lint layers fmt clean \
+.PHONY: help deps deps-examples deps-memcheck build run test test-build test-redis test-valkey test-client test-examples test-go-node valkey servers unit lint layers fmt clean \
+	test-memcheck \
 	test-matrix test-cluster-matrix \
 	python-venv lint-python test-python dist dist-python dist-rust \
 	bench bench-report bench-quick bench-build bench-venv bench-profile debian-valkey test-cluster cluster-long fuzz \
@@ -108,6 +111,10 @@ deps-examples: deps ## Install Go with redigo and redisc, Node with node-redis a
 	test -f /usr/share/nodejs/redis/package.json || missing="$$missing node-redis"; \
 	command -v tsc >/dev/null || missing="$$missing node-typescript"; \
 	$(call install-missing,$(EXAMPLES_APT_PACKAGES))
+
+deps-memcheck: deps ## Install valgrind if missing (apt, as root), for test-memcheck
+	@missing=""; command -v valgrind >/dev/null || missing=" valgrind"; \
+	$(call install-missing,$(MEMCHECK_APT_PACKAGES))
 
 build: deps ## Build the module in release mode (target/release/libredis_lock.so)
 	cargo build --release --locked
@@ -300,20 +307,90 @@ test-go-node: deps-examples valkey ## The Go (clients/go) and Node (clients/node
 	cd clients/node && LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) LOCK_TEST_SERVER=$$(ls $(CURDIR)/$(VALKEY_SERVER)) \
 	  $(NODE_OFFLINE) node --test --test-reporter=spec test/locks.test.js test/kinds.test.js test/session.test.js test/cluster.test.js
 
+# The module's memory use under valgrind's memcheck, on Redis 7.0 (Debian's
+# redis-server): every server of a test runs inside valgrind
+# (LOCK_TEST_VALGRIND=1, testsupport/src/memcheck.rs), and an invalid read,
+# write or free, or a jump on an uninitialised value, fails the test; the
+# tests' bounded waits grow by LOCK_TEST_SLOWDOWN (20). Each server runs
+# 20-50 times slower, so it runs a subset: every SYNC test (tests/sync.rs,
+# where the crash of a reply kept past its command was), and from the GUARD,
+# lease, multi-key, SESSION (tests/operations.rs) and WAIT files the tests
+# that take the module's memory down its paths (grants, hand-offs, replies
+# kept for later, leases that run out, clients that leave, RESP2 and RESP3)
+# without measuring time; the tests that do measure it skip themselves
+# under memcheck, saying why. A list names whole tests (--exact), and a
+# test of it that does not run (renamed) fails the target. Logs, and the
+# valgrind logs of a failing test's servers, in target/memcheck/.
+MEMCHECK_LOG := target/memcheck
+MEMCHECK_THREADS := 2
+MEMCHECK_FILES := sync sync_retry guard leases multikey operations wait
+MEMCHECK_TESTS_sync :=
+MEMCHECK_TESTS_sync_retry :=
+MEMCHECK_TESTS_guard := a_synced_reply_is_the_commands_own_byte_for_byte_in_resp2_and_resp3 \
+	the_reply_is_in_the_clients_protocol errors_of_the_guarded_command_come_back_as_its_own \
+	guarded_commands_of_every_length_get_every_argument_in_order \
+	guard_runs_from_lua_and_functions_but_starts_no_script_there \
+	command_getkeys_lists_the_lock_key_and_the_guarded_keys \
+	a_command_name_with_a_nul_byte_is_refused_without_a_panic
+MEMCHECK_TESTS_leases := one_keepalive_keeps_every_kind_of_hold_alive_past_its_own_ttl \
+	a_lease_that_runs_out_ends_every_hold_at_once_as_an_expiry_and_hands_them_on \
+	a_lease_that_runs_out_while_its_holder_waits_grants_it_nothing \
+	revoking_a_lease_releases_its_holds_serves_waiters_and_tells_the_old_tokens \
+	a_waiter_with_a_lease_is_attached_when_it_is_handed_the_key \
+	lock_revoke_takes_a_key_back_with_a_reason_the_holder_and_observers_hear \
+	garbage_and_unknown_leases_change_nothing
+MEMCHECK_TESTS_multikey := all_keys_are_granted_with_one_fence_or_none_is \
+	waiters_in_opposite_orders_are_both_granted a_wait_that_runs_out_or_a_waiter_that_leaves_frees_its_place \
+	a_waiter_granted_with_session_gives_every_key_back_when_it_leaves \
+	a_leased_multi_key_hold_lives_with_its_lease_and_ends_with_it_on_every_key \
+	binary_keys_tokens_and_labels_round_trip mrelease_counts_what_it_released_and_mextend_is_all_or_nothing \
+	a_multi_key_waiter_failed_by_another_key_frees_the_key_it_kept
+MEMCHECK_TESTS_operations := a_session_lock_is_released_when_its_connection_closes \
+	a_session_lock_is_handed_to_the_first_waiter_when_its_connection_closes \
+	a_session_waiter_is_bound_once_granted session_binding_survives_pruning_of_stale_entries
+MEMCHECK_TESTS_wait := five_waiters_are_granted_in_arrival_order_one_per_release_with_increasing_fences \
+	killed_waiter_leaves_the_queue_and_the_next_release_goes_to_the_next_waiter \
+	waiter_killed_between_its_grant_and_its_reply_passes_the_lock_on \
+	flushdb_with_waiters_grants_the_head swapdb_serves_waiters_whose_key_became_free \
+	set_over_a_key_with_waiters_fails_them_with_wrongtype demotion_while_clients_wait_ends_every_wait_with_an_error \
+	rename_away_of_a_key_with_waiters_grants_the_head wait_inside_lua_does_not_block wait_inside_multi_exec_does_not_block
+
+# $(call memcheck-file,FILE): FILE's memcheck tests; its log in
+# $(MEMCHECK_LOG)/FILE.log; fails when a test fails or a listed one did not run.
+memcheck-file = echo "== memcheck: tests/$(1).rs"; \
+	LOCK_TEST_VALGRIND=1 LOCK_TEST_SERVER=$(SERVER_BIN_redis-7.0) LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) \
+	  cargo test --locked --quiet --test $(1) -- --test-threads $(MEMCHECK_THREADS) \
+	  $(if $(MEMCHECK_TESTS_$(1)),--exact $(MEMCHECK_TESTS_$(1))) > $(MEMCHECK_LOG)/$(1).log 2>&1 \
+	  || { grep -E 'panicked at' -A4 $(MEMCHECK_LOG)/$(1).log | head -60; \
+	       for d in $$(grep -oE '/[^ ]*redis-lock-test-[^/ ]*' $(MEMCHECK_LOG)/$(1).log | sort -u); do \
+	         test -d $$d && cp -r $$d $(MEMCHECK_LOG)/; done; rc=1; }; \
+	grep -E '^test result' $(MEMCHECK_LOG)/$(1).log; \
+	$(if $(MEMCHECK_TESTS_$(1)),ran=$$(grep -oE '[0-9]+ passed' $(MEMCHECK_LOG)/$(1).log | grep -oE '[0-9]+'); \
+	  test "$$ran" = $(words $(MEMCHECK_TESTS_$(1))) || { echo "memcheck: $(1).rs ran $$ran of the \
+	  $(words $(MEMCHECK_TESTS_$(1))) tests MEMCHECK_TESTS_$(1) names"; rc=1; };)
+
+test-memcheck: deps-memcheck ## SYNC, GUARD, lease, multi-key, SESSION and WAIT tests with every server under valgrind memcheck on Redis 7.0; any memory error fails (~5 min)
+	cargo build --locked --lib -p redis-lock
+	cargo test --locked --no-run --quiet $(addprefix --test ,$(MEMCHECK_FILES))
+	@mkdir -p $(MEMCHECK_LOG) && rm -rf $(MEMCHECK_LOG)/*; rc=0; started=$$(date +%s); \
+	$(foreach f,$(MEMCHECK_FILES),$(call memcheck-file,$(f)) ) \
+	echo "test-memcheck: $$(($$(date +%s) - started)) s under valgrind (logs in $(MEMCHECK_LOG)/)"; exit $$rc
+
 # The parts of `make test` (scripts/test-lanes.sh): first those that build,
 # in order (cargo builds one at a time per target directory, and builds use
 # both cores), then three lanes side by side, each lane's parts in order:
 # they mostly wait on servers. Each part's output goes to target/test-logs/,
 # its time to target/test-times.txt.
 TEST_FIRST := lint unit test-build test-client
-TEST_LANES := 'test-matrix test-cluster' 'test-python test-go-node test-examples test-docker' 'bench-quick chaos-quick'
-test: deps ## Everything CI runs: lint, unit (core), integration on Redis 7.0 and 8.2 and Valkey 8.1 and 9.1, Redis Cluster on the same four, the client crate, the Go and Node examples and packages, the Python package, bench-quick, chaos-quick, the Docker image
+TEST_LANES := 'test-matrix test-cluster' 'test-python test-go-node test-examples test-memcheck' 'bench-quick chaos-quick test-docker'
+test: deps ## Everything CI runs: lint, unit (core), integration on Redis 7.0 and 8.2 and Valkey 8.1 and 9.1, Redis Cluster on the same four, the client crate, the Go and Node examples and packages, the Python package, memcheck, bench-quick, chaos-quick, the Docker image
 	@MAKE="$(MAKE)" bash scripts/test-lanes.sh target/test-logs "$(TEST_FIRST)" $(TEST_LANES)
 
-# Everything the lanes of `make test` run, built before them: the module
-# and its integration tests (debug), the module, the benchmark and the
+# Everything the lanes of `make test` run, installed and built before them
+# (two apt runs at once would fail on dpkg's lock): the module and its
+# integration tests (debug), the module, the benchmark and the
 # fault-injection harnesses with their own tests (release).
-test-build: deps servers valkey
+test-build: deps deps-examples deps-memcheck servers valkey
 	cargo test --locked --no-run -p redis-lock
 	cargo build --release --locked -p redis-lock -p redis-lock-bench -p redis-lock-chaos
 	cargo test --release --locked --no-run -p redis-lock-bench -p redis-lock-chaos

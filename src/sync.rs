@@ -39,7 +39,7 @@ use redis_module::Context;
 
 use crate::metrics::{self, Counter};
 use crate::redis::blocked::{self, BlockedId, Waits};
-use crate::redis::call::{self, CallReply};
+use crate::redis::call::{self, KeptReply};
 use crate::redis::timer::{self, TimerId};
 use crate::redis::{reply, server};
 
@@ -49,8 +49,9 @@ pub enum Answer {
     Grant { token: Box<[u8]>, fence: u64 },
     /// An integer (`LOCK.EXTEND`'s `1`).
     Integer(i64),
-    /// A guarded command's own reply.
-    Call(CallReply),
+    /// A guarded command's own reply, copied out of the server's (which
+    /// must not outlive the command that made it).
+    Call(KeptReply),
 }
 
 /// A grant to undo if its replicas do not hold it in time: the holds of
@@ -332,7 +333,7 @@ impl Waits for Syncing {
                 reply::grant(ctx, token, *fence)
             }
             Ok(Answer::Integer(n)) => reply::integer(ctx, *n),
-            Ok(Answer::Call(call)) => call.reply(ctx),
+            Ok(Answer::Call(kept)) => kept.reply(ctx),
             Err(text) => reply::error_text(ctx, text),
         }
     }

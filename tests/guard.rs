@@ -432,6 +432,91 @@ fn the_reply_is_in_the_clients_protocol() {
     }
 }
 
+/// A script that writes (so that a `SYNC` reply waits), then returns one
+/// of each reply a script can make, nested: a bulk with NUL and CRLF bytes,
+/// integers, a status, an error, a null, arrays in arrays, an empty array,
+/// a map, a set, a double, a big number, a verbatim string (RESP3 kinds,
+/// which a RESP2 client gets as the server converts them).
+const EVERY_KIND: &str = r"
+redis.call('INCR', KEYS[1])
+return {'a\0b\r\nc\255', -7, {ok='fine'}, {err='ERR nested failure'}, false,
+  {1, {2, {'deep', {}}}}, {map={k='v'}}, {set={x=true}}, {double=3.5},
+  {big_number='123456789012345678901234567890'},
+  {verbatim_string={format='txt', string='v\0\r\n'}}}";
+
+/// Booleans, which a script returns as such only in RESP3 mode.
+const BOOLEANS: &str = "redis.setresp(3) redis.call('INCR', KEYS[1]) return {true, false}";
+
+/// The reply of a guarded command that waits for its replica is sent from
+/// a copy (the server's own does not outlive the command): byte for byte
+/// what the command itself replies, and what an unsynced guard replies,
+/// in RESP2 and RESP3, for every kind of reply and nesting.
+#[test]
+fn a_synced_reply_is_the_commands_own_byte_for_byte_in_resp2_and_resp3() {
+    let (master, _replica) = pair();
+    let mut con = master.conn();
+    acquire(&mut con, "lk", 600_000, Some("me")).unwrap();
+    let binary: &[u8] = b"a\x00b\r\nc\xff";
+    let _: () = redis::cmd("SET")
+        .arg("bin")
+        .arg(binary)
+        .query(&mut con)
+        .unwrap();
+    // Room for the replica's acknowledgement, under memcheck too.
+    let synced = scaled(Duration::from_secs(10)).as_millis().to_string();
+    let commands: [&[&[u8]]; 5] = [
+        // The old value: the bulk with NUL and CRLF bytes.
+        &[b"SET", b"bin", binary, b"GET"],
+        &[b"SET", b"plain", b"v"],
+        &[b"EVAL", EVERY_KIND.as_bytes(), b"1", b"n"],
+        &[b"EVAL", BOOLEANS.as_bytes(), b"1", b"n"],
+        // A null array (`*-1` in RESP2).
+        &[b"LMPOP", b"1", b"no-list", b"LEFT"],
+    ];
+    let syncs_before = counter(&mut con, "syncs");
+    for protocol in [2, 3] {
+        let mut raw = resp::RawClient::connect(&master);
+        if protocol == 3 {
+            let (hello, _) = raw.call(&[b"HELLO", b"3"]);
+            assert!(matches!(hello, resp::Resp::Map(_)), "{hello:?}");
+        }
+        for command in commands {
+            let (decoded, direct) = raw.call(command);
+            let guarded = [&[b"LOCK.GUARD" as &[u8], b"lk", b"me"], command].concat();
+            let (_, unsynced) = raw.call(&guarded);
+            let with_sync = [
+                &[
+                    b"LOCK.GUARD" as &[u8],
+                    b"lk",
+                    b"me",
+                    b"SYNC",
+                    b"1",
+                    synced.as_bytes(),
+                ],
+                command,
+            ]
+            .concat();
+            let (_, synced_reply) = raw.call(&with_sync);
+            let name = String::from_utf8_lossy(command[0]);
+            let shown = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
+            assert!(
+                !matches!(decoded, resp::Resp::Error(_)),
+                "{name}: {decoded:?}"
+            );
+            assert_eq!(shown(&unsynced), shown(&direct), "RESP{protocol} {name}");
+            assert_eq!(
+                synced_reply,
+                direct,
+                "RESP{protocol} {name}: {:?}",
+                shown(&synced_reply)
+            );
+        }
+    }
+    // Every synced one waited for the replica, and was answered from a copy.
+    assert_eq!(counter(&mut con, "syncs"), syncs_before + 10);
+    assert_eq!(counter(&mut con, "sync_timeouts"), 0);
+}
+
 /// `MULTI`, the commands, `EXEC`. The client reports an error inside
 /// `EXEC`'s reply as the error of the whole call: its text is returned, and
 /// the data tells which commands ran.

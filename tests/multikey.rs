@@ -574,7 +574,8 @@ fn lease_number_of(con: &mut Connection, key: &[u8]) -> Option<i64> {
     })
 }
 
-/// `LOCK.ACQUIRE key ttl TOKEN token WAIT 20000` in a thread.
+/// `LOCK.ACQUIRE key ttl TOKEN token WAIT 20000` ([`scaled_ms`]) in a
+/// thread.
 fn single_waiter(
     server: &Server,
     key: &str,
@@ -586,7 +587,7 @@ fn single_waiter(
         .arg("TOKEN")
         .arg(token)
         .arg("WAIT")
-        .arg(20_000);
+        .arg(scaled_ms(20_000));
     in_thread(server, cmd)
 }
 
@@ -594,7 +595,8 @@ fn single_waiter(
 fn a_leased_multi_key_hold_lives_with_its_lease_and_ends_with_it_on_every_key() {
     let server = Server::start();
     let mut con = server.conn();
-    let id = grant_lease(&mut con, 1000);
+    // Kept alive every 100 ms below, with room for a slow server.
+    let id = grant_lease(&mut con, scaled_ms(1000));
     let keys: [&[u8]; 3] = [b"a", b"b", b"c"];
     let leased = macquire(&keys, 20, &[b"TOKEN", b"t", b"LEASE", id.as_bytes()]);
     let (token, fence) = grant(&mut con, &leased).unwrap();

@@ -8,14 +8,19 @@
 //! once a second (no test asserts a duration).
 
 mod common;
+use common::resp::RawClient;
 use common::*;
 
 use std::collections::HashMap;
 use std::thread;
 use std::time::Duration;
 
-/// Long enough for a replica's own acknowledgement, once a second.
-const SYNCED: &str = "10000";
+/// Long enough for a replica's own acknowledgement, once a second (10 s,
+/// [`scaled`] under memcheck).
+fn synced() -> &'static str {
+    static SYNCED: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    SYNCED.get_or_init(|| scaled(Duration::from_secs(10)).as_millis().to_string())
+}
 
 fn run(con: &mut Connection, parts: &[&str]) -> redis::RedisResult<Value> {
     let mut cmd = redis::cmd(parts[0]);
@@ -45,8 +50,11 @@ fn a_synced_grant_is_on_the_replica_when_it_is_answered() {
     let mut m = master.conn();
     let mut r = replica.conn();
     for key in ["a", "b", "c"] {
-        let (_, fence) =
-            grant(&mut m, &["LOCK.ACQUIRE", key, "60000", "SYNC", "1", SYNCED]).expect("granted");
+        let (_, fence) = grant(
+            &mut m,
+            &["LOCK.ACQUIRE", key, "60000", "SYNC", "1", synced()],
+        )
+        .expect("granted");
         // No waiting here: the reply came once the replica held it.
         let held = lock_info(&mut r, key).expect("on the replica");
         assert_eq!(held["fence"], Value::Int(fence as i64), "{key}");
@@ -63,7 +71,7 @@ fn a_synced_grant_is_on_the_replica_when_it_is_answered() {
             "2",
             "SYNC",
             "1",
-            SYNCED,
+            synced(),
         ],
     )
     .unwrap();
@@ -80,7 +88,7 @@ fn a_synced_grant_is_on_the_replica_when_it_is_answered() {
             "r",
             "SYNC",
             "1",
-            SYNCED,
+            synced(),
         ],
     )
     .unwrap();
@@ -88,14 +96,14 @@ fn a_synced_grant_is_on_the_replica_when_it_is_answered() {
     let (_, _) = grant(&mut m, &["LOCK.ACQUIRE", "g", "1000", "TOKEN", "t"]).unwrap();
     let extended = run(
         &mut m,
-        &["LOCK.EXTEND", "g", "t", "500000", "SYNC", "1", SYNCED],
+        &["LOCK.EXTEND", "g", "t", "500000", "SYNC", "1", synced()],
     );
     assert_eq!(extended, Ok(Value::Int(1)));
     let ttl: i64 = redis::cmd("PTTL").arg("g").query(&mut r).unwrap();
     assert!(ttl > 100_000, "the extension is on the replica: {ttl}");
     let extended = run(
         &mut m,
-        &["SEM.EXTEND", "s", &token, "500000", "SYNC", "1", SYNCED],
+        &["SEM.EXTEND", "s", &token, "500000", "SYNC", "1", synced()],
     );
     assert_eq!(extended, Ok(Value::Int(1)));
     let guarded = run(
@@ -106,7 +114,7 @@ fn a_synced_grant_is_on_the_replica_when_it_is_answered() {
             "t",
             "SYNC",
             "1",
-            SYNCED,
+            synced(),
             "INCRBY",
             "total",
             "7",
@@ -189,6 +197,9 @@ fn answer_of(con: &mut Connection, cmd: &redis::Cmd) -> String {
 
 #[test]
 fn a_replica_that_does_not_answer_leaves_the_key_to_the_next_waiter() {
+    if skip_under_memcheck("the replica's DEBUG SLEEP must start within 200 ms, before the grant") {
+        return;
+    }
     let (master, replica) = pair();
     let mut m = master.conn();
     acquire(&mut m, "k", 60_000, Some("holder")).unwrap();
@@ -240,7 +251,15 @@ fn a_waiter_granted_with_sync_is_answered_once_its_replica_holds_it() {
     let waiting = thread::spawn(move || {
         redis::cmd("LOCK.ACQUIRE")
             .arg(&[
-                "k", "60000", "TOKEN", "w", "WAIT", "20000", "SYNC", "1", SYNCED,
+                "k",
+                "60000",
+                "TOKEN",
+                "w",
+                "WAIT",
+                "20000",
+                "SYNC",
+                "1",
+                synced(),
             ])
             .query::<Option<(String, u64)>>(&mut waiter)
     });
@@ -499,7 +518,11 @@ fn synced_grants_end_the_same_on_the_replica_and_after_an_aof_reload() {
         .unwrap();
     wait_for_aof_rewrite(&mut m);
     for key in ["a", "b"] {
-        grant(&mut m, &["LOCK.ACQUIRE", key, "60000", "SYNC", "1", SYNCED]).unwrap();
+        grant(
+            &mut m,
+            &["LOCK.ACQUIRE", key, "60000", "SYNC", "1", synced()],
+        )
+        .unwrap();
     }
     // One undone: more replicas than there are.
     let error = answer_of(
@@ -527,7 +550,7 @@ fn a_guarded_command_that_fails_or_only_reads_answers_at_once() {
     let _: () = redis::cmd("SET").arg("s").arg("v").query(&mut con).unwrap();
     grant(&mut con, &["LOCK.ACQUIRE", "k", "60000", "TOKEN", "t"]).unwrap();
     fn guard<'a>(cmd: &[&'a str]) -> Vec<&'a str> {
-        let mut parts = vec!["LOCK.GUARD", "k", "t", "SYNC", "1", SYNCED];
+        let mut parts = vec!["LOCK.GUARD", "k", "t", "SYNC", "1", synced()];
         parts.extend_from_slice(cmd);
         parts
     }
@@ -558,7 +581,7 @@ fn a_synced_multi_key_grant_is_on_the_replica_on_every_key_when_answered() {
     let mut m = master.conn();
     let mut r = replica.conn();
     let keys = ["a", "b", "c"];
-    let (token, fence) = macquire(&keys, &["60000", "SYNC", "1", SYNCED])
+    let (token, fence) = macquire(&keys, &["60000", "SYNC", "1", synced()])
         .query::<Option<(String, u64)>>(&mut m)
         .unwrap()
         .expect("granted");
@@ -567,7 +590,7 @@ fn a_synced_multi_key_grant_is_on_the_replica_on_every_key_when_answered() {
         assert_eq!(held["fence"], Value::Int(fence as i64), "{key}");
     }
     // Renewed by its holder with SYNC: an extension, answered the same.
-    let renewed = macquire(&keys, &["90000", "TOKEN", &token, "SYNC", "1", SYNCED])
+    let renewed = macquire(&keys, &["90000", "TOKEN", &token, "SYNC", "1", synced()])
         .query::<Option<(String, u64)>>(&mut m)
         .unwrap();
     assert_eq!(renewed, Some((token.clone(), fence)));
@@ -577,7 +600,16 @@ fn a_synced_multi_key_grant_is_on_the_replica_on_every_key_when_answered() {
     let waiter = thread::spawn(move || {
         macquire(
             &["d", "e"],
-            &["60000", "TOKEN", "w", "WAIT", "20000", "SYNC", "1", SYNCED],
+            &[
+                "60000",
+                "TOKEN",
+                "w",
+                "WAIT",
+                "20000",
+                "SYNC",
+                "1",
+                synced(),
+            ],
         )
         .query::<Option<(String, u64)>>(&mut waiting)
     });
@@ -698,4 +730,93 @@ fn a_client_that_leaves_while_its_multi_key_grant_syncs_gives_every_key_back() {
     drop(leaving);
     wait_until(Duration::from_secs(10), || dbsize(&mut con) == 0);
     assert_eq!(counter(&mut con, "syncs_undone"), 1);
+}
+
+/// `LOCK.GUARD k t SYNC 1 600000 INCR ctr` sent on a socket of its own, on
+/// a server without replicas: the write is done and its reply waits.
+fn guarded_write_waiting(server: &Server, con: &mut Connection) -> RawClient {
+    acquire(con, "k", 600_000, Some("t")).unwrap();
+    let mut waiting = RawClient::connect(server);
+    waiting.send(&[
+        b"LOCK.GUARD",
+        b"k",
+        b"t",
+        b"SYNC",
+        b"1",
+        b"600000",
+        b"INCR",
+        b"ctr",
+    ]);
+    wait_until(Duration::from_secs(10), || {
+        counter(con, "sync_waiting") == 1
+    });
+    waiting
+}
+
+/// Once the waiting client is gone: the server still serves (it crashed
+/// here on Redis 7.0 when it freed the guarded command's reply, kept past
+/// its command), nothing waits, the write stands and the lock is still
+/// its holder's.
+fn the_guarded_write_stands(server: &Server) {
+    let mut con = server.conn();
+    let pong: String = redis::cmd("PING").query(&mut con).expect("PING");
+    assert_eq!(pong, "PONG");
+    wait_until(Duration::from_secs(10), || {
+        counter(&mut con, "sync_waiting") == 0
+    });
+    let ctr: i64 = redis::cmd("GET").arg("ctr").query(&mut con).unwrap();
+    assert_eq!(ctr, 1, "the guarded write stands");
+    assert!(holds(&mut con, "k", "t"), "the lock is still its holder's");
+    assert_eq!(counter(&mut con, "syncs_undone"), 0);
+}
+
+/// Whether `token` holds `key`: a guarded `PING` runs.
+fn holds(con: &mut Connection, key: &str, token: &str) -> bool {
+    redis::cmd("LOCK.GUARD")
+        .arg(&[key, token, "PING"])
+        .query::<String>(con)
+        .is_ok_and(|pong| pong == "PONG")
+}
+
+#[test]
+fn a_client_that_closes_while_its_guarded_write_syncs_leaves_the_write_and_the_server() {
+    let server = Server::start();
+    let mut con = server.conn();
+    let waiting = guarded_write_waiting(&server, &mut con);
+    drop(waiting);
+    the_guarded_write_stands(&server);
+}
+
+#[test]
+fn client_kill_while_a_guarded_write_syncs_leaves_the_write_and_the_server() {
+    let server = Server::start();
+    let mut con = server.conn();
+    let waiting = guarded_write_waiting(&server, &mut con);
+    let killed: i64 = redis::cmd("CLIENT")
+        .arg(&["KILL", "TYPE", "normal", "SKIPME", "yes"])
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(killed, 1, "the waiting client");
+    drop(waiting);
+    the_guarded_write_stands(&server);
+}
+
+#[test]
+fn becoming_a_replica_while_a_guarded_write_syncs_leaves_the_write_and_the_server() {
+    let server = Server::start();
+    let mut con = server.conn();
+    let _waiting = guarded_write_waiting(&server, &mut con);
+    // A master that is not there: the link never comes up, and the data
+    // stays as it is.
+    let nowhere = redis_lock_testsupport::free_port().unwrap();
+    let _: () = redis::cmd("REPLICAOF")
+        .arg("127.0.0.1")
+        .arg(nowhere)
+        .query(&mut con)
+        .unwrap();
+    wait_until(Duration::from_secs(10), || {
+        counter(&mut con, "sync_waiting") == 0
+    });
+    promote(&mut con);
+    the_guarded_write_stands(&server);
 }

@@ -28,6 +28,11 @@ const WAITER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 /// A generous bound for "promptly" (timer handoffs, timeouts).
 const PROMPT_MS: i64 = 1_000;
 
+/// Why the tests that assert [`PROMPT_MS`] do not run under memcheck: a
+/// server 20 to 50 times slower takes leases of a second or two to their
+/// end before the test has queued its waiter, and comes late by design.
+const PROMPTNESS: &str = "asserts how promptly a hand-off or a timeout comes (PROMPT_MS)";
+
 fn acquire_cmd(key: &str, ttl: i64, token: Option<&str>, wait_ms: Option<&str>) -> redis::Cmd {
     let mut cmd = redis::cmd("LOCK.ACQUIRE");
     cmd.arg(key).arg(ttl);
@@ -84,7 +89,8 @@ fn waiters(con: &mut Connection, key: &str) -> i64 {
 fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
     let start = Instant::now();
     while !cond() {
-        assert!(start.elapsed() < BOUND, "not within {BOUND:?}: {what}");
+        let bound = scaled(BOUND);
+        assert!(start.elapsed() < bound, "not within {bound:?}: {what}");
         thread::sleep(Duration::from_millis(2));
     }
 }
@@ -207,7 +213,8 @@ impl Waiter {
             select(&mut con, db);
         }
         let client_id = client_id(&mut con);
-        con.set_read_timeout(Some(WAITER_READ_TIMEOUT)).unwrap();
+        con.set_read_timeout(Some(scaled(WAITER_READ_TIMEOUT)))
+            .unwrap();
         let cmd = acquire_cmd(key, ttl, token, Some(&wait_ms.to_string()));
         let handle = thread::spawn(move || {
             let start = Instant::now();
@@ -433,6 +440,9 @@ fn granted_at(con: &mut Connection, key: &str, ttl: i64) -> i64 {
 
 #[test]
 fn expiry_hands_over_to_the_head_with_no_other_traffic() {
+    if skip_under_memcheck(PROMPTNESS) {
+        return;
+    }
     let server = Server::start();
     let mut con = server.conn();
     no_active_expire(&mut con);
@@ -477,6 +487,9 @@ fn expiry_hands_over_to_the_head_with_no_other_traffic() {
 
 #[test]
 fn expiry_handoff_serves_a_queue_one_lease_at_a_time() {
+    if skip_under_memcheck(PROMPTNESS) {
+        return;
+    }
     let server = Server::start();
     let mut con = server.conn();
     no_active_expire(&mut con);
@@ -514,6 +527,9 @@ fn expiry_handoff_serves_a_queue_one_lease_at_a_time() {
 
 #[test]
 fn extend_by_the_holder_postpones_the_expiry_handoff() {
+    if skip_under_memcheck(PROMPTNESS) {
+        return;
+    }
     let server = Server::start();
     let mut con = server.conn();
     no_active_expire(&mut con);
@@ -540,6 +556,9 @@ fn extend_by_the_holder_postpones_the_expiry_handoff() {
 /// after the new deadline rather than the old one (when it would already have
 /// timed out with null after 5 s).
 fn assert_shortened_lease_hands_over_at_the_new_deadline(shorten: impl FnOnce(&mut Connection)) {
+    if skip_under_memcheck(PROMPTNESS) {
+        return;
+    }
     let server = Server::start();
     let mut con = server.conn();
     no_active_expire(&mut con);
@@ -714,7 +733,9 @@ fn many_leases_running_out_together_each_go_to_their_waiter_after_their_deadline
         "lock.handoff",
     ];
     while seen.values().map(Vec::len).sum::<usize>() < N * wanted.len() {
-        let (key, event) = events.recv_timeout(BOUND).expect("every key's four events");
+        let (key, event) = events
+            .recv_timeout(scaled(BOUND))
+            .expect("every key's four events");
         seen.entry(key).or_default().push(event);
     }
     for key in &names {
@@ -768,6 +789,9 @@ fn replica_agrees_with_the_master_after_many_handoffs_on_expiry() {
 
 #[test]
 fn timeout_returns_null_no_earlier_than_the_timeout_and_leaves_the_queue() {
+    if skip_under_memcheck(PROMPTNESS) {
+        return;
+    }
     let server = Server::start();
     let mut con = server.conn();
     let (fence, _) = held_with_waiters(&server, &mut con, "k", &[]);
@@ -1131,7 +1155,7 @@ fn demotion_while_clients_wait_ends_every_wait_with_an_error() {
     for done in demote_with_waiters() {
         // Neither granted nor left to time out: an error reply.
         assert!(!done.error().is_empty(), "{:?}", done.reply);
-        assert!(done.elapsed < BOUND, "{:?}", done.elapsed);
+        assert!(done.elapsed < scaled(BOUND), "{:?}", done.elapsed);
     }
 }
 

@@ -108,6 +108,8 @@ fn guard(ctx: &Context, args: &[RedisString], access: Access) -> Result<(), Lock
         reply.reply(ctx);
         return Ok(());
     }
-    let answer = Answer::Call(reply);
+    // Sent after this command has returned: copied now, and the server's
+    // reply freed here, while the context it points into still lives.
+    let answer = Answer::Call(reply.keep());
     sync::block(ctx, sync, answer, Stands::Guarded, None)
 }

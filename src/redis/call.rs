@@ -1,17 +1,21 @@
 //! Running a Redis command from inside a module command (`LOCK.GUARD`):
 //! what the server says of a command (its flags, its keys), and the call
-//! itself, whose reply goes to the client unchanged.
+//! itself, whose reply goes to the client unchanged (now, or later from a
+//! copy: `kept_reply.rs`).
 
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ffi::CStr;
 use std::hash::{BuildHasherDefault, Hasher};
+use std::marker::PhantomData;
 use std::os::raw::{c_char, c_int};
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use redis_lock_core::decide::CommandFlags;
 use redis_lock_core::errors::LockError;
 use redis_module::{raw, Context, RedisString};
+
+pub use super::kept_reply::KeptReply;
 
 /// Longest command name (or `name|subcommand`) looked up; longer ones are
 /// unknown to any server.
@@ -239,17 +243,23 @@ impl Drop for Guarding {
     }
 }
 
-/// A command's reply, kept until it is sent (`LOCK.GUARD … SYNC` answers
-/// once replicas hold the command's effects); freed when dropped. Main
-/// thread only, as everything here.
-pub struct CallReply(*mut raw::RedisModuleCallReply);
+/// A command's reply, as the server gave it, freed when dropped. It points
+/// into the context of the command that made it (Redis 7.0 reads that
+/// context again when it frees the reply), so it lives no longer than that
+/// command's `Context`: it is sent now ([`CallReply::reply`]), or copied
+/// ([`CallReply::keep`]) for an answer sent later. Main thread only, as
+/// everything here.
+pub struct CallReply<'ctx> {
+    reply: *mut raw::RedisModuleCallReply,
+    command: PhantomData<&'ctx Context>,
+}
 
-impl CallReply {
+impl CallReply<'_> {
     /// Whether it is an error reply.
     pub fn is_error(&self) -> bool {
         unsafe {
             raw::RedisModule_CallReplyType
-                .is_some_and(|kind| kind(self.0) == raw::REDISMODULE_REPLY_ERROR as i32)
+                .is_some_and(|kind| kind(self.reply) == raw::REDISMODULE_REPLY_ERROR as i32)
         }
     }
 
@@ -257,17 +267,25 @@ impl CallReply {
     pub fn reply(&self, ctx: &Context) {
         unsafe {
             if let Some(reply_with) = raw::RedisModule_ReplyWithCallReply {
-                reply_with(ctx.get_raw(), self.0);
+                reply_with(ctx.get_raw(), self.reply);
             }
         }
     }
+
+    /// A copy of our own, to be sent once the command has returned; the
+    /// server's reply is freed now.
+    pub fn keep(self) -> KeptReply {
+        // SAFETY: a live reply of `RedisModule_Call`, freed after the copy
+        // (when `self` drops).
+        unsafe { KeptReply::copy(self.reply) }
+    }
 }
 
-impl Drop for CallReply {
+impl Drop for CallReply<'_> {
     fn drop(&mut self) {
         unsafe {
             if let Some(free) = raw::RedisModule_FreeCallReply {
-                free(self.0);
+                free(self.reply);
             }
         }
     }
@@ -298,13 +316,13 @@ pub fn call_and_reply(
 /// refusal is `NOPERM`; every other error is the command's own, in its
 /// reply. The caller has refused a name with a NUL byte: the server reads
 /// the name as a C string.
-pub fn call(
-    ctx: &Context,
+pub fn call<'ctx>(
+    ctx: &'ctx Context,
     args: &[RedisString],
     name: Option<&CStr>,
     script_mode: bool,
     read_only: bool,
-) -> Result<CallReply, LockError> {
+) -> Result<CallReply<'ctx>, LockError> {
     let flags: &[u8] = match (script_mode, read_only) {
         (true, false) => b"0CSME!",
         (false, false) => b"0CME!",
@@ -385,7 +403,10 @@ pub fn call(
             free(reply);
             return Err(LockError::GuardNoPerm);
         }
-        Ok(CallReply(reply))
+        Ok(CallReply {
+            reply,
+            command: PhantomData,
+        })
     }
 }
 

@@ -18,6 +18,7 @@ pub mod datatype;
 pub mod events;
 pub mod guard;
 pub mod info;
+pub mod kept_reply;
 pub mod key;
 pub mod migration;
 pub mod replicate;

@@ -3,16 +3,18 @@
 //! `$LOCK_TEST_SERVER`, e.g. Valkey) with the freshly built module, on a free
 //! loopback port, in its own directory, killed and cleaned up on drop, even
 //! when the test panics. DUMP/RESTORE payload helpers are in [`payload`]
-//! (`use common::payload::*;`).
+//! (`use common::payload::*;`), a client that keeps every byte of a reply
+//! in [`resp`].
 #![allow(dead_code)]
 
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
 pub use redis::{Connection, Value};
-pub use redis_lock_testsupport::Server;
+pub use redis_lock_testsupport::{memcheck, Server};
 
 pub mod payload;
+pub mod resp;
 
 /// Replication set up from a test.
 pub trait ReplicaOf {
@@ -75,8 +77,31 @@ pub fn promote(con: &mut Connection) {
         .expect("REPLICAOF NO ONE");
 }
 
-/// Poll `cond` every 10 ms until it holds; panic after `timeout`.
+/// A bounded wait on the server, longer under memcheck (where the server
+/// runs 20 to 50 times slower): `wait` times [`memcheck::slowdown`].
+pub fn scaled(wait: Duration) -> Duration {
+    wait * memcheck::slowdown()
+}
+
+/// [`scaled`] for a duration in milliseconds given to the server (a lease
+/// that must outlast a test's few commands).
+pub fn scaled_ms(ms: i64) -> i64 {
+    ms * i64::from(memcheck::slowdown())
+}
+
+/// Under memcheck, whether to skip a test that is timing-sensitive by
+/// nature (`why` says how), printing why; run it otherwise.
+pub fn skip_under_memcheck(why: &str) -> bool {
+    let skip = memcheck::enabled();
+    if skip {
+        eprintln!("skipped under memcheck: {why}");
+    }
+    skip
+}
+
+/// Poll `cond` every 10 ms until it holds; panic after `timeout` ([`scaled`]).
 pub fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) {
+    let timeout = scaled(timeout);
     let start = Instant::now();
     while !cond() {
         assert!(
@@ -315,9 +340,10 @@ pub fn conn_as(server: &Server, user: &str, password: &str) -> Connection {
     ))
     .expect("client");
     let con = client
-        .get_connection_with_timeout(Duration::from_secs(5))
+        .get_connection_with_timeout(scaled(Duration::from_secs(5)))
         .unwrap_or_else(|e| panic!("connect as {user}: {e}"));
-    con.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    con.set_read_timeout(Some(scaled(Duration::from_secs(30))))
+        .unwrap();
     con
 }
 

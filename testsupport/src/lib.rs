@@ -8,9 +8,12 @@
 //! ready (it answers PING and has finished loading its data) and is killed
 //! on drop, even when a test panics. [`Server::start`] and
 //! [`Server::start_with`] are the short forms the tests use, and
-//! [`start_cluster`] makes a Redis Cluster of them.
+//! [`start_cluster`] makes a Redis Cluster of them. With
+//! `LOCK_TEST_VALGRIND=1` every server runs under valgrind's memcheck, and
+//! a memory error it saw fails the test ([`memcheck`]).
 
 mod cluster;
+pub mod memcheck;
 mod server;
 mod setup;
 

@@ -2,6 +2,8 @@
 //! [`Server`], on its own port and in its own directory, ready only once it
 //! serves commands, killed on drop even when a test panics, and restarted,
 //! stopped or resumed on the same port and directory when a test asks.
+//! Under memcheck ([`memcheck`]) it runs inside valgrind, is shut down
+//! cleanly on drop instead, and fails the test if valgrind saw an error.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -11,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use redis::Connection;
 
+use crate::memcheck;
 use crate::setup::{connect, free_port, module_path, server_binary};
 
 /// An argument given as this is replaced by a free port of its own, chosen
@@ -27,6 +30,9 @@ const LOG_TAIL_LINES: usize = 40;
 const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(20);
 /// The readiness probe's timeouts: it is retried until `ready_timeout`.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+/// Under memcheck, how long a server may take to exit once asked to (it
+/// takes well under a second), before it is asked harder.
+const MEMCHECK_EXIT_TIMEOUT: Duration = Duration::from_secs(60);
 
 #[derive(Clone)]
 enum Module {
@@ -246,12 +252,13 @@ impl Server {
         redis::Client::open(self.url()).expect("client")
     }
 
-    /// A new connection (RESP2) with the launch's timeouts.
+    /// A new connection (RESP2) with the launch's timeouts (longer under
+    /// memcheck, by [`memcheck::slowdown`]).
     pub fn try_conn(&self) -> Result<Connection, String> {
         connect(
             &self.addr(),
-            self.launch.connect_timeout,
-            self.launch.io_timeout,
+            scaled(self.launch.connect_timeout),
+            self.launch.io_timeout.map(scaled),
         )
         .map_err(|e| format!("connect to {}: {e}", self.addr()))
     }
@@ -281,15 +288,20 @@ impl Server {
     /// Start the process and wait until it is ready.
     fn spawn(&mut self) -> Result<(), String> {
         let launch = &self.launch;
-        let mut command = match &launch.netns {
-            Some(netns) => {
-                // `ip netns exec` execs the server: the pid stays the same.
-                let mut command = Command::new("ip");
-                command.args(["netns", "exec", netns]).arg(&launch.binary);
-                command
-            }
-            None => Command::new(&launch.binary),
+        // valgrind runs the server in its own process, and `ip netns exec`
+        // execs what it runs: the pid stays the server's.
+        let mut command = match memcheck::enabled() {
+            true => memcheck::command(&launch.binary, &self.dir),
+            false => Command::new(&launch.binary),
         };
+        if let Some(netns) = &launch.netns {
+            let mut inside = Command::new("ip");
+            inside
+                .args(["netns", "exec", netns])
+                .arg(command.get_program())
+                .args(command.get_args());
+            command = inside;
+        }
         command
             .arg("--port")
             .arg(self.port.to_string())
@@ -323,9 +335,9 @@ impl Server {
             if self.is_ready() {
                 return Ok(());
             }
-            if start.elapsed() > self.launch.ready_timeout {
+            if start.elapsed() > scaled(self.launch.ready_timeout) {
                 self.kill();
-                let timeout = self.launch.ready_timeout;
+                let timeout = scaled(self.launch.ready_timeout);
                 return Err(self.failure(&format!("was not ready after {timeout:?}")));
             }
             sleep(Duration::from_millis(10));
@@ -340,7 +352,8 @@ impl Server {
         let Some(pid) = self.pid() else {
             return false;
         };
-        let Ok(mut con) = connect(&self.addr(), PROBE_TIMEOUT, Some(PROBE_TIMEOUT)) else {
+        let probe = scaled(PROBE_TIMEOUT);
+        let Ok(mut con) = connect(&self.addr(), probe, Some(probe)) else {
             return false;
         };
         let pong = redis::cmd("PING").query::<String>(&mut con);
@@ -384,16 +397,51 @@ impl Server {
             let _: redis::RedisResult<redis::Value> = redis::cmd("SHUTDOWN").query(&mut con);
         }
         if let Some(mut child) = self.child.take() {
-            let start = Instant::now();
-            while start.elapsed() < SHUTDOWN_TIMEOUT {
-                if let Ok(Some(_)) = child.try_wait() {
-                    return;
-                }
-                sleep(Duration::from_millis(10));
+            if exited_within(&mut child, scaled(SHUTDOWN_TIMEOUT)).is_none() {
+                let _ = child.kill();
+                let _ = child.wait();
             }
-            let _ = child.kill();
-            let _ = child.wait();
         }
+    }
+
+    /// Under memcheck: stop the process so that valgrind writes its
+    /// report (`SHUTDOWN NOSAVE NOW FORCE`, as the test is over; SIGTERM
+    /// if refused, SIGKILL last, each bounded), and give the errors it
+    /// logged (of every process this server ran), if any.
+    fn stop_for_memcheck(&mut self) -> Option<String> {
+        if let Some(mut child) = self.child.take() {
+            // A paused server (SIGSTOP) must run to exit.
+            self.signal_pid(child.id(), libc::SIGCONT);
+            if let Ok(mut con) = self.try_conn() {
+                let _: redis::RedisResult<redis::Value> = redis::cmd("SHUTDOWN")
+                    .arg("NOSAVE")
+                    .arg("NOW")
+                    .arg("FORCE")
+                    .query(&mut con);
+            }
+            let mut status = exited_within(&mut child, MEMCHECK_EXIT_TIMEOUT);
+            if status.is_none() {
+                self.signal_pid(child.id(), libc::SIGTERM);
+                status = exited_within(&mut child, MEMCHECK_EXIT_TIMEOUT);
+            }
+            if status.is_none() {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+            if let Some(errors) = memcheck::errors_in(&self.dir) {
+                return Some(errors);
+            }
+            if status.and_then(|s| s.code()) == Some(memcheck::ERROR_EXIT_CODE) {
+                return Some(format!(
+                    "valgrind exited with {}: see the logs in {}",
+                    memcheck::ERROR_EXIT_CODE,
+                    self.dir.display()
+                ));
+            }
+            return None;
+        }
+        // Killed or shut down by the test: what its runs logged.
+        memcheck::errors_in(&self.dir)
     }
 
     /// Start a stopped (killed or shut down) server again, on the same port
@@ -425,9 +473,13 @@ impl Server {
     /// Send `signal` to the process; false if it is not running or the
     /// signal could not be sent.
     pub fn signal(&self, signal: libc::c_int) -> bool {
-        let Some(pid) = self.pid() else {
-            return false;
-        };
+        match self.pid() {
+            Some(pid) => self.signal_pid(pid, signal),
+            None => false,
+        }
+    }
+
+    fn signal_pid(&self, pid: u32, signal: libc::c_int) -> bool {
         // SAFETY: kill(2) on the process this server spawned (and has not
         // reaped, so the pid is still ours).
         unsafe { libc::kill(pid as libc::pid_t, signal) == 0 }
@@ -460,16 +512,50 @@ impl Server {
 
 impl Drop for Server {
     fn drop(&mut self) {
-        self.kill();
-        if std::thread::panicking() {
+        let memory_errors = match memcheck::enabled() {
+            true => self.stop_for_memcheck(),
+            false => {
+                self.kill();
+                None
+            }
+        };
+        let panicking = std::thread::panicking();
+        if panicking {
             eprintln!(
                 "--- last lines of the server log (port {}) ---\n{}",
                 self.port,
                 self.log_tail(LOG_TAIL_LINES)
             );
         }
-        if !self.launch.keep_dir {
+        // A memory error's logs stay for a look.
+        if !self.launch.keep_dir && memory_errors.is_none() {
             let _ = std::fs::remove_dir_all(&self.dir);
         }
+        if let Some(errors) = memory_errors {
+            let text = format!("valgrind (server on port {}): {errors}", self.port);
+            // A second panic while unwinding would abort the whole run.
+            if panicking {
+                eprintln!("{text}");
+            } else {
+                panic!("{text}");
+            }
+        }
     }
+}
+
+/// A wait the harness makes on a server, longer under memcheck.
+fn scaled(wait: Duration) -> Duration {
+    wait * memcheck::slowdown()
+}
+
+/// Wait (bounded) for `child` to exit; its status, if it did.
+fn exited_within(child: &mut Child, timeout: Duration) -> Option<std::process::ExitStatus> {
+    let start = Instant::now();
+    while start.elapsed() < timeout {
+        if let Ok(Some(status)) = child.try_wait() {
+            return Some(status);
+        }
+        sleep(Duration::from_millis(10));
+    }
+    None
 }
