@@ -28,7 +28,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use redis_lock_core::decide::Attach;
 use redis_lock_core::errors::LockError;
 use redis_lock_core::group::{self, LeaseId};
-use redis_lock_core::hold::{Holds, MyHold};
+use redis_lock_core::hold::{Hold, Holds, MyHold};
 
 use crate::fence;
 
@@ -185,6 +185,12 @@ pub fn live() -> usize {
 /// before the lease's timer ends it.
 pub fn is_live(number: u64, now_ms: i64) -> bool {
     deadline(number).is_some_and(|d| group::is_live(d, now_ms))
+}
+
+/// When `hold` ends, as replies show it (`group::shown_deadline`).
+pub fn shown_deadline(hold: &Hold) -> Option<i64> {
+    let lease = hold.tags.lease().and_then(deadline);
+    group::shown_deadline(hold.deadline(), lease)
 }
 
 /// When the lease numbered `number` ends (unix ms), if it exists.

@@ -81,7 +81,7 @@ pub fn reply_holder(ctx: &Context, name: &RedisString, seen: u64) {
     };
     // A hold attached to a lease group lives as long as its lease.
     let deadline = match newest.tags.lease() {
-        Some(number) => groups::deadline(number),
+        Some(_) => groups::shown_deadline(newest),
         None => key.deadline(),
     };
     let ttl = deadline.map_or(-1, |d| (d - now_ms).max(0));

@@ -365,10 +365,7 @@ fn serve_many(ctx: &Context, db: i32, id: WaiterId) -> bool {
                 key: state,
                 mine,
                 others_waiting: false,
-                delayed_until_ms: match state {
-                    KeyState::Free => expiry::delayed_until(db, key, now_ms),
-                    _ => None,
-                },
+                delayed_until_ms: expiry::delayed_until(db, key, now_ms),
             }
         })
         .collect();
@@ -660,10 +657,7 @@ fn hand_off(ctx: &Context, db: i32, name: &RedisString, cause: Cause) {
         let now_ms = server::now_ms();
         lease::expire(ctx, &mut lock_key, name, now_ms);
         let state = key_state(&lock_key, now_ms);
-        let delayed = match state {
-            KeyState::Free => expiry::delayed_until(db, key, now_ms),
-            _ => None,
-        };
+        let delayed = expiry::delayed_until(db, key, now_ms);
         // The head, and the hold its token already has on the key (two
         // waiters with one token, the first granted just now): only reads
         // of the value, no call into Redis, while the queues are borrowed.

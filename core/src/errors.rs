@@ -186,6 +186,12 @@ pub enum LockError {
 }
 
 impl LockError {
+    /// Refused by the hold policy (`lock.max-hold-ms`, `lock.max-extends`):
+    /// counted as a limited extension wherever it is answered.
+    pub fn is_hold_limit(self) -> bool {
+        matches!(self, LockError::HoldLimit | LockError::ExtendLimit)
+    }
+
     pub fn as_cstr(self) -> &'static CStr {
         match self {
             LockError::ArityAcquire => c"ERR wrong number of arguments for 'lock.acquire' command",

@@ -103,9 +103,28 @@ pub fn restored_is_copy(elsewhere: bool, here: bool) -> bool {
     elsewhere && !here
 }
 
+/// When a hold ends, as every reply shows it: attached to a lease group,
+/// that lease's deadline (its key's own TTL runs further, to its horizon),
+/// or its own when the lease is unknown here; else its own (`own`: none
+/// without expiry).
+pub fn shown_deadline(own: Option<i64>, lease_deadline: Option<i64>) -> Option<i64> {
+    lease_deadline.or(own)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_leased_hold_shows_its_leases_deadline_else_its_own() {
+        assert_eq!(shown_deadline(Some(5_000), Some(3_000)), Some(3_000));
+        assert_eq!(
+            shown_deadline(Some(5_000), None),
+            Some(5_000),
+            "lease unknown"
+        );
+        assert_eq!(shown_deadline(None, None), None, "no expiry");
+    }
 
     #[test]
     fn a_restored_hold_is_a_copy_only_beside_its_original() {

@@ -10,7 +10,7 @@
 use redis_lock_core::args::{parse_acquire, AcquireArgs};
 use redis_lock_core::decide::{self, Acquire, AcquireCase};
 use redis_lock_core::errors::LockError;
-use redis_lock_core::hold::{self, KeyState, Want};
+use redis_lock_core::hold::{self, Want};
 use redis_lock_core::sync::Stands;
 use redis_lock_core::token::{self, UUID_LEN};
 use redis_module::{Context, RedisString};
@@ -62,11 +62,8 @@ pub(super) fn acquire(
         now_ms,
         others_waiting: waiting::waiters(db, name) > 0,
         // A lock-delay keeps everyone off a free key, readers and permits
-        // too.
-        delayed_until_ms: match state {
-            KeyState::Free => expiry::delayed_until(db, name, now_ms),
-            _ => None,
-        },
+        // too (the core reads it only for a free key).
+        delayed_until_ms: expiry::delayed_until(db, name, now_ms),
         hold: config::hold_policy(),
         may_wait: parsed.wait_ms.is_some() && server::can_block(ctx),
         max_holders: config::max_holders(),
@@ -118,7 +115,7 @@ fn apply(
     let decision = match decision {
         Ok(decision) => decision,
         Err(error) => {
-            if matches!(error, LockError::HoldLimit | LockError::ExtendLimit) {
+            if error.is_hold_limit() {
                 metrics::count(Counter::ExtendsLimited);
             }
             return Err(error);

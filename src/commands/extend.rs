@@ -69,7 +69,7 @@ fn extend(ctx: &Context, args: &[RedisString], family: Family) -> Result<(), Loc
             waiting::wake_at(ctx, server::selected_db(ctx), name, renewal.wake_at_ms());
             extended(ctx, parsed.sync)?;
         }
-        Err(error @ (LockError::HoldLimit | LockError::ExtendLimit)) => {
+        Err(error) if error.is_hold_limit() => {
             metrics::count(Counter::ExtendsLimited);
             return Err(error);
         }

@@ -26,19 +26,13 @@ use crate::redis::reply::{self, Field};
 use crate::redis::{self, server};
 use crate::{groups, sync, waiting};
 
-/// A hold's deadline as clients see it: its lease group's, if attached to
-/// one (its key's TTL runs further ahead, see `leases.rs`); `None` without
-/// expiry.
-fn shown_deadline(hold: &Hold) -> Option<i64> {
-    match hold.tags.lease() {
-        Some(number) => groups::deadline(number).or(hold.deadline()),
-        None => hold.deadline(),
-    }
-}
-
 /// The latest shown deadline of a live hold.
 fn latest(holds: &Holds, now_ms: i64) -> Option<i64> {
-    holds.live(now_ms).map(shown_deadline).max().flatten()
+    holds
+        .live(now_ms)
+        .map(groups::shown_deadline)
+        .max()
+        .flatten()
 }
 
 pub fn run(ctx: &Context, args: &[RedisString]) -> Result<(), LockError> {
@@ -143,7 +137,7 @@ fn listing<'a>(holds: &'a Holds, now_ms: i64, count: usize) -> Vec<Fields<'a>> {
     live.into_iter()
         .take(count)
         .map(|h| {
-            let ttl = shown_deadline(h).map_or(-1, |d| (d - now_ms).max(0));
+            let ttl = groups::shown_deadline(h).map_or(-1, |d| (d - now_ms).max(0));
             let mut fields = vec![
                 (c"fence", Field::Int(h.fence as i64)),
                 (c"ttl", Field::Int(ttl)),

@@ -134,11 +134,7 @@ pub fn run_revoke(ctx: &Context, args: &[RedisString]) -> Result<(), LockError> 
         .live(now_ms)
         .map(|hold| {
             let mut buffer = [0u8; UUID_LEN];
-            let until = match hold.tags.lease() {
-                Some(number) => groups::deadline(number).unwrap_or(hold.deadline_ms),
-                None => hold.deadline_ms,
-            };
-            let until = if until < 0 { i64::MAX } else { until };
+            let until = groups::shown_deadline(hold).unwrap_or(i64::MAX);
             (hold.token(&mut buffer).to_vec(), hold.fence, until)
         })
         .collect();

@@ -25,7 +25,7 @@
 use redis_lock_core::args::{parse_macquire, parse_mextend, parse_mrelease};
 use redis_lock_core::decide::{self, AcquireMany, AcquireManyCase, Extend, ManyKey};
 use redis_lock_core::errors::LockError;
-use redis_lock_core::hold::{self, Family, KeyState, Want};
+use redis_lock_core::hold::{self, Family, Want};
 use redis_lock_core::token::{self, UUID_LEN};
 use redis_module::{Context, RedisString};
 
@@ -71,10 +71,7 @@ pub fn run_acquire(ctx: &Context, args: &[RedisString]) -> Result<(), LockError>
             key: state,
             mine: super::live_mine(&holds, lock.token, now_ms),
             others_waiting: waiting::waiters(db, name) > 0,
-            delayed_until_ms: match state {
-                KeyState::Free => expiry::delayed_until(db, name, now_ms),
-                _ => None,
-            },
+            delayed_until_ms: expiry::delayed_until(db, name, now_ms),
         });
     }
     // `LEASE id`: a lease that is gone (or another server's) grants nothing.
@@ -96,7 +93,7 @@ pub fn run_acquire(ctx: &Context, args: &[RedisString]) -> Result<(), LockError>
     let decision = match decide::acquire_many(&case) {
         Ok(decision) => decision,
         Err(error) => {
-            if matches!(error, LockError::HoldLimit | LockError::ExtendLimit) {
+            if error.is_hold_limit() {
                 metrics::count(Counter::ExtendsLimited);
             }
             return Err(error);
@@ -305,7 +302,7 @@ pub fn run_extend(ctx: &Context, args: &[RedisString]) -> Result<(), LockError> 
             reply::integer(ctx, 0);
             return Ok(());
         }
-        Err(error @ (LockError::HoldLimit | LockError::ExtendLimit)) => {
+        Err(error) if error.is_hold_limit() => {
             metrics::count(Counter::ExtendsLimited);
             return Err(error);
         }
