@@ -325,7 +325,8 @@ MEMCHECK_LOG := target/memcheck
 MEMCHECK_THREADS := 2
 MEMCHECK_FILES := sync sync_retry guard leases multikey operations wait
 MEMCHECK_TESTS_sync :=
-MEMCHECK_TESTS_sync_retry :=
+MEMCHECK_TESTS_sync_retry := a_grant_confirmed_to_its_token_stays_when_its_first_client_leaves \
+	an_unconfirmed_grant_is_still_undone_and_an_earlier_retry_does_not_keep_it
 MEMCHECK_TESTS_guard := a_synced_reply_is_the_commands_own_byte_for_byte_in_resp2_and_resp3 \
 	the_reply_is_in_the_clients_protocol errors_of_the_guarded_command_come_back_as_its_own \
 	guarded_commands_of_every_length_get_every_argument_in_order \
