@@ -48,6 +48,7 @@ pub mod errors;
 pub mod group;
 pub mod hold;
 pub mod lock;
+pub mod registry;
 pub mod rules;
 pub mod settings;
 pub mod sync;
