@@ -621,7 +621,7 @@ async fn take_short(
         .await
         .map_err(|e| format!("take with a {ttl_ms} ms lease: {e}"))?;
     let deadline = replies.pop();
-    if replies.iter().any(|r| *r == redis::Value::Nil) {
+    if replies.contains(&redis::Value::Nil) {
         return Err(format!("{lock} was not free"));
     }
     let deadline_ms = match deadline {
