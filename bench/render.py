@@ -128,9 +128,20 @@ def rank_name(n, q):
     return "largest" if k == 1 else f"{k}{suffix} largest"
 
 
+def not_measured(why):
+    """What the report says where the machine was too busy to measure.
+
+    >>> not_measured("the lease ran out first")
+    'not measured: the lease ran out first'
+    """
+    return f"not measured: {why}"
+
+
 def verdict(judged):
     """A goal's (or a ratio row's) verdict; an expiry hand-off says which
-    percentile missed when one did."""
+    percentile missed when one did; one the run could not measure says why."""
+    if judged["verdict"] == "not-measured":
+        return not_measured(judged.get("not_measured") or "the machine was too busy")
     word = {"met": "met", "missed": "**missed**", "reported": "reported"}[judged["verdict"]]
     missed = judged.get("missed") or []
     return f"{word} ({missed[0]})" if len(missed) == 1 else word
@@ -206,6 +217,8 @@ def goal_cells(g):
 
 def goal_verdict(g):
     """The verdict, and what it stands on when the run fell short."""
+    if g["verdict"] == "not-measured":
+        return verdict(g)
     note = ""
     if g["kind"] == "acquire-at-scale" and g["waiters"] < g["waiters_asked"]:
         note = f", with {num(g['waiters'])} of the {num(g['waiters_asked'])} waiters asked for (section 4)"
@@ -357,13 +370,28 @@ TABLES = {
 
 
 def table(name, rows):
-    """The Markdown table `name` of `rows`."""
+    """The Markdown table `name` of `rows`. A row that says why it was not
+    measured (`not_measured`) says so in its first empty cell.
+
+    >>> print(table("release", [{"queue": 2, "samples": 0, "not_measured": "too busy"}]))
+    | Waiters on the key | RELEASEs | Client p50 | p99 | Server p50 | p99 | p99.9 | mean |
+    | --- | --- | --- | --- | --- | --- | --- | --- |
+    | 2 | 0 | not measured: too busy | – | – | – | – | – |
+    """
     columns = TABLES[name]
     line = lambda cells: "|" + "|".join(f" {c} " if c else " " for c in cells) + "|"
     out = [line(h for h, _, _ in columns), line("---" for _ in columns)]
     for row in rows:
-        out.append(line(show(field(row) if callable(field) else row.get(field))
-                        for _, field, show in columns))
+        why = row.get("not_measured")
+        cells = []
+        for _, field, show in columns:
+            value = field(row) if callable(field) else row.get(field)
+            if why and missing(value):
+                cells.append(not_measured(why))
+                why = None
+            else:
+                cells.append(show(value))
+        out.append(line(cells))
     return "\n".join(out)
 
 
@@ -440,6 +468,16 @@ def render(doc, img, data):
     return re.sub(r"\n{3,}", "\n\n", "\n".join(out)).strip() + "\n"
 
 
+def lacks(doc, report):
+    """What --check wants of a report and does not find: a section's
+    heading, a kind of goal (a goal the run could not measure is there, and
+    says so)."""
+    headings = [line for line in report.splitlines() if line.startswith("#")]
+    kinds = {g["kind"] for g in doc["goals"]}
+    absent = [s for s in SECTIONS if not any(h.startswith(s) for h in headings)]
+    return absent + [f"a goal of kind {k}" for k in GOAL_KINDS if k not in kinds]
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("results", type=Path, help="the JSON document lock-bench wrote")
@@ -453,10 +491,7 @@ def main():
     report = render(doc, args.img, os.path.relpath(args.results, args.report.parent))
     args.report.parent.mkdir(parents=True, exist_ok=True)
     args.report.write_text(report)
-    headings = [line for line in report.splitlines() if line.startswith("#")]
-    kinds = {g["kind"] for g in doc["goals"]}
-    absent = [s for s in SECTIONS if not any(h.startswith(s) for h in headings)]
-    absent += [f"a goal of kind {k}" for k in GOAL_KINDS if k not in kinds]
+    absent = lacks(doc, report)
     if args.check and absent:
         sys.exit(f"render.py: {args.report} lacks {', '.join(absent)}")
     print(f"wrote {args.report}")

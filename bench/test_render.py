@@ -134,6 +134,70 @@ class Goals(unittest.TestCase):
         self.assertIn("sync", render.GOAL_KINDS)
 
 
+class NotMeasured(unittest.TestCase):
+    """What a busy machine could not measure is said, never a failure."""
+
+    WHY = "the 300 ms lease ran out while its holds were taken, in each of 3 attempts"
+
+    def unmeasured_lease(self):
+        """The fixture with its second lease ttl not measured, as lock-bench
+        writes it: no sides, a row of nulls, the goal not measured."""
+        doc = document()
+        run = doc.results.keepalive.runs[1]
+        run["sides"] = []
+        run["not_measured"] = self.WHY
+        row = doc.summary.keepalive[1]
+        for field in row:
+            if field.endswith(("_us", "_ratio")):
+                row[field] = None
+        row.update(lease_calls=0, extend_calls=0, keys_moved=None, all_held=False,
+                   not_measured=self.WHY)
+        goal = render.first(doc.goals, kind="lease-keepalive", ttl_ms=row.ttl_ms)
+        goal.update(row, verdict="not-measured")
+        return doc
+
+    def test_a_goal_not_measured_says_why_in_the_goals_table(self):
+        report = report_of(self.unmeasured_lease())
+        goals = table_rows(report, "## Goals")
+        lease = [r for r in goals if r[0].startswith("Keeping 10,000 holds alive")]
+        self.assertEqual(lease[1][4], f"not measured: {self.WHY}")
+        self.assertEqual(lease[1][2], f"{render.DASH}: {render.DASH} against {render.DASH}")
+        self.assertNotIn("not measured", lease[0][4])
+
+    def test_a_lease_ttl_not_measured_has_its_subsection_with_why(self):
+        report = report_of(self.unmeasured_lease())
+        section = report.split("### 8.2 ")[1].split("\n## ")[0]
+        self.assertIn(f"**not measured: {self.WHY}.**", section)
+        self.assertNotIn("| one lease", section)
+        # The other ttl is shown as measured.
+        self.assertEqual(len(table_rows(report, "### 8.1 ")), 3)
+
+    def test_check_still_passes_with_a_not_measured_goal(self):
+        doc = self.unmeasured_lease()
+        report = report_of(doc)
+        lacking = render.lacks(doc, report)
+        self.assertNotIn("a goal of kind lease-keepalive", lacking)
+        self.assertNotIn("## 8. ", lacking)
+
+    def test_a_row_not_measured_says_why_in_its_first_empty_cell(self):
+        row = {"recipe": "native-wait", "count": 0, "discarded": 0, "p50_us": None,
+               "p90_us": None, "p99_us": None, "max_us": None, "mean_us": None,
+               "not_measured": "round 1: only 7 of 500 waiters were queued by the first deadline"}
+        measured = {"recipe": "setnx-poll", "count": 3, "discarded": 1, "p50_us": 900.0,
+                    "p90_us": 1000.0, "p99_us": 1000.0, "max_us": 1000.0, "mean_us": 950.0}
+        lines = render.table("handoff", [row, measured]).splitlines()
+        cells = [c.strip() for c in lines[2].strip("|").split("|")]
+        self.assertEqual(cells[:4], ["native-wait", "0", f"not measured: {row['not_measured']}",
+                                     render.DASH])
+        self.assertNotIn("not measured", lines[3])
+
+    def test_a_sync_goal_not_measured_is_not_a_miss(self):
+        goal = {"kind": "sync", "verdict": "not-measured", "missed": [],
+                "not_measured": "no p99 ratio: a run answered no request within its duration"}
+        self.assertEqual(render.goal_verdict(goal),
+                         "not measured: no p99 ratio: a run answered no request within its duration")
+
+
 class WithoutTheSections(unittest.TestCase):
     def test_a_run_without_them_renders_without_them(self):
         doc = document()

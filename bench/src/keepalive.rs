@@ -16,6 +16,13 @@
 //! keys' `PEXPIRETIME` is read before and after the window: the keys a
 //! `KEEPALIVE` moved ahead (those whose horizon the lease came near, see
 //! docs/commands.md, `LOCK.LEASE`).
+//!
+//! A busy machine must not fail the run: a lease that runs out while its
+//! holds are being taken (a stall between two batches' keep-alives) is
+//! set up again, up to [`SETUP_ATTEMPTS`] times, and then the variant is
+//! reported as not measured; a hold lost in the window because the
+//! harness sent a renewal later than its ttl allows (`max_unrenewed_ms`)
+//! makes the goal not measured rather than missed.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::OnceLock;
@@ -44,6 +51,11 @@ const STOPPED: &str = "stopped, another side failed";
 /// Holds taken per pipelined batch in the setup (the lease is kept alive
 /// between batches).
 const SETUP_BATCH: u64 = 1_000;
+/// How often the lease side's setup is tried when its lease runs out.
+const SETUP_ATTEMPTS: usize = 3;
+/// How a side's error begins when the machine was too slow for it, not
+/// wrong: the variant is then not measured.
+const TOO_SLOW: &str = "too slow: ";
 
 /// A lease ttl and how often it is renewed (a third of it, as
 /// docs/commands.md advises; the plain holds alike).
@@ -171,6 +183,11 @@ pub struct SideResult {
     pub replies_expected: u64,
     /// The most a tick was sent after its time, ms.
     pub max_late_ms: f64,
+    /// The longest a server may have gone without a renewal in the window:
+    /// from one tick's send to the next one's (last) reply, ms. At the
+    /// variant's ttl or more, a lost hold is the harness' lateness.
+    #[serde(default)]
+    pub max_unrenewed_ms: f64,
     /// Each tick's round trip, from its send to its (last) reply.
     pub tick: Spread,
     /// `INFO lock` `lock_locks` after the window, and the holds that
@@ -189,6 +206,10 @@ pub struct VariantResult {
     /// The window: its ticks times the interval, seconds.
     pub window_s: f64,
     pub sides: Vec<SideResult>,
+    /// Why the variant was not measured (no sides then): the machine was
+    /// too slow for its setup.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_measured: Option<String>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -246,6 +267,43 @@ pub struct KeepaliveRow {
     /// Every renewal replied `1`, no hold expired, and every one was still
     /// there at the end, on both sides.
     pub all_held: bool,
+    /// A hold was lost on a side whose renewals came further apart than the
+    /// ttl (the harness was late, not the server): why the goal is not
+    /// measured.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub not_measured: Option<String>,
+}
+
+impl KeepaliveRow {
+    /// A variant the machine was too slow to set up: no figures, and why.
+    fn not_measured(server: &str, run: &VariantResult, why: &str) -> KeepaliveRow {
+        KeepaliveRow {
+            server: server.to_string(),
+            ttl_ms: run.ttl_ms,
+            interval_ms: run.interval_ms,
+            holds: run.holds,
+            window_s: run.window_s,
+            lease_calls: 0,
+            extend_calls: 0,
+            calls_ratio: f64::NAN,
+            lease_cpu_us: f64::NAN,
+            extend_cpu_us: f64::NAN,
+            idle_cpu_us: f64::NAN,
+            cpu_ratio: f64::NAN,
+            lease_above_idle_us: f64::NAN,
+            extend_above_idle_us: f64::NAN,
+            lease_renewal_us: f64::NAN,
+            extend_renewal_us: f64::NAN,
+            ping_us: f64::NAN,
+            renewal_ratio: f64::NAN,
+            lease_command_us: 0,
+            extend_command_us: 0,
+            command_ratio: f64::NAN,
+            keys_moved: None,
+            all_held: false,
+            not_measured: Some(why.to_string()),
+        }
+    }
 }
 
 pub fn rows(results: &KeepaliveResults) -> Vec<KeepaliveRow> {
@@ -253,6 +311,9 @@ pub fn rows(results: &KeepaliveResults) -> Vec<KeepaliveRow> {
         .runs
         .iter()
         .filter_map(|run| {
+            if let Some(why) = &run.not_measured {
+                return Some(KeepaliveRow::not_measured(&results.server, run, why));
+            }
             let side = |wanted: Side| run.sides.iter().find(|s| s.side == wanted);
             let (lease, extend, idle) =
                 (side(Side::Lease)?, side(Side::Extend)?, side(Side::Idle)?);
@@ -268,6 +329,18 @@ pub fn rows(results: &KeepaliveResults) -> Vec<KeepaliveRow> {
                     && u64::try_from(s.locks_at_end) == Ok(run.holds)
             };
             let (lease_renewal_us, extend_renewal_us) = (renewal(lease), renewal(extend));
+            let all_held = held(lease) && held(extend);
+            let late = [lease, extend]
+                .into_iter()
+                .filter(|s| !held(s) && s.max_unrenewed_ms >= run.ttl_ms as f64)
+                .map(|s| {
+                    format!(
+                        "{:?} side: a hold was lost after the harness left {:.0} ms between \
+                         renewals of a {} ms lease (a busy machine)",
+                        s.side, s.max_unrenewed_ms, run.ttl_ms
+                    )
+                })
+                .collect::<Vec<_>>();
             Some(KeepaliveRow {
                 server: results.server.clone(),
                 ttl_ms: run.ttl_ms,
@@ -291,7 +364,8 @@ pub fn rows(results: &KeepaliveResults) -> Vec<KeepaliveRow> {
                 extend_command_us: extend.lock_usec,
                 command_ratio: extend.lock_usec as f64 / lease.lock_usec as f64,
                 keys_moved: lease.keys_moved,
-                all_held: held(lease) && held(extend),
+                all_held,
+                not_measured: (!all_held && !late.is_empty()).then(|| late.join("; ")),
             })
         })
         .collect()
@@ -369,19 +443,27 @@ fn run_variant(
             .find(|e| !e.ends_with(STOPPED))
             .or(failed.clone().next())
         {
-            return Err(error.clone());
+            return match error.split_once(TOO_SLOW) {
+                Some((side, why)) => Ok(Err(format!("{side}{why}"))),
+                None => Err(error.clone()),
+            };
         }
-        Ok(results
+        Ok(Ok(results
             .into_iter()
             .filter_map(Result::ok)
-            .collect::<Vec<_>>())
+            .collect::<Vec<_>>()))
     })?;
+    let (sides, not_measured) = match sides {
+        Ok(sides) => (sides, None),
+        Err(why) => (Vec::new(), Some(why)),
+    };
     Ok(VariantResult {
         ttl_ms: variant.ttl_ms,
         interval_ms: variant.interval_ms,
         holds: settings.holds,
         window_s: (window_ticks * variant.interval_ms) as f64 / 1000.0,
         sides,
+        not_measured,
     })
 }
 
@@ -482,7 +564,7 @@ fn drive_side(
     schedule: &Schedule,
 ) -> Result<SideResult, String> {
     let mut conn = server.conn()?;
-    let work = set_up(&mut conn, side, settings.holds, variant)?;
+    let work = set_up_again_if_late(&mut conn, side, settings.holds, variant)?;
     schedule.ready.fetch_add(1, Ordering::SeqCst);
     let keys: Vec<String> = match side {
         Side::Lease => (0..settings.holds)
@@ -495,6 +577,7 @@ fn drive_side(
     let mut ticks = 0;
     let mut replies_ok = 0;
     let mut max_late_ms: f64 = 0.0;
+    let (mut last_sent, mut max_unrenewed_ms): (Option<Instant>, f64) = (None, 0.0);
     let mut round_trips_us = Vec::new();
     let mut expiries_before = Vec::new();
     let (mut renewal_cpu_ns, mut renewal_window) = (0, Duration::ZERO);
@@ -519,6 +602,10 @@ fn drive_side(
         let cpu_before = server.cpu_ns();
         let sent = Instant::now();
         let ok = work.send(&mut conn)?;
+        if let Some(last) = last_sent.filter(|_| in_window) {
+            max_unrenewed_ms = max_unrenewed_ms.max(last.elapsed().as_secs_f64() * 1000.0);
+        }
+        last_sent = Some(sent);
         if in_window {
             ticks += 1;
             replies_ok += ok;
@@ -567,6 +654,7 @@ fn drive_side(
         replies_ok,
         replies_expected: ticks * work.requests(settings.holds),
         max_late_ms,
+        max_unrenewed_ms,
         tick: Spread::of(&round_trips_us),
         locks_at_end,
         expiries: closed.expiries - opened.expiries,
@@ -574,13 +662,41 @@ fn drive_side(
     })
 }
 
-/// Take `holds` keys the side's way; what it sends each tick.
-fn set_up(
+/// [`set_up`], again on an empty server when the lease side's lease ran
+/// out while its holds were being taken (a stall between two batches), up
+/// to [`SETUP_ATTEMPTS`] times; then a [`TOO_SLOW`] error.
+fn set_up_again_if_late(
     conn: &mut Connection,
     side: Side,
     holds: u64,
     variant: &Variant,
 ) -> Result<Work, String> {
+    let mut attempt = 1;
+    loop {
+        match set_up(conn, side, holds, variant)? {
+            Ok(work) => return Ok(work),
+            Err(why) if attempt < SETUP_ATTEMPTS => {
+                eprintln!("{side:?} setup, attempt {attempt}: {why}; again");
+                query::<()>(conn, redis::cmd("FLUSHALL").arg("SYNC"))?;
+                attempt += 1;
+            }
+            Err(why) => {
+                return Err(format!(
+                    "{side:?} setup: {TOO_SLOW}{why}, in each of {SETUP_ATTEMPTS} attempts"
+                ))
+            }
+        }
+    }
+}
+
+/// Take `holds` keys the side's way; what it sends each tick, or (`Ok(Err)`)
+/// why the lease ran out before every hold was attached to it.
+fn set_up(
+    conn: &mut Connection,
+    side: Side,
+    holds: u64,
+    variant: &Variant,
+) -> Result<Result<Work, String>, String> {
     let ttl_ms = variant.ttl_ms;
     let lease: Option<String> = match side {
         Side::Lease => Some(query(
@@ -607,21 +723,30 @@ fn set_up(
                 _ => cmd.arg(IDLE_TTL_MS).arg("TOKEN").arg(TOKEN),
             };
         }
-        let granted: Vec<Option<(Vec<u8>, u64)>> = pipe
-            .query(conn)
-            .map_err(|e| format!("{side:?} setup: LOCK.ACQUIRE: {e}"))?;
+        let granted: Vec<Option<(Vec<u8>, u64)>> = match pipe.query(conn) {
+            Ok(granted) => granted,
+            // A grant `LEASE id` of a lease that ran out.
+            Err(e) if e.code() == Some("NOLEASE") => {
+                return Ok(Err(format!(
+                    "the {ttl_ms} ms lease ran out while its holds were taken ({e})"
+                )))
+            }
+            Err(e) => return Err(format!("{side:?} setup: LOCK.ACQUIRE: {e}")),
+        };
         if granted.iter().any(Option::is_none) {
             return Err(format!("{side:?} setup: a LOCK.ACQUIRE was refused"));
         }
         if let Some(cmd) = &keepalive {
             let alive: i64 = query(conn, &mut cmd.clone())?;
             if alive != 1 {
-                return Err("the lease ran out during the setup".into());
+                return Ok(Err(format!(
+                    "the {ttl_ms} ms lease ran out while its holds were taken"
+                )));
             }
         }
         at += SETUP_BATCH;
     }
-    Ok(match side {
+    Ok(Ok(match side {
         Side::Lease => Work::Keepalive(keepalive.ok_or("no lease granted")?),
         Side::Extend => {
             let mut pipe = redis::pipe();
@@ -634,7 +759,7 @@ fn set_up(
             Work::Extend(pipe)
         }
         Side::Idle => Work::Ping,
-    })
+    }))
 }
 
 /// Where the server's counters stood.
@@ -723,6 +848,7 @@ mod tests {
             replies_ok: 10,
             replies_expected: 10,
             max_late_ms: 0.0,
+            max_unrenewed_ms: 0.0,
             tick: Spread::default(),
             locks_at_end: 5,
             expiries: 0,
@@ -745,6 +871,7 @@ mod tests {
                     // 1,100 µs in 100 ms of PINGs; 9,900 µs in the other 9,900 ms.
                     side(Side::Idle, 11_000.0, 1_100.0, 0),
                 ],
+                not_measured: None,
             }],
             elapsed_s: 10.0,
         };
@@ -762,6 +889,46 @@ mod tests {
         let row = &rows(&results)[0];
         assert_eq!(row.lease_renewal_us, 50.0);
         assert!(!row.all_held);
+        // A hold lost while the renewals kept within the ttl is a loss …
+        results.runs[0].sides[1].max_unrenewed_ms = 2_999.0;
+        assert_eq!(rows(&results)[0].not_measured, None);
+        // … and one lost after the harness left a ttl between renewals is
+        // the busy machine's: not measured.
+        results.runs[0].sides[1].max_unrenewed_ms = 3_400.0;
+        let row = &rows(&results)[0];
+        assert!(!row.all_held);
+        let why = row.not_measured.as_deref().unwrap_or_default();
+        assert!(
+            why.starts_with("Extend side: a hold was lost after"),
+            "{why}"
+        );
+        assert!(
+            why.contains("3400 ms between renewals of a 3000 ms lease"),
+            "{why}"
+        );
+    }
+
+    #[test]
+    fn a_variant_the_machine_was_too_slow_to_set_up_is_a_row_that_says_why() {
+        let results = KeepaliveResults {
+            server: "s".into(),
+            runs: vec![VariantResult {
+                ttl_ms: 300,
+                interval_ms: 100,
+                holds: 5,
+                window_s: 5.0,
+                sides: Vec::new(),
+                not_measured: Some("Lease setup: the 300 ms lease ran out".into()),
+            }],
+            elapsed_s: 1.0,
+        };
+        let row = &rows(&results)[0];
+        assert_eq!(row.ttl_ms, 300);
+        assert!(row.renewal_ratio.is_nan() && !row.all_held);
+        assert_eq!(
+            row.not_measured.as_deref(),
+            Some("Lease setup: the 300 ms lease ran out")
+        );
     }
 
     #[test]

@@ -13,14 +13,24 @@
 //! 2. hand-off: a client queued with `WAIT` is granted inside a's
 //!    `LOCK.RELEASE`;
 //! 3. release: that holder releases and nobody waits;
-//! 4. grant again, with a short lease (after a random 0–100 ms pause, so
-//!    that the deadline does not fall into step with the server's cron);
-//! 5. expiry: nobody touches the key until its lease runs out.
+//! 4. grant again;
+//! 5. expiry: once every observer waits again, the holder's lease is cut
+//!    to `ttl_ms` (`LOCK.EXTEND`, which wakes nobody, after a random 0–100
+//!    ms pause, so that the deadline does not fall into step with the
+//!    server's cron), and nobody touches the key until it runs out.
+//!
+//! Every grant takes a long lease, and the short one starts only once the
+//! fleet waits again: granted short, a lease could run out on a busy
+//! machine before every observer had re-sent its `LOCK.OBSERVE` (which
+//! would then answer at once), or before its deadline was read. The cut
+//! and the read of its deadline (`LOCK.INFO`) are one `MULTI`, so the
+//! deadline is the server's whatever the harness' own delays.
 //!
 //! Before each change every observer is seen blocked again (`INFO lock`
 //! `lock_observers` equals the fleet, read without touching the key) and no
 //! reply is left over; after it every observer must reply exactly once,
-//! with the new holder's fence (0: free). Anything else fails the run. A
+//! with the new holder's fence (0: free). Anything else fails the run: a
+//! slow machine makes every step slower, but none of them wrong. A
 //! sample runs, for a grant, hand-off or release, from the instant just
 //! before the command is sent to the observer's reply arriving (one
 //! monotonic clock, as `lock-handoff` on release); for an expiry, from the
@@ -46,8 +56,8 @@ use tokio::sync::mpsc;
 use tokio::time::{sleep, timeout, Instant};
 
 use crate::handoff::{
-    acquire_wait, connect, lock_info, micros, query, unix_us_now, wait_until_queued,
-    EXPIRY_PHASE_JITTER, ROUND_LIMIT,
+    acquire_wait, connect, micros, query, unix_us_now, wait_until_queued, EXPIRY_PHASE_JITTER,
+    ROUND_LIMIT,
 };
 pub use crate::stats::Spread;
 
@@ -94,7 +104,8 @@ pub struct ObserveConfig {
     pub observers: usize,
     /// Rounds of five changes ([`Change::ROUND`]).
     pub rounds: usize,
-    /// The lease that runs out in the expiry change.
+    /// The lease that runs out in the expiry change (cut to it once every
+    /// observer waits again).
     pub ttl_ms: u64,
     pub key: String,
     pub seed: u64,
@@ -165,7 +176,7 @@ struct Wake {
 struct Made {
     /// The monotonic instant (command changes) …
     sent: Option<Instant>,
-    /// … or the lease's deadline, unix ms (expiry).
+    /// … or the lease's deadline, unix ms (expiry: the cut lease's).
     deadline_ms: Option<i64>,
     /// The holder's fence after the change (0: free).
     fence: u64,
@@ -216,7 +227,6 @@ pub async fn run(config: ObserveConfig) -> Result<ObserveSummary, String> {
     let mut gathered = vec![Gathered::default(); Change::ALL.len()];
     let mut idle_pings = Vec::new();
     let mut replies = 0u64;
-    let mut deadline_ms = None;
     let start = Instant::now();
     for round in 0..config.rounds {
         for (step, change) in Change::ROUND.into_iter().enumerate() {
@@ -240,30 +250,19 @@ pub async fn run(config: ObserveConfig) -> Result<ObserveSummary, String> {
                     extra.observer
                 ));
             }
-            if change == Change::Expiry && deadline_ms.is_some_and(|d| unix_us_now() >= d * 1000) {
-                return Err(format!(
-                    "{what}: the lease ran out before every observer was blocked again: \
-                     raise --ttl-ms"
-                ));
-            }
             pinger.ping();
             idle_pings.push(pinger.took().await?);
             let cpu_before = server_cpu_us(&mut driver).await?;
-            // The grant whose lease will run out: at a random phase of the
-            // server's cron.
-            let short_lease = step == 3;
-            let ttl_ms = if short_lease {
+            if change == Change::Expiry {
+                // At a random phase of the server's cron.
                 sleep(Duration::from_micros(
                     rng.gen_range(0..=micros(EXPIRY_PHASE_JITTER)),
                 ))
                 .await;
-                config.ttl_ms
-            } else {
-                ROUND_LIMIT.as_millis() as u64 * 4
-            };
+            }
             let mut made = timeout(
                 ROUND_LIMIT,
-                make(change, &mut driver, &mut pinger, &config.key, ttl_ms),
+                make(change, &mut driver, &mut pinger, &config.key, config.ttl_ms),
             )
             .await
             .map_err(|_| format!("{what}: the change took over 30 s"))?
@@ -272,17 +271,6 @@ pub async fn run(config: ObserveConfig) -> Result<ObserveSummary, String> {
                 made.fence = handle
                     .await
                     .map_err(|e| format!("{what}: waiter panicked: {e}"))??;
-            }
-            if change == Change::Expiry {
-                made.deadline_ms = deadline_ms.take();
-            }
-            if short_lease {
-                deadline_ms = lock_info(&mut driver, &config.key)
-                    .await?
-                    .and_then(|info| info.get("deadline").copied());
-                if deadline_ms.is_none() {
-                    return Err(format!("{what}: LOCK.INFO has no deadline"));
-                }
             }
             let (wakeups, last) = timeout(ROUND_LIMIT, collect(&mut wakes, &config, &made))
                 .await
@@ -413,8 +401,12 @@ async fn wait_for_grant(mut conn: MultiplexedConnection, key: String) -> Result<
         .ok_or_else(|| "the hand-off's WAIT timed out".to_string())
 }
 
+/// Every grant's lease: far beyond a round, so that only the expiry
+/// change's cut lease ever runs out.
+const LONG_LEASE_MS: u64 = ROUND_LIMIT.as_millis() as u64 * 4;
+
 /// Make one change; for a command, with a `PING` on `pinger` sent right
-/// after it.
+/// after it. The expiry cuts the holder's lease to `ttl_ms`.
 async fn make(
     change: Change,
     driver: &mut MultiplexedConnection,
@@ -425,7 +417,7 @@ async fn make(
     let (mut cmd, token) = match change {
         Change::Grant => {
             let mut cmd = redis::cmd("LOCK.ACQUIRE");
-            cmd.arg(key).arg(ttl_ms).arg("TOKEN").arg("a");
+            cmd.arg(key).arg(LONG_LEASE_MS).arg("TOKEN").arg("a");
             (cmd, None)
         }
         // The hand-off releases a's lock, the release b's (granted by it).
@@ -434,7 +426,7 @@ async fn make(
         Change::Expiry => {
             return Ok(Made {
                 sent: None,
-                deadline_ms: None,
+                deadline_ms: Some(cut_lease(driver, key, ttl_ms).await?),
                 fence: 0,
                 command_us: None,
                 ping_us: None,
@@ -472,6 +464,33 @@ async fn make(
         command_us: Some(command_us),
         ping_us: Some(ping_us),
     })
+}
+
+/// Cut a's lease to `ttl_ms` from now; its deadline (unix ms), read in the
+/// same `MULTI`, so that no delay of the harness can come between them.
+async fn cut_lease(
+    driver: &mut MultiplexedConnection,
+    key: &str,
+    ttl_ms: u64,
+) -> Result<i64, String> {
+    let (extended, info): (i64, Option<HashMap<String, Value>>) = redis::pipe()
+        .atomic()
+        .cmd("LOCK.EXTEND")
+        .arg(key)
+        .arg("a")
+        .arg(ttl_ms)
+        .cmd("LOCK.INFO")
+        .arg(key)
+        .query_async(driver)
+        .await
+        .map_err(|e| format!("LOCK.EXTEND + LOCK.INFO: {e}"))?;
+    if extended != 1 {
+        return Err(format!("LOCK.EXTEND of a's lease replied {extended}"));
+    }
+    match info.as_ref().and_then(|fields| fields.get("deadline")) {
+        Some(Value::Int(deadline_ms)) => Ok(*deadline_ms),
+        other => Err(format!("LOCK.INFO after the cut: deadline {other:?}")),
+    }
 }
 
 /// Every observer's reply to one change, exactly one each, with the new

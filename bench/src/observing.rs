@@ -17,8 +17,8 @@ use crate::server::{flushall, Server};
 pub struct Fleet {
     pub observers: usize,
     pub rounds: usize,
-    /// The lease that runs out in the expiry change: long enough for the
-    /// whole fleet to be blocked again after the grant.
+    /// The lease that runs out in the expiry change (the holder's is cut
+    /// to it once the whole fleet waits again).
     pub ttl_ms: u64,
 }
 

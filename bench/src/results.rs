@@ -609,6 +609,10 @@ pub enum Verdict {
     Missed,
     /// A figure the goals ask for, with nothing to meet.
     Reported,
+    /// The machine was too busy to measure what the goal is judged on: the
+    /// goal's `not_measured` says why.
+    #[serde(rename = "not-measured")]
+    NotMeasured,
 }
 
 impl Verdict {
@@ -701,6 +705,8 @@ pub enum Goal {
         after_end_p99_us: f64,
         missed: Vec<&'static str>,
         verdict: Verdict,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        not_measured: Option<String>,
     },
     /// Keeping `holds` alive for the window: `LOCK.EXTEND` of each against
     /// one lease's `KEEPALIVE`, the server CPU of the renewals (less the
@@ -726,6 +732,8 @@ pub enum Goal {
         cpu_ratio: Option<f64>,
         missed: Vec<&'static str>,
         verdict: Verdict,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        not_measured: Option<String>,
     },
 }
 
@@ -850,15 +858,28 @@ fn goals(results: &Results, summary: &Summary) -> Vec<Goal> {
     }
     if let Some(waiting) = &results.waiting {
         for handoffs in [&waiting.mass_expiry, &waiting.expiry] {
-            let native = handoffs
+            let Some(native) = handoffs
                 .recipes
                 .iter()
-                .find(|r| r.recipe == Recipe::NativeWait.name());
-            let Some((p50_us, p99_us)) = native.and_then(|r| r.spread.p50_us.zip(r.spread.p99_us))
+                .find(|r| r.recipe == Recipe::NativeWait.name())
             else {
                 continue;
             };
-            let missed = expiry_misses(p50_us, p99_us);
+            let measured = native.spread.p50_us.zip(native.spread.p99_us);
+            let (p50_us, p99_us) = measured.unwrap_or((f64::NAN, f64::NAN));
+            let missed = if measured.is_some() {
+                expiry_misses(p50_us, p99_us)
+            } else {
+                Vec::new()
+            };
+            let not_measured = measured.is_none().then(|| {
+                native
+                    .not_measured
+                    .clone()
+                    .or_else(|| Some(handoffs.not_measured.join("; ")))
+                    .filter(|why| !why.is_empty())
+                    .unwrap_or_else(|| "no hand-off was measured".into())
+            });
             goals.push(Goal::ExpiryHandoff {
                 server: waiting.server.clone(),
                 scenario: handoffs.scenario,
@@ -870,8 +891,13 @@ fn goals(results: &Results, summary: &Summary) -> Vec<Goal> {
                 threshold_p99_us: EXPIRY_GOAL_P99_US,
                 after_end_p50_us: p50_us - 1000.0,
                 after_end_p99_us: p99_us - 1000.0,
-                verdict: Verdict::of(missed.is_empty()),
+                verdict: if not_measured.is_some() {
+                    Verdict::NotMeasured
+                } else {
+                    Verdict::of(missed.is_empty())
+                },
                 missed,
+                not_measured,
             });
         }
     }
@@ -881,7 +907,11 @@ fn goals(results: &Results, summary: &Summary) -> Vec<Goal> {
             server: row.server.clone(),
             row: row.clone(),
             threshold: KEEPALIVE_GOAL,
-            verdict: Verdict::of(met),
+            verdict: if row.not_measured.is_some() {
+                Verdict::NotMeasured
+            } else {
+                Verdict::of(met)
+            },
         });
     }
     // With the most clients (the 50), on each server.
@@ -894,7 +924,13 @@ fn goals(results: &Results, summary: &Summary) -> Vec<Goal> {
         else {
             continue;
         };
-        let missed = sync_misses(row);
+        let (missed, unmeasured) = sync_misses(row);
+        let not_measured = (missed.is_empty() && !unmeasured.is_empty()).then(|| {
+            format!(
+                "no {} ratio: a run answered no request within its duration (a busy machine)",
+                unmeasured.join(", ")
+            )
+        });
         goals.push(Goal::Sync {
             server: row.server.clone(),
             clients: row.clients,
@@ -903,25 +939,39 @@ fn goals(results: &Results, summary: &Summary) -> Vec<Goal> {
             p50_ratio: row.p50_ratio,
             p99_ratio: row.p99_ratio,
             cpu_ratio: row.cpu_ratio,
-            verdict: Verdict::of(missed.is_empty()),
+            verdict: if not_measured.is_some() {
+                Verdict::NotMeasured
+            } else {
+                Verdict::of(missed.is_empty())
+            },
             missed,
+            not_measured,
         });
     }
     goals
 }
 
-/// The figures of a `SYNC` comparison that miss the goal (or were not
-/// measured).
-fn sync_misses(row: &SyncRatioRow) -> Vec<&'static str> {
-    [
+/// The figures of a `SYNC` comparison that miss the goal, and those that
+/// were not measured.
+fn sync_misses(row: &SyncRatioRow) -> (Vec<&'static str>, Vec<&'static str>) {
+    let figures = [
         ("throughput", row.throughput_ratio),
         ("p50", row.p50_ratio),
         ("p99", row.p99_ratio),
-    ]
-    .into_iter()
-    .filter(|(_, ratio)| !ratio.is_some_and(|r| r >= SYNC_GOAL))
-    .map(|(name, _)| name)
-    .collect()
+    ];
+    let names = |keep: fn(f64) -> bool| {
+        figures
+            .iter()
+            .filter(|(_, ratio)| ratio.is_some_and(keep))
+            .map(|(name, _)| *name)
+            .collect::<Vec<_>>()
+    };
+    let unmeasured = figures
+        .iter()
+        .filter(|(_, ratio)| ratio.is_none_or(|r| !r.is_finite()))
+        .map(|(name, _)| *name)
+        .collect();
+    (names(|r| r.is_finite() && r < SYNC_GOAL), unmeasured)
 }
 
 /// The percentiles of an expiry hand-off that miss the goal.
@@ -974,10 +1024,18 @@ mod tests {
             p99_ratio: p99,
             cpu_ratio: None,
         };
-        assert!(sync_misses(&row(Some(1.0), Some(1.2), Some(3.0))).is_empty());
+        let none: Vec<&str> = Vec::new();
+        assert_eq!(
+            sync_misses(&row(Some(1.0), Some(1.2), Some(3.0))),
+            (none.clone(), none.clone())
+        );
         assert_eq!(
             sync_misses(&row(Some(0.9), Some(1.2), None)),
-            ["throughput", "p99"]
+            (vec!["throughput"], vec!["p99"])
+        );
+        assert_eq!(
+            sync_misses(&row(Some(1.1), None, Some(2.0))),
+            (none, vec!["p50"])
         );
     }
 

@@ -901,9 +901,13 @@ impl<'a> Waiters<'a> {
                         self.queues[q].order.push_back(previous);
                         let length = self.queues[q].length;
                         let started = Instant::now();
+                        // (Bounded far beyond a busy machine's delays: a
+                        // waiter that never comes back is a fault.)
                         while queue_len(&mut conn, &key)? != length {
-                            if started.elapsed() > Duration::from_secs(10) {
-                                return Err(format!("{key} did not get its waiter back"));
+                            if started.elapsed() > Duration::from_secs(60) {
+                                return Err(format!(
+                                    "{key} did not get its waiter back within 60 s"
+                                ));
                             }
                         }
                     }

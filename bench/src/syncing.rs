@@ -17,8 +17,11 @@ use crate::server::{flushall, query, Server};
 use crate::stats::median;
 use crate::sync_load::{Mode, SyncSummary};
 
-/// How long the warm-up grant may wait for the replica.
+/// How long the warm-up grant may wait for the replica, and how often it
+/// is tried (a busy machine can keep the replica from acknowledging in
+/// time: the runs then start without a warm-up rather than fail).
 const WARM_UP_TIMEOUT_MS: u64 = 10_000;
+const WARM_UP_ATTEMPTS: usize = 3;
 
 #[derive(Clone, Debug, Serialize)]
 pub struct Settings {
@@ -85,16 +88,25 @@ pub fn run(
     // sync, the first acknowledgement can take about a second (0.94 s on
     // Redis 7.0 in a quick run: the replica's own periodic one), which is
     // not what the runs measure.
-    query::<redis::Value>(
-        &mut conn,
-        redis::cmd("LOCK.ACQUIRE")
-            .arg("sync:warm-up")
-            .arg(1000)
-            .arg("SYNC")
-            .arg(settings.replicas)
-            .arg(WARM_UP_TIMEOUT_MS),
-    )
-    .map_err(|e| format!("the warm-up grant was not acknowledged: {e}"))?;
+    for attempt in 1..=WARM_UP_ATTEMPTS {
+        let warm_up = query::<redis::Value>(
+            &mut conn,
+            redis::cmd("LOCK.ACQUIRE")
+                .arg(format!("sync:warm-up:{attempt}"))
+                .arg(1000)
+                .arg("SYNC")
+                .arg(settings.replicas)
+                .arg(WARM_UP_TIMEOUT_MS),
+        );
+        match warm_up {
+            Ok(_) => break,
+            Err(e) => progress(&format!(
+                "{}: the warm-up grant was not acknowledged (attempt {attempt} of \
+                 {WARM_UP_ATTEMPTS}): {e}",
+                master.label
+            )),
+        }
+    }
     let started = Instant::now();
     let mut runs = Vec::new();
     for round in 0..settings.rounds {

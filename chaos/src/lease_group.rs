@@ -174,7 +174,7 @@ pub fn lease_group(ctx: &Ctx) -> Result<Report, String> {
         let mut extra = Verdict::default();
         for &fault in plan {
             if !all_held(&rec, lw.id, nkeys as usize, Duration::from_secs(15)) {
-                extra.scenario.push(format!(
+                extra.timed.push(format!(
                     "{}: lease worker {} never held all {nkeys} keys within 15 s: the round proves nothing",
                     fault.name(),
                     lw.id
@@ -720,7 +720,7 @@ fn handoffs(index: &Index, r: &Round, ttl: u64, f: &mut Figures, extra: &mut Ver
         .map_or(0, |t| t + ttl * MS);
     let at = r.key_revoke.as_ref().map_or(r.t_start, |k| k.1);
     if lease_end <= at {
-        extra.scenario.push(format!(
+        extra.timed.push(format!(
             "{}: lease {} was not certainly live when the fault began ({:.0} ms after its earliest end): the round proves nothing",
             r.fault.name(),
             r.lease,
@@ -743,7 +743,7 @@ fn handoffs(index: &Index, r: &Round, ttl: u64, f: &mut Figures, extra: &mut Ver
                     f.fault_handoff_ms.push(ms(t, r.t_start));
                 }
             }
-            other => extra.scenario.push(format!(
+            other => extra.timed.push(format!(
                 "{}: {key} of lease {} not granted to another worker within {} ms{}",
                 r.fault.name(),
                 r.lease,
@@ -766,7 +766,7 @@ fn handoffs(index: &Index, r: &Round, ttl: u64, f: &mut Figures, extra: &mut Ver
     if let Some((key, t_inv, _)) = &r.key_revoke {
         match index.handed(key, r.worker, *t_inv) {
             Some(t) if t <= t_inv + 1000 * MS => f.key_revoke_handoff_ms.push(ms(t, *t_inv)),
-            _ => extra.scenario.push(format!(
+            _ => extra.timed.push(format!(
                 "LOCK.REVOKE {key}: not granted to another worker within 1 s"
             )),
         }
@@ -824,7 +824,7 @@ fn told(
         }
     }
     if !guards.iter().any(|(_, result, why)| refused(*result, why)) {
-        extra.scenario.push(format!(
+        extra.timed.push(format!(
             "{what}: the holder was never told REVOKED {reason}: the round proves nothing"
         ));
     }
@@ -909,8 +909,8 @@ fn aftermath(index: &Index, r: &Round, f: &mut Figures, extra: &mut Verdict) {
     if matches!(r.fault, Fault::Pause | Fault::PauseWorst) {
         match first_refusal {
             Some(t) => f.learned_ms.push(ms(t, r.t_heal)),
-            None => extra.scenario.push(format!(
-                "{}: lease worker {} was never told its lease {} was gone",
+            None => extra.timed.push(format!(
+                "{}: lease worker {} was never told its lease {} was gone by the run's end",
                 r.fault.name(),
                 r.worker,
                 r.lease

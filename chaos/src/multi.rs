@@ -143,15 +143,17 @@ pub fn multi_key(ctx: &Ctx) -> Result<Report, String> {
         base.extend = 0.2;
         let mut workers = spawn_multi(ctx, &base, workers_n, seed, 2000, 0.75)?;
         join_workers(&mut workers, Duration::from_secs(secs + 10));
-        let (mut own, stats) = check_sets(&rec.snapshot());
+        let (own, stats) = check_sets(&rec.snapshot());
+        let mut timed = Vec::new();
         for w in 0..workers_n {
             if stats.grants_by_worker.get(&w).copied().unwrap_or(0) == 0 {
-                own.push(format!("worker {w} was never granted a set"));
+                timed.push(format!("worker {w} was never granted a set in {secs} s"));
             }
         }
         let extra = Verdict {
             c4: server::digests_agree(&master.addr(), &[replica.addr()], Duration::from_secs(5)),
             scenario: own,
+            timed,
             ..Verdict::default()
         };
         let v = finish_run(

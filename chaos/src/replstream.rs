@@ -125,6 +125,28 @@ pub fn attach(addr: &str) -> Result<Stream, String> {
 }
 
 impl Stream {
+    /// Stop reading once a command on `key` has gone by (a write the
+    /// harness made last: everything before it has been read, however far
+    /// behind a busy machine left this reader), or after `limit`; every
+    /// command seen.
+    pub fn stop_after(self, key: &str, limit: Duration) -> Vec<Vec<String>> {
+        let start = std::time::Instant::now();
+        let mut looked = 0;
+        while start.elapsed() < limit {
+            let commands = self.commands.lock().unwrap_or_else(|e| e.into_inner());
+            if commands[looked..]
+                .iter()
+                .any(|c| c.get(1).is_some_and(|k| k == key))
+            {
+                break;
+            }
+            looked = commands.len();
+            drop(commands);
+            thread::sleep(Duration::from_millis(10));
+        }
+        self.stop()
+    }
+
     /// Stop reading; every command seen so far.
     pub fn stop(mut self) -> Vec<Vec<String>> {
         self.stop.store(true, Ordering::Relaxed);

@@ -260,7 +260,9 @@ pub fn spawn_pool_with(
 }
 
 /// Check a run's history, add the scenario's own findings, keep the history
-/// if it has violations (or always with --keep-history).
+/// if it has violations (or always with --keep-history). On a machine too
+/// busy for time bounds ([`crate::check::busy`]), C5 and the `timed`
+/// findings are reported as not measured instead of counted.
 pub fn finish_run(
     ctx: &Ctx,
     report: &mut Report,
@@ -273,6 +275,9 @@ pub fn finish_run(
     let events = rec.take();
     let mut v = check(&events, c5_bound_ns);
     v.merge(extra);
+    if let Some(busy) = crate::check::busy() {
+        v.excuse_timing(&busy);
+    }
     report.runs += 1;
     report.faults += v.stats.faults;
     let failing = v.failures(report.tolerate_double_grants) > 0;
@@ -773,8 +778,10 @@ fn wait_bg(con: &mut Connection, field: &str) -> Result<(), String> {
         if busy == "0" && (sched.is_empty() || sched == "0") {
             return Ok(());
         }
-        if start.elapsed() > Duration::from_secs(20) {
-            return Err(format!("{field} still 1 after 20 s"));
+        // (Far beyond a busy machine's delays: a fork that never ends is
+        // a fault.)
+        if start.elapsed() > Duration::from_secs(60) {
+            return Err(format!("{field} still 1 after 60 s"));
         }
         sleep(Duration::from_millis(20));
     }
@@ -957,6 +964,10 @@ const STREAM_ALLOWED: &[&str] = &[
     "exec",
 ];
 
+/// The key of the harness' last write in scenario 6, which ends its reading
+/// of the stream.
+const STREAM_END: &str = "chaos:stream-end";
+
 pub fn replication_stream(ctx: &Ctx) -> Result<Report, String> {
     let mut report = Report::new(ctx, 6, "Replication stream");
     let (runs, secs) = if ctx.quick { (1, 5) } else { (3, 10) };
@@ -1015,7 +1026,10 @@ pub fn replication_stream(ctx: &Ctx) -> Result<Report, String> {
         }
         join_workers(&mut workers, Duration::from_secs(secs + 10));
         sleep(Duration::from_millis(ttl + 1000));
-        let commands = stream.stop();
+        // The last write: once the stream has carried it, it has carried
+        // everything before (the reader may lag on a busy machine).
+        acquire(&mut con, STREAM_END, 60_000, &format!("stream-end-{run}"))?;
+        let commands = stream.stop_after(STREAM_END, Duration::from_secs(60));
         let mut extra = Verdict::default();
         let mut counts: BTreeMap<String, u64> = BTreeMap::new();
         let mut stream_fences = HashSet::new();
@@ -1061,7 +1075,7 @@ pub fn replication_stream(ctx: &Ctx) -> Result<Report, String> {
         }
         for needed in ["lock.setstate", "lock.setstate (extension)", "del"] {
             if !counts.contains_key(needed) {
-                extra.scenario.push(format!(
+                extra.timed.push(format!(
                     "the stream never carried {needed}: the workload did not cover it"
                 ));
             }

@@ -121,6 +121,30 @@ fn main() {
             r.discarded
         );
     }
+    if summary.retried > 0 {
+        println!(
+            "  {} rounds run again: the machine was too slow for their lead",
+            summary.retried
+        );
+    }
+    // (A recipe with no sample at all repeats its rounds' reasons.)
+    let mut not_measured: Vec<&String> = summary.not_measured.iter().collect();
+    for why in summary
+        .recipes
+        .iter()
+        .filter_map(|r| r.not_measured.as_ref())
+    {
+        if !summary
+            .not_measured
+            .iter()
+            .any(|w| why.contains(w.as_str()))
+        {
+            not_measured.push(why);
+        }
+    }
+    for why in not_measured {
+        println!("  not measured: {why}");
+    }
     if let (Some(share), Some(max)) = (summary.server_first_ms_share, summary.server_max_ms) {
         println!(
             "  {} keys, deadlines over {} ms; on the server's clock {:.1}% granted in the first ms after the deadline, the last {max} ms after",
