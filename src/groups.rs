@@ -38,6 +38,15 @@ pub fn live_mine(holds: &Holds, token: Option<&[u8]>, now_ms: i64) -> Option<MyH
         .filter(|mine| mine.lease.is_none_or(|n| is_live(n, now_ms)))
 }
 
+/// The key's holders at `now_ms`: live holds, but for those attached to a
+/// lease group that ran out (nobody's, as in [`live_mine`]).
+pub fn count_live(holds: &Holds, now_ms: i64) -> usize {
+    holds
+        .live(now_ms)
+        .filter(|hold| hold.tags.lease().is_none_or(|n| is_live(n, now_ms)))
+        .count()
+}
+
 /// When `hold` ends, as replies show it (`group::shown_deadline`).
 pub fn shown_deadline(hold: &Hold) -> Option<i64> {
     let lease = hold.tags.lease().and_then(deadline);

@@ -16,6 +16,7 @@ use redis_lock_core::hold::{self, Family};
 use redis_lock_core::sync::Stands;
 use redis_module::{Context, RedisString};
 
+use crate::groups;
 use crate::metrics::{self, Counter};
 use crate::redis::key::LockKey;
 use crate::redis::{self, call, reply, server};
@@ -68,7 +69,10 @@ fn guard(ctx: &Context, args: &[RedisString], access: Access) -> Result<(), Lock
     // A semaphore's permits guard nothing: WRONGTYPE.
     hold::admits(Family::Lock, holds.kind())?;
     let mine = super::live_mine(&holds, Some(parsed.token), now_ms);
-    let allowed = decide::guard(mine, holds.count_live(now_ms));
+    // A leased hold whose lease ran out is nobody's, the caller's too
+    // (on a replica, until its master's effects end it): not "another
+    // token".
+    let allowed = decide::guard(mine, groups::count_live(&holds, now_ms));
     drop(holds);
     let read_only = match allowed {
         Ok(read_only) => {
