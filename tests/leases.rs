@@ -1356,7 +1356,7 @@ fn lease_end_garbage_changes_nothing_and_help_lists_the_subcommands() {
 /// free, not that another token holds it.
 #[test]
 fn guard_by_a_token_whose_lease_ran_out_is_told_the_lock_is_free() {
-    let (mut master, replica) = pair();
+    let (master, replica) = pair();
     let mut m = master.conn();
     let id = grant_lease(&mut m, 300, None);
     leased(&mut m, &["LOCK.ACQUIRE", "k", "60000", "TOKEN", "t"], &id).expect("granted");
