@@ -30,6 +30,7 @@ use std::collections::HashMap;
 
 use redis_lock_core::decide::Removal;
 use redis_lock_core::hold::Kind;
+use redis_lock_core::rules;
 
 /// What an unlink callback saw leave the keyspace: a key of `kind` whose
 /// holds' leases ran out (`expiries` of them), or were in their last
@@ -115,7 +116,7 @@ const NOTE_LIFETIME_MS: i64 = 1000;
 /// older than [`NOTE_LIFETIME_MS`], is forgotten ([`forget_note`]).
 pub fn take_note(db: i32, key: &[u8], now_ms: i64) -> Option<Removed> {
     let noted = NOTED.with(|n| n.borrow_mut().take())?;
-    let fresh = now_ms <= noted.noted_ms.saturating_add(NOTE_LIFETIME_MS);
+    let fresh = rules::within(noted.noted_ms, NOTE_LIFETIME_MS, now_ms);
     if fresh && noted.db == db && *noted.key == *key {
         Some(noted.removed)
     } else {

@@ -22,6 +22,7 @@ use std::collections::HashMap;
 use std::ffi::CString;
 
 use redis_lock_core::decide;
+use redis_lock_core::rules;
 use redis_lock_core::waitqueue::{WaitQueues, WaiterId};
 use redis_module::{Context, RedisString};
 
@@ -84,7 +85,7 @@ pub fn reply_holder(ctx: &Context, name: &RedisString, seen: u64) {
         Some(_) => groups::shown_deadline(newest),
         None => key.deadline(),
     };
-    let ttl = deadline.map_or(-1, |d| (d - now_ms).max(0));
+    let ttl = rules::ms_left(deadline, now_ms);
     let (fence, owner) = (newest.fence, newest.tags.owner());
     let revoked = match seen {
         0 => None,

@@ -179,12 +179,9 @@ pub fn block(
 /// `pending`'s client (already blocked) waits for its replicas; `stands`
 /// says what stands if they do not hold it in time.
 pub fn wait(ctx: &Context, sync: Sync, stands: Stands, pending: Pending) {
-    let deadline_ms = server::now_ms().saturating_add(sync.timeout_ms);
     let fence = pending.grant.as_ref().map(|g| g.fence);
-    WAITING.with(|w| {
-        w.borrow_mut()
-            .push(pending, sync.replicas, deadline_ms, stands, fence)
-    });
+    let now_ms = server::now_ms();
+    WAITING.with(|w| w.borrow_mut().push(pending, sync, now_ms, stands, fence));
     metrics::count(Counter::Syncs);
     // The first look comes as soon as the event loop runs timers, after this
     // command's effects are in the replication stream.

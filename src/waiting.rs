@@ -49,6 +49,7 @@ use redis_lock_core::decide::{self, AcquireMany, AcquireManyCase, ManyKey, Serve
 use redis_lock_core::errors::LockError;
 use redis_lock_core::group::LeaseId;
 use redis_lock_core::hold::{Event, KeyState, Kind, MyHold, Want};
+use redis_lock_core::rules;
 use redis_lock_core::sync::Stands;
 use redis_lock_core::token::{self, UUID_LEN};
 use redis_lock_core::waitqueue::{WaitQueues, WaiterId};
@@ -265,7 +266,7 @@ fn block_waiter(
         sync: request.sync,
         lease: request.lease,
         queued_ms,
-        ends_ms: (request.wait_ms > 0).then(|| queued_ms.saturating_add(request.wait_ms)),
+        ends_ms: rules::wait_ends(queued_ms, request.wait_ms),
     };
     Ok((id, waiter))
 }

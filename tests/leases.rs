@@ -1360,7 +1360,11 @@ fn guard_by_a_token_whose_lease_ran_out_is_told_the_lock_is_free() {
     let mut m = master.conn();
     let id = grant_lease(&mut m, 300, None);
     leased(&mut m, &["LOCK.ACQUIRE", "k", "60000", "TOKEN", "t"], &id).expect("granted");
-    let _: () = redis::cmd("SET").arg("data").arg("v").query(&mut m).unwrap();
+    let _: () = redis::cmd("SET")
+        .arg("data")
+        .arg("v")
+        .query(&mut m)
+        .unwrap();
     sync_replica(&master, &replica);
     let mut r = replica.conn();
     let guarded = run(&mut r, &["LOCK.GUARD_RO", "k", "t", "GET", "data"]);

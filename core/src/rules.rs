@@ -53,6 +53,30 @@ pub fn deadline_ms(now_ms: i64, ttl_ms: i64) -> Result<i64, LockError> {
     now_ms.checked_add(ttl_ms).ok_or(LockError::TtlOverflow)
 }
 
+/// Milliseconds left until `deadline_ms` at `now_ms` (0 once it passed),
+/// or -1 without a deadline: every reply's `ttl`.
+pub fn ms_left(deadline_ms: Option<i64>, now_ms: i64) -> i64 {
+    deadline_ms.map_or(-1, |d| (d - now_ms).max(0))
+}
+
+/// When a wait of `wait_ms` that starts at `now_ms` ends; none for 0 (no
+/// limit).
+pub fn wait_ends(now_ms: i64, wait_ms: i64) -> Option<i64> {
+    (wait_ms > 0).then(|| now_ms.saturating_add(wait_ms))
+}
+
+/// Milliseconds left in a wait that ends at `ends_ms` (at least 1 while it
+/// still waits), or 0 for a wait with no limit: `LOCK.QUEUE`'s `wait`.
+pub fn wait_left_ms(ends_ms: Option<i64>, now_ms: i64) -> i64 {
+    ends_ms.map_or(0, |end| (end - now_ms).max(1))
+}
+
+/// Whether something that happened at `since_ms` is at most `lifetime_ms`
+/// old at `now_ms`.
+pub fn within(since_ms: i64, lifetime_ms: i64, now_ms: i64) -> bool {
+    now_ms <= since_ms.saturating_add(lifetime_ms)
+}
+
 /// Redis' own rule (`keyIsExpired`): a key whose deadline is `now` is still
 /// alive; it is gone once `now` passes the deadline.
 pub fn is_live(deadline_ms: i64, now_ms: i64) -> bool {

@@ -678,6 +678,7 @@ mod sync_undo {
     use proptest::prelude::*;
 
     use super::LockTable;
+    use crate::args::Sync;
     use crate::sync::{Stands, Waiting};
 
     const KEYS: u8 = 2;
@@ -874,13 +875,12 @@ mod sync_undo {
                                 token,
                                 fence,
                             };
-                            self.waiting.push(
-                                request,
-                                1,
-                                self.now_ms + timeout,
-                                stands,
-                                Some(fence),
-                            );
+                            let sync = Sync {
+                                replicas: 1,
+                                timeout_ms: timeout,
+                            };
+                            self.waiting
+                                .push(request, sync, self.now_ms, stands, Some(fence));
                             self.conns.insert(conn);
                         }
                         None => self.told(key, fence),

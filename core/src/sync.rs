@@ -5,6 +5,8 @@
 //! replication` (one line per replica) and compares them with the master's
 //! offset after the grant: what this file decides, with no Redis types.
 
+use crate::args::Sync;
+
 /// A replica's line of `INFO replication` (`ip=…,port=…,state=online,
 /// offset=123,lag=0`, the value of `slaveN`): the offset it has
 /// acknowledged, if it is online (a replica still syncing acknowledges
@@ -208,18 +210,19 @@ impl<T> Waiting<T> {
                 .any(|e| e.fence == Some(fence) && e.stands == Stands::Undone)
     }
 
-    /// `request` waits for `wanted` replicas until `deadline_ms`; its reply
-    /// is about the hold with `fence`, and `stands` says what stands if it
-    /// is not synced in time (a new grant, `Stands::Undone`, counts as
-    /// unconfirmed from now).
+    /// `request` waits for `sync`'s replicas, from `now_ms` for its
+    /// timeout; its reply is about the hold with `fence`, and `stands` says
+    /// what stands if it is not synced in time (a new grant,
+    /// `Stands::Undone`, counts as unconfirmed from now).
     pub fn push(
         &mut self,
         request: T,
-        wanted: u32,
-        deadline_ms: i64,
+        sync: Sync,
+        now_ms: i64,
         stands: Stands,
         fence: Option<u64>,
     ) {
+        let (wanted, deadline_ms) = (sync.replicas, now_ms.saturating_add(sync.timeout_ms));
         if let (Stands::Undone, Some(fence)) = (stands, fence) {
             self.granted(fence);
         }

@@ -19,6 +19,7 @@ use std::ffi::CStr;
 use redis_lock_core::args::parse_info_as;
 use redis_lock_core::errors::LockError;
 use redis_lock_core::hold::{self, Family, Hold, Holds, Kind};
+use redis_lock_core::rules;
 use redis_module::{Context, RedisString};
 
 use crate::redis::key::LockKey;
@@ -71,7 +72,7 @@ fn info(ctx: &Context, args: &[RedisString], family: Family) -> Result<(), LockE
                 (c"holders", Field::Int(holds.count_live(now_ms) as i64)),
                 (c"waiters", Field::Int(waiters)),
                 (c"fence", Field::Int(newest.fence as i64)),
-                (c"ttl", Field::Int((deadline - now_ms).max(0))),
+                (c"ttl", Field::Int(rules::ms_left(Some(deadline), now_ms))),
                 (c"deadline", Field::Int(deadline)),
             ]);
         }
@@ -81,7 +82,7 @@ fn info(ctx: &Context, args: &[RedisString], family: Family) -> Result<(), LockE
                 Some(Kind::Exclusive) if newest.tags.lease().is_none() => key.deadline(),
                 _ => latest(&holds, now_ms),
             };
-            let ttl = deadline.map_or(-1, |d| (d - now_ms).max(0));
+            let ttl = rules::ms_left(deadline, now_ms);
             let mode: &[u8] = match kind {
                 Some(Kind::Shared) => b"shared",
                 _ => b"exclusive",
@@ -137,7 +138,7 @@ fn listing<'a>(holds: &'a Holds, now_ms: i64, count: usize) -> Vec<Fields<'a>> {
     live.into_iter()
         .take(count)
         .map(|h| {
-            let ttl = groups::shown_deadline(h).map_or(-1, |d| (d - now_ms).max(0));
+            let ttl = rules::ms_left(groups::shown_deadline(h), now_ms);
             let mut fields = vec![
                 (c"fence", Field::Int(h.fence as i64)),
                 (c"ttl", Field::Int(ttl)),

@@ -25,6 +25,7 @@
 use redis_lock_core::args::{parse_lease_grant, parse_lease_help, parse_lease_id, parse_revoke};
 use redis_lock_core::errors::LockError;
 use redis_lock_core::group::LEASE_ID_LEN;
+use redis_lock_core::rules;
 use redis_lock_core::token::UUID_LEN;
 use std::ffi::CStr;
 
@@ -103,7 +104,10 @@ pub fn run_lease_info(ctx: &Context, args: &[RedisString]) -> Result<(), LockErr
     let keys: Vec<&[u8]> = shown.keys.iter().map(|(_, key)| &**key).collect();
     let mut fields = vec![
         (c"lease", Field::Int(shown.number as i64)),
-        (c"ttl", Field::Int((shown.deadline_ms - now_ms).max(0))),
+        (
+            c"ttl",
+            Field::Int(rules::ms_left(Some(shown.deadline_ms), now_ms)),
+        ),
         (c"deadline", Field::Int(shown.deadline_ms)),
         (c"lease_ttl", Field::Int(shown.ttl_ms)),
         (c"holds", Field::Int(shown.holds as i64)),

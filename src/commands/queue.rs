@@ -10,6 +10,7 @@
 use redis_lock_core::args::parse_queue;
 use redis_lock_core::errors::LockError;
 use redis_lock_core::hold::Want;
+use redis_lock_core::rules;
 use redis_module::{Context, RedisString};
 
 use crate::redis::key::LockKey;
@@ -31,7 +32,7 @@ pub fn run(ctx: &Context, args: &[RedisString]) -> Result<(), LockError> {
             (c"waited", Field::Int((now_ms - waiter.queued_ms).max(0))),
             (
                 c"timeout",
-                Field::Int(waiter.ends_ms.map_or(0, |end| (end - now_ms).max(1))),
+                Field::Int(rules::wait_left_ms(waiter.ends_ms, now_ms)),
             ),
             (c"client", Field::Int(waiter.client as i64)),
             (c"mode", Field::Bytes(mode)),
