@@ -52,7 +52,7 @@ pub mod waiting;
 use redis_module::{redis_module, Context, RedisString, Status};
 
 use commands::{
-    acquire, effects, extend, guard, info, lease_group, multi, observe, queue, release, sem_acquire,
+    acquire, effects, extend, guard, info, lease_group, multi, observe, queue, release,
 };
 use events::{on_expired, on_key_event};
 use redis::command::{self, Keys, Spec};
@@ -101,7 +101,7 @@ const COMMANDS: &[Spec] = &[
     many(c"lock.mextend",   c"write deny-oom getkeys-api",    "write slow",                 true,  multi::run_extend),
     many(c"lock.mrelease",  c"write getkeys-api",             "write slow",                 true,  multi::run_release),
     spec(c"lock.revoke",    c"write",                         "write slow dangerous admin", true,  lease_group::run_revoke),
-    spec(c"sem.acquire",    c"write deny-oom fast blocking",  "write fast blocking",        true,  sem_acquire::run),
+    spec(c"sem.acquire",    c"write deny-oom fast blocking",  "write fast blocking",        true,  acquire::run_sem),
     spec(c"sem.extend",     c"write deny-oom fast",           "write fast",                 true,  extend::run_sem),
     spec(c"sem.release",    c"write fast",                    "write fast",                 true,  release::run_sem),
     spec(c"sem.info",       c"readonly fast",                 "read fast",                  true,  info::run_sem),

@@ -3,11 +3,11 @@
 //! (another holder, others queued before the caller, or a lock-delay after
 //! an expiry). With `WAIT`, a busy key queues the caller instead (see
 //! `waiting.rs`); with `SESSION`, the hold is also released when the
-//! connection closes (see `sessions.rs`). `SEM.ACQUIRE` (`sem_acquire.rs`)
+//! connection closes (see `sessions.rs`). `SEM.ACQUIRE` ([`run_sem`])
 //! parses its own arguments and comes here too: one path for every kind of
 //! hold.
 
-use redis_lock_core::args::{parse_acquire, AcquireArgs};
+use redis_lock_core::args::{parse_acquire, parse_sem_acquire, AcquireArgs};
 use redis_lock_core::decide::{self, Acquire, AcquireCase};
 use redis_lock_core::errors::LockError;
 use redis_lock_core::hold::{self, Want};
@@ -18,7 +18,7 @@ use redis_module::{Context, RedisString};
 use crate::lease::{self, Grantee};
 use crate::metrics::{self, Counter};
 use crate::redis::key::LockKey;
-use crate::redis::{self, client, reply, server};
+use crate::redis::{self, reply, server};
 use crate::sync::{self, Answer, Grant};
 use crate::waiting::{self, WaitRequest};
 use crate::{config, expiry, groups, sessions};
@@ -33,9 +33,28 @@ pub fn run(ctx: &Context, args: &[RedisString]) -> Result<(), LockError> {
     acquire(ctx, &args[1], &parsed, want)
 }
 
+/// `SEM.ACQUIRE key limit ttl-ms [COUNT n] [TOKEN token] [WAIT timeout-ms]
+/// [SESSION] [OWNER label] [SYNC …] [LEASE id]` → `[token, fence]`, or
+/// null when fewer than `n` of the semaphore's `limit` permits are free (or
+/// others queued before the caller). At most `limit` permits are out at
+/// once; each token's permits have their own lease and fence. The key
+/// exists while it has holders. A `limit` other than the one the key was
+/// created with is refused. With `WAIT`, the caller queues, first in, first
+/// out across counts: a request at the head that needs more permits than
+/// are free blocks smaller ones behind it. Its own arguments, then the
+/// acquire every hold takes.
+pub fn run_sem(ctx: &Context, args: &[RedisString]) -> Result<(), LockError> {
+    let parsed = parse_sem_acquire(redis::args(args), config::max_ttl_ms())?;
+    let want = Want::Permits {
+        limit: parsed.limit,
+        count: parsed.count,
+    };
+    acquire(ctx, &args[1], &parsed.lock, want)
+}
+
 /// The caller wants `want` of `name`: an exclusive lock, a read lease, or a
 /// semaphore's permits.
-pub(super) fn acquire(
+fn acquire(
     ctx: &Context,
     name: &RedisString,
     parsed: &AcquireArgs,
@@ -43,7 +62,7 @@ pub(super) fn acquire(
 ) -> Result<(), LockError> {
     super::refuse_local_write_on_replica(ctx)?;
     super::may_sync(ctx, parsed.sync)?;
-    let session = session_of(ctx, parsed.session)?;
+    let session = super::session_of(ctx, parsed.session)?;
     let db = server::selected_db(ctx);
     let (key, now_ms) = super::open_write(ctx, name);
     let holds = key.held()?;
@@ -79,16 +98,6 @@ pub(super) fn acquire(
         lease: lease.map(|a| a.number),
     };
     apply(ctx, key, name, &caller, decide::acquire(&case))
-}
-
-/// `SESSION`: the calling client's id. Inside a script the client is the
-/// script engine's, which never disconnects: a binding to it would be a lie.
-pub(super) fn session_of(ctx: &Context, session: bool) -> Result<Option<u64>, LockError> {
-    match session {
-        true if server::in_script(ctx) => Err(LockError::SessionInScript),
-        true => Ok(Some(client::id(ctx))),
-        false => Ok(None),
-    }
 }
 
 /// Who asks, and for what.

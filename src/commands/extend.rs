@@ -12,12 +12,11 @@ use redis_lock_core::args::parse_extend_as;
 use redis_lock_core::decide::{self, Extend};
 use redis_lock_core::errors::LockError;
 use redis_lock_core::hold::{self, Family};
-use redis_lock_core::sync::Stands;
 use redis_module::{Context, RedisString};
 
 use crate::metrics::{self, Counter};
 use crate::redis::{self, reply, server};
-use crate::sync::{self, Answer};
+use crate::sync;
 use crate::{config, lease, waiting};
 
 pub fn run(ctx: &Context, args: &[RedisString]) -> Result<(), LockError> {
@@ -60,14 +59,14 @@ fn extend(ctx: &Context, args: &[RedisString], family: Family) -> Result<(), Loc
             if let Some(fence) = fence {
                 sync::confirm(fence);
             }
-            extended(ctx, parsed.sync)?;
+            super::extended(ctx, parsed.sync)?;
         }
         Ok(Extend::Renewed(renewal)) => {
             lease::renew(ctx, &mut key, name, parsed.token, &renewal, None)?;
             drop(key);
             // A shorter lease brings the hand-off to waiters forward.
             waiting::wake_at(ctx, server::selected_db(ctx), name, renewal.wake_at_ms());
-            extended(ctx, parsed.sync)?;
+            super::extended(ctx, parsed.sync)?;
         }
         Err(error) if error.is_hold_limit() => {
             metrics::count(Counter::ExtendsLimited);
@@ -76,23 +75,4 @@ fn extend(ctx: &Context, args: &[RedisString], family: Family) -> Result<(), Loc
         Err(error) => return Err(error),
     }
     Ok(())
-}
-
-/// The holder's extension stands: count it and reply 1, with `SYNC` once
-/// its replicas hold it.
-pub(super) fn extended(
-    ctx: &Context,
-    sync: Option<redis_lock_core::args::Sync>,
-) -> Result<(), LockError> {
-    metrics::count(Counter::Extends);
-    match sync {
-        Some(sync) => {
-            let answer = Answer::Integer(1);
-            sync::block(ctx, sync, answer, Stands::Extension, None)
-        }
-        None => {
-            reply::integer(ctx, 1);
-            Ok(())
-        }
-    }
 }

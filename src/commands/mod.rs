@@ -13,7 +13,6 @@ pub mod multi;
 pub mod observe;
 pub mod queue;
 pub mod release;
-pub mod sem_acquire;
 
 use std::ffi::CString;
 
@@ -21,8 +20,12 @@ use redis_lock_core::args::Sync;
 use redis_lock_core::errors::LockError;
 use redis_module::{Context, RedisString};
 
+use redis_lock_core::sync::Stands;
+
+use crate::metrics::{self, Counter};
 use crate::redis::key::LockKey;
-use crate::redis::server;
+use crate::redis::{client, reply, server};
+use crate::sync::{self, Answer};
 use crate::{lease, revocations};
 
 /// `token`'s live hold on a key (see `groups::live_mine`).
@@ -65,4 +68,30 @@ fn refuse_local_write_on_replica(ctx: &Context) -> Result<(), LockError> {
         return Err(LockError::ReadOnlyReplica);
     }
     Ok(())
+}
+
+/// `SESSION`: the calling client's id. Inside a script the client is the
+/// script engine's, which never disconnects: a binding to it would be a lie.
+fn session_of(ctx: &Context, session: bool) -> Result<Option<u64>, LockError> {
+    match session {
+        true if server::in_script(ctx) => Err(LockError::SessionInScript),
+        true => Ok(Some(client::id(ctx))),
+        false => Ok(None),
+    }
+}
+
+/// The holder's extension stands: count it and reply 1, with `SYNC` once
+/// its replicas hold it.
+fn extended(ctx: &Context, sync: Option<redis_lock_core::args::Sync>) -> Result<(), LockError> {
+    metrics::count(Counter::Extends);
+    match sync {
+        Some(sync) => {
+            let answer = Answer::Integer(1);
+            sync::block(ctx, sync, answer, Stands::Extension, None)
+        }
+        None => {
+            reply::integer(ctx, 1);
+            Ok(())
+        }
+    }
 }

@@ -49,7 +49,7 @@ pub fn run_acquire(ctx: &Context, args: &[RedisString]) -> Result<(), LockError>
     let lock = &parsed.lock;
     super::refuse_local_write_on_replica(ctx)?;
     super::may_sync(ctx, lock.sync)?;
-    let session = super::acquire::session_of(ctx, lock.session)?;
+    let session = super::session_of(ctx, lock.session)?;
     let want = if lock.shared {
         Want::Shared
     } else {
@@ -325,5 +325,5 @@ pub fn run_extend(ctx: &Context, args: &[RedisString]) -> Result<(), LockError> 
             waiting::wake_at(ctx, db, name, renewal.wake_at_ms());
         }
     }
-    super::extend::extended(ctx, extend.sync)
+    super::extended(ctx, extend.sync)
 }
