@@ -65,6 +65,19 @@ pub struct Grant {
     pub fence: u64,
 }
 
+impl Grant {
+    /// The grant of `token` with `fence` on `keys` (each key's name) in
+    /// `db`: the one place one is made.
+    pub fn new<K: AsRef<[u8]>>(db: i32, keys: &[K], token: &[u8], fence: u64) -> Grant {
+        Grant {
+            db,
+            keys: keys.iter().map(|k| k.as_ref().into()).collect(),
+            token: token.into(),
+            fence,
+        }
+    }
+}
+
 /// Give back a grant: release each of its keys if it is still that hold,
 /// and hand it on (`waiting.rs`'s, registered at load: this file calls
 /// nothing above it).

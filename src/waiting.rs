@@ -478,12 +478,7 @@ fn answer_many(ctx: &Context, db: i32, id: WaiterId, keys: &[Box<[u8]>], fence: 
                     sessions::bind(ctx, client, db, key, fence);
                 }
             }
-            let grant = Grant {
-                db,
-                keys: keys.to_vec(),
-                token: token.into(),
-                fence,
-            };
+            let grant = Grant::new(db, keys, token, fence);
             answer(ctx, id, waiter.sync, grant, Stands::Extension);
         }
         None => blocked::unblock::<Queue>(id, Outcome::Failed(LockError::Internal)),
@@ -557,12 +552,7 @@ fn grant_many(
     }
     metrics::count(Counter::GrantsAfterWait);
     metrics::count(Counter::MultiGrants);
-    let grant = Grant {
-        db,
-        keys: keys.clone(),
-        token: token.into(),
-        fence,
-    };
+    let grant = Grant::new(db, &keys, token, fence);
     answer(ctx, id, waiter.sync, grant, Stands::Undone);
     // Readers queued behind it on its other keys may fit beside it.
     for key in &keys {
@@ -792,12 +782,7 @@ fn grant_to_head(
         sessions::bind(ctx, client, db, key, fence);
     }
     replicate::notify(ctx, waiter.want.kind().event(Event::Handoff), name);
-    let grant = Grant {
-        db,
-        keys: vec![key.into()],
-        token: token.into(),
-        fence,
-    };
+    let grant = Grant::new(db, &[key], token, fence);
     answer(ctx, id, waiter.sync, grant, Stands::Undone);
     true
 }
@@ -915,12 +900,7 @@ fn answer_holder(ctx: &Context, db: i32, key: &[u8], id: BlockedId, waiter: &Wai
     if let Some(client) = waiter.session {
         sessions::bind(ctx, client, db, key, fence);
     }
-    let grant = Grant {
-        db,
-        keys: vec![key.into()],
-        token: token.into(),
-        fence,
-    };
+    let grant = Grant::new(db, &[key], token, fence);
     answer(ctx, id, waiter.sync, grant, Stands::Extension);
 }
 

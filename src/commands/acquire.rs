@@ -211,12 +211,7 @@ fn apply(
             }
             match parsed.sync {
                 Some(sync) => {
-                    let grant = Grant {
-                        db,
-                        keys: vec![name.as_slice().into()],
-                        token: token.into(),
-                        fence,
-                    };
+                    let grant = Grant::new(db, &[name.as_slice()], token, fence);
                     let answer = Answer::Grant {
                         token: token.into(),
                         fence,

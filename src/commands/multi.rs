@@ -99,11 +99,9 @@ pub fn run_acquire(ctx: &Context, args: &[RedisString]) -> Result<(), LockError>
             return Err(error);
         }
     };
-    let granted = |fence: u64, token: &[u8]| Grant {
-        db,
-        keys: names.iter().map(|name| name.as_slice().into()).collect(),
-        token: token.into(),
-        fence,
+    let granted = |fence: u64, token: &[u8]| {
+        let keys: Vec<&[u8]> = names.iter().map(|name| name.as_slice()).collect();
+        Grant::new(db, &keys, token, fence)
     };
     match decision {
         AcquireMany::Refuse => {
