@@ -116,7 +116,7 @@ const ROWS: &[Row] = &[
             "t",
             "SYNC",
             "1",
-            "400",
+            "$sync",
         ],
         before_confirm: &[],
         confirm: &["LOCK.ACQUIRE", "k", "20000", "TOKEN", "t"],
@@ -134,7 +134,7 @@ const ROWS: &[Row] = &[
             "t",
             "SYNC",
             "1",
-            "400",
+            "$sync",
         ],
         before_confirm: &[],
         confirm: &["LOCK.EXTEND", "k", "t", "20000"],
@@ -152,7 +152,7 @@ const ROWS: &[Row] = &[
             "t",
             "SYNC",
             "1",
-            "400",
+            "$sync",
         ],
         before_confirm: &[],
         confirm: &["LOCK.GUARD", "k", "t", "SET", "data", "v"],
@@ -171,7 +171,7 @@ const ROWS: &[Row] = &[
             "t",
             "SYNC",
             "1",
-            "400",
+            "$sync",
         ],
         before_confirm: &[],
         confirm: &["SEM.ACQUIRE", "k", "2", "20000", "TOKEN", "t"],
@@ -199,7 +199,7 @@ const ROWS: &[Row] = &[
             "SHARED",
             "SYNC",
             "1",
-            "400",
+            "$sync",
         ],
         before_confirm: &[],
         confirm: &["LOCK.ACQUIRE", "k", "20000", "TOKEN", "t", "SHARED"],
@@ -219,7 +219,7 @@ const ROWS: &[Row] = &[
             "t",
             "SYNC",
             "1",
-            "400",
+            "$sync",
         ],
         before_confirm: &[],
         confirm: &["LOCK.MEXTEND", "2", "k", "j", "t", "20000"],
@@ -239,7 +239,7 @@ const ROWS: &[Row] = &[
             "20000",
             "SYNC",
             "1",
-            "400",
+            "$sync",
         ],
         before_confirm: &[&["LOCK.RELEASE", "k", "h"]],
         confirm: &["LOCK.EXTEND", "k", "t", "20000"],
@@ -259,7 +259,7 @@ const ROWS: &[Row] = &[
             "$lease",
             "SYNC",
             "1",
-            "400",
+            "$sync",
         ],
         before_confirm: &[],
         confirm: &[
@@ -276,11 +276,32 @@ const ROWS: &[Row] = &[
     },
 ];
 
-fn substitute<'a>(parts: &[&'a str], lease: &'a str) -> Vec<&'a str> {
+fn substitute<'a>(parts: &[&'a str], lease: &'a str, sync_ms: &'a str) -> Vec<&'a str> {
     parts
         .iter()
-        .map(|&p| if p == "$lease" { lease } else { p })
+        .map(|&p| match p {
+            "$lease" => lease,
+            "$sync" => sync_ms,
+            p => p,
+        })
         .collect()
+}
+
+/// The first request's `SYNC` timeouts to try, shortest first: a cell whose
+/// first request stopped waiting before the retry reached the server (a
+/// slow or busy machine) proves nothing, and runs again with the next.
+const SYNC_TIMEOUTS_MS: [i64; 3] = [500, 5_000, 30_000];
+
+/// Run `cell` with each timeout of [`SYNC_TIMEOUTS_MS`] (longer under
+/// memcheck) until one is long enough (`Some`).
+fn in_time<T>(what: &str, mut cell: impl FnMut(&str) -> Option<T>) -> T {
+    for ms in SYNC_TIMEOUTS_MS {
+        if let Some(done) = cell(&scaled_ms(ms).to_string()) {
+            return done;
+        }
+        eprintln!("{what}: the first request's {ms} ms wait ended before the retry; again, longer");
+    }
+    panic!("{what}: even the longest wait ended before the retry reached the server");
 }
 
 /// Run `row` ending as `ends`, on a fresh server: the second request is
@@ -288,6 +309,17 @@ fn substitute<'a>(parts: &[&'a str], lease: &'a str) -> Vec<&'a str> {
 /// `t` once the first request is done (nobody else gets it).
 fn check(row: &Row, ends: Ends) {
     let what = format!("{} ({ends:?})", row.name);
+    match ends {
+        Ends::Timeout => in_time(&what, |sync_ms| check_with(row, ends, &what, sync_ms)),
+        // Its client leaves: the wait's own end plays no part.
+        Ends::Close | Ends::Kill => check_with(row, ends, &what, "600000")
+            .unwrap_or_else(|| panic!("{what}: a 600 s wait ended")),
+    }
+}
+
+/// [`check`] with `sync_ms` as the first request's timeout; `None` if that
+/// wait ended before the retry reached the server.
+fn check_with(row: &Row, ends: Ends, what: &str, sync_ms: &str) -> Option<()> {
     let server = Server::start();
     let mut con = server.conn();
     let lease: String = redis::cmd("LOCK.LEASE")
@@ -298,8 +330,8 @@ fn check(row: &Row, ends: Ends) {
     for step in row.setup {
         run(&mut con, step).expect("setup");
     }
-    let first = substitute(row.first, &lease);
-    let confirm = substitute(row.confirm, &lease);
+    let first = substitute(row.first, &lease, sync_ms);
+    let confirm = substitute(row.confirm, &lease, sync_ms);
     let (waiting, socket) = match ends {
         Ends::Timeout => (Some(spawn(&server, &first)), None),
         Ends::Close | Ends::Kill => (None, Some(send_raw(&server, &first))),
@@ -312,10 +344,16 @@ fn check(row: &Row, ends: Ends) {
     for step in row.before_confirm {
         run(&mut con, step).expect("before the confirmation");
     }
-    wait_until(Duration::from_secs(10), || {
-        counter(&mut con, "sync_waiting") == 1
-    });
+    wait_until(Duration::from_secs(10), || counter(&mut con, "syncs") == 1);
     let answered = run(&mut con, &confirm);
+    if counter(&mut con, "syncs_undone") > 0 {
+        // Its wait ended, and its grant was undone, before the retry came:
+        // the retry was granted anew.
+        if let Some(waiting) = waiting {
+            let _ = waiting.join();
+        }
+        return None;
+    }
     if row.other == EXCLUSIVE {
         let syncing = info(&mut con, "k").and_then(|i| i.get("syncing").copied());
         assert_eq!(
@@ -359,6 +397,7 @@ fn check(row: &Row, ends: Ends) {
         assert_eq!(other, Ok(Value::Nil), "{what}: {key} is not free");
     }
     assert_eq!(counter(&mut con, "syncs_undone"), 0, "{what}");
+    Some(())
 }
 
 #[test]
@@ -380,46 +419,48 @@ fn a_grant_confirmed_to_its_token_stays_when_its_first_client_leaves() {
 /// reply confirmed.
 #[test]
 fn an_unconfirmed_grant_is_still_undone_and_an_earlier_retry_does_not_keep_it() {
-    let server = Server::start();
-    let mut con = server.conn();
-    // A request with the same token that was refused (another key) or a
-    // different token's request confirms nothing.
-    let waiting = spawn(
-        &server,
-        &[
-            "LOCK.ACQUIRE",
-            "k",
-            "10000",
-            "TOKEN",
-            "t",
-            "SYNC",
-            "1",
-            "300",
-        ],
-    );
-    wait_until(Duration::from_secs(10), || {
-        counter(&mut con, "sync_waiting") == 1
-    });
-    assert_eq!(
-        info(&mut con, "k").and_then(|i| i.get("syncing").copied()),
-        Some(1),
-        "LOCK.INFO marks a grant that waits for its replicas"
-    );
-    assert_eq!(
-        run(&mut con, &["LOCK.ACQUIRE", "k", "1000", "TOKEN", "u"]),
-        Ok(Value::Nil)
-    );
-    assert_eq!(
-        run(&mut con, &["LOCK.EXTEND", "k", "u", "1000"]),
-        Ok(Value::Int(0))
-    );
-    let first = waiting.join().unwrap();
-    assert_eq!(
-        first,
-        Err("NOSYNC 0 of 1 replicas acknowledged; the grant was undone".to_string())
-    );
-    assert_eq!(info(&mut con, "k"), None, "undone");
-    assert_eq!(counter(&mut con, "syncs_undone"), 1);
+    in_time("unconfirmed", |sync_ms| {
+        let server = Server::start();
+        let mut con = server.conn();
+        // A different token's request confirms nothing.
+        let waiting = spawn(
+            &server,
+            &[
+                "LOCK.ACQUIRE",
+                "k",
+                "10000",
+                "TOKEN",
+                "t",
+                "SYNC",
+                "1",
+                sync_ms,
+            ],
+        );
+        wait_until(Duration::from_secs(10), || counter(&mut con, "syncs") == 1);
+        let syncing = info(&mut con, "k").and_then(|i| i.get("syncing").copied());
+        let refused = run(&mut con, &["LOCK.ACQUIRE", "k", "1000", "TOKEN", "u"]);
+        let not_extended = run(&mut con, &["LOCK.EXTEND", "k", "u", "1000"]);
+        if counter(&mut con, "syncs_undone") > 0 {
+            // Undone before the looks above: they prove nothing.
+            let _ = waiting.join();
+            return None;
+        }
+        assert_eq!(
+            syncing,
+            Some(1),
+            "LOCK.INFO marks a grant that waits for its replicas"
+        );
+        assert_eq!(refused, Ok(Value::Nil));
+        assert_eq!(not_extended, Ok(Value::Int(0)));
+        let first = waiting.join().unwrap();
+        assert_eq!(
+            first,
+            Err("NOSYNC 0 of 1 replicas acknowledged; the grant was undone".to_string())
+        );
+        assert_eq!(info(&mut con, "k"), None, "undone");
+        assert_eq!(counter(&mut con, "syncs_undone"), 1);
+        Some(())
+    })
 }
 
 /// The transcript: the retry's own `SYNC` is acknowledged by the
@@ -427,55 +468,63 @@ fn an_unconfirmed_grant_is_still_undone_and_an_earlier_retry_does_not_keep_it() 
 /// master and the replica.
 #[test]
 fn a_synced_retry_acknowledged_after_the_first_grant_timed_out_keeps_the_hold() {
-    let (master, replica) = pair();
-    let mut m = master.conn();
-    replica.pause();
-    let first = spawn(
-        &master,
-        &[
-            "LOCK.ACQUIRE",
-            "job",
-            "10000",
-            "TOKEN",
-            "t",
-            "SYNC",
-            "1",
-            "300",
-        ],
-    );
-    wait_until(Duration::from_secs(10), || {
-        counter(&mut m, "sync_waiting") == 1
-    });
-    let second = spawn(
-        &master,
-        &[
-            "LOCK.ACQUIRE",
-            "job",
-            "20000",
-            "TOKEN",
-            "t",
-            "SYNC",
-            "1",
-            "20000",
-        ],
-    );
-    wait_until(Duration::from_secs(10), || {
-        counter(&mut m, "sync_waiting") == 2
-    });
-    assert_eq!(first.join().unwrap(), Err(CONFIRMED.to_string()));
-    replica.resume();
-    match second.join().unwrap() {
-        Ok(Value::Array(parts)) => assert_eq!(parts[0], Value::BulkString(b"t".to_vec())),
-        other => panic!("the retry: {other:?}"),
-    }
-    assert!(info(&mut m, "job").is_some(), "held on the master");
-    sync_replica(&master, &replica);
-    assert!(
-        info(&mut replica.conn(), "job").is_some(),
-        "held on the replica"
-    );
-    assert_eq!(
-        run(&mut m, &["LOCK.ACQUIRE", "job", "10000", "TOKEN", "other"]),
-        Ok(Value::Nil)
-    );
+    in_time("synced retry", |sync_ms| {
+        let (master, replica) = pair();
+        let mut m = master.conn();
+        replica.pause();
+        let first = spawn(
+            &master,
+            &[
+                "LOCK.ACQUIRE",
+                "job",
+                "10000",
+                "TOKEN",
+                "t",
+                "SYNC",
+                "1",
+                sync_ms,
+            ],
+        );
+        wait_until(Duration::from_secs(10), || counter(&mut m, "syncs") == 1);
+        let second = spawn(
+            &master,
+            &[
+                "LOCK.ACQUIRE",
+                "job",
+                "20000",
+                "TOKEN",
+                "t",
+                "SYNC",
+                "1",
+                "600000",
+            ],
+        );
+        wait_until(Duration::from_secs(10), || counter(&mut m, "syncs") == 2);
+        let late = counter(&mut m, "syncs_undone") > 0;
+        let first = first.join().unwrap();
+        if late {
+            // The first was undone before the retry came: the retry was a
+            // new grant, which proves nothing here.
+            replica.resume();
+            let _ = second.join();
+            return None;
+        }
+        assert_eq!(first, Err(CONFIRMED.to_string()));
+        replica.resume();
+        match second.join().unwrap() {
+            Ok(Value::Array(parts)) => assert_eq!(parts[0], Value::BulkString(b"t".to_vec())),
+            other => panic!("the retry: {other:?}"),
+        }
+        assert!(info(&mut m, "job").is_some(), "held on the master");
+        sync_replica(&master, &replica);
+        assert!(
+            info(&mut replica.conn(), "job").is_some(),
+            "held on the replica"
+        );
+        assert_eq!(
+            run(&mut m, &["LOCK.ACQUIRE", "job", "10000", "TOKEN", "other"]),
+            Ok(Value::Nil)
+        );
+        Some(())
+    })
 }
