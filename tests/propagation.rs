@@ -210,6 +210,10 @@ fn an_aof_switched_on_at_run_time_keeps_the_locks_granted_before_and_after() {
     assert!(lock_stat(&mut m, "effects_unbuilt") > 0);
 
     cmd(&mut m, &["CONFIG", "SET", "appendonly", "yes"]);
+    // Every write reaches the file before its reply: with `everysec`, a
+    // busy machine's slow fsync makes Redis hold writes back (up to 2 s),
+    // and the kill below would lose them for that reason alone.
+    cmd(&mut m, &["CONFIG", "SET", "appendfsync", "always"]);
     wait_for_aof_rewrite(&mut m);
     assert_eq!(lock_stat(&mut m, "propagation_read"), 1);
     let unbuilt = lock_stat(&mut m, "effects_unbuilt");
