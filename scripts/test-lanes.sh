@@ -7,7 +7,7 @@
 # starts and ends, the end of the log of any part that failed, each part's
 # time (also in target/test-times.txt), and a closing count of the tests run.
 #
-#   scripts/test-lanes.sh LOGDIR "first parts" "lane 1 parts" "lane 2 parts" ...
+#   scripts/test-lanes.sh LOGDIR "first parts" "last parts" "lane 1 parts" "lane 2 parts" ...
 #
 # A failed part fails `make test`, after every lane has finished (so that a
 # failure in one lane shows what the others found too). MAKE names the make
@@ -16,7 +16,8 @@ set -uo pipefail
 
 logs=$1
 first=$2
-shift 2
+last=$3
+shift 3
 make=${MAKE:-make}
 times=target/test-times.txt
 mkdir -p "$logs" target
@@ -60,6 +61,11 @@ done
 failed=0
 for pid in "${pids[@]}"; do
   wait "$pid" || failed=1
+done
+
+# The last parts, alone, in order (after a failed lane too).
+for part in $last; do
+  run_part "$part" || failed=1
 done
 
 echo "total: $(($(date +%s) - started)) s" >>"$times"
