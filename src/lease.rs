@@ -32,27 +32,43 @@ pub struct Grantee<'a> {
     pub lease: Option<u64>,
 }
 
-/// Make `grantee` a holder of `name` (open as `key`: free, or held in the
-/// same kind, as the caller decided) as `want` says, until its deadline,
-/// granted now, with a new fence; replicated with every value explicit
-/// (`LOCK.SETSTATE` for a lock, `LOCK.SETHOLDER` for one of several).
-/// Returns the fence.
+/// Make `grantee` a holder of every key of `names` (open as `keys`: each
+/// free, or held in the same kind, as the caller decided) as `want` says,
+/// until its deadline, granted now, with one new fence for them all (issued
+/// once, above every fence any of them has had); replicated with every
+/// value explicit (`LOCK.SETSTATE` for a lock, `LOCK.SETHOLDER` for one of
+/// several). All or nothing: a key that refuses (a bug: each was decided
+/// grantable on keys still open) takes back the keys granted before it, and
+/// the error is returned. The one grant for one key or many, by a command
+/// or the queue. Returns the fence.
 pub fn grant(
     ctx: &Context,
-    key: &mut LockKey,
-    name: &RedisString,
+    keys: &mut [LockKey],
+    names: &[RedisString],
     grantee: &Grantee,
     want: Want,
 ) -> Result<u64, LockError> {
     let fence = fence::issue().ok_or(LockError::FenceExhausted)?;
-    grant_with_fence(ctx, key, name, grantee, want, fence)?;
+    for (i, (key, name)) in keys.iter_mut().zip(names).enumerate() {
+        if let Err(error) = grant_with_fence(ctx, key, name, grantee, want, fence) {
+            for (key, name) in keys.iter_mut().zip(names).take(i) {
+                release(
+                    ctx,
+                    key,
+                    name,
+                    want.kind(),
+                    grantee.token,
+                    ReleasedBy::Undone,
+                );
+            }
+            return Err(error);
+        }
+    }
     Ok(fence)
 }
 
-/// [`grant`] with a fence already issued: one of the keys of a multi-key
-/// grant, which all get the same fence (`fence::issue` once, above every
-/// fence any of them had).
-pub fn grant_with_fence(
+/// One key of [`grant`], with the fence already issued.
+fn grant_with_fence(
     ctx: &Context,
     key: &mut LockKey,
     name: &RedisString,
@@ -95,36 +111,6 @@ pub fn grant_with_fence(
     replicate::notify(ctx, kind.event(Event::Acquired), name);
     metrics::count(Counter::Grants);
     observers::changed_here(ctx, name);
-    Ok(())
-}
-
-/// [`grant_with_fence`] on every key of a multi-key grant (`names`, open as
-/// `keys`), all or nothing: one key that refuses (a bug: each was decided
-/// grantable on keys still open) takes back the keys granted before it,
-/// and the error is returned. The one rule for the command and the queue.
-pub fn grant_each(
-    ctx: &Context,
-    keys: &mut [LockKey],
-    names: &[RedisString],
-    grantee: &Grantee,
-    want: Want,
-    fence: u64,
-) -> Result<(), LockError> {
-    for (i, (key, name)) in keys.iter_mut().zip(names).enumerate() {
-        if let Err(error) = grant_with_fence(ctx, key, name, grantee, want, fence) {
-            for (key, name) in keys.iter_mut().zip(names).take(i) {
-                release(
-                    ctx,
-                    key,
-                    name,
-                    want.kind(),
-                    grantee.token,
-                    ReleasedBy::Undone,
-                );
-            }
-            return Err(error);
-        }
-    }
     Ok(())
 }
 

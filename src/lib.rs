@@ -51,9 +51,7 @@ pub mod waiting;
 
 use redis_module::{redis_module, Context, RedisString, Status};
 
-use commands::{
-    acquire, effects, extend, guard, info, lease_group, multi, observe, queue, release,
-};
+use commands::{acquire, effects, extend, guard, info, lease_group, observe, queue, release};
 use events::{on_expired, on_key_event};
 use redis::command::{self, Keys, Spec};
 use redis::datatype::{LOCK_TYPE, SEMAPHORE_TYPE, SHARED_TYPE};
@@ -97,9 +95,9 @@ const COMMANDS: &[Spec] = &[
     spec(c"lock.guard_ro",  c"readonly getkeys-api",          "read slow",                  true,  guard::run_ro),
     spec(c"lock.queue",     c"readonly fast",                 "read fast",                  true,  queue::run),
     spec(c"lock.observe",   c"readonly blocking",             "read slow blocking",         true,  observe::run),
-    many(c"lock.macquire",  c"write deny-oom blocking getkeys-api", "write slow blocking",   true,  multi::run_acquire),
-    many(c"lock.mextend",   c"write deny-oom getkeys-api",    "write slow",                 true,  multi::run_extend),
-    many(c"lock.mrelease",  c"write getkeys-api",             "write slow",                 true,  multi::run_release),
+    many(c"lock.macquire",  c"write deny-oom blocking getkeys-api", "write slow blocking",   true,  acquire::run_many),
+    many(c"lock.mextend",   c"write deny-oom getkeys-api",    "write slow",                 true,  extend::run_many),
+    many(c"lock.mrelease",  c"write getkeys-api",             "write slow",                 true,  release::run_many),
     spec(c"lock.revoke",    c"write",                         "write slow dangerous admin", true,  lease_group::run_revoke),
     spec(c"sem.acquire",    c"write deny-oom fast blocking",  "write fast blocking",        true,  acquire::run_sem),
     spec(c"sem.extend",     c"write deny-oom fast",           "write fast",                 true,  extend::run_sem),

@@ -121,7 +121,7 @@ pub fn observe(ctx: &Context, name: &RedisString, seen: u64, timeout_ms: i64) {
         let payload: Timeout = (id, name.as_slice().into());
         timer::start(ctx, timeout_ms, payload, on_timeout)
     });
-    with_observers(|o| o.push(db, name, id, Observer { seen, timeout }));
+    with_observers(|o| o.push(db, &[name.as_slice()], id, Observer { seen, timeout }));
     watch_deadline(ctx, db, name);
 }
 

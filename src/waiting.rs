@@ -45,10 +45,11 @@ use std::ffi::CString;
 
 use redis_lock_core::args::Sync;
 use redis_lock_core::cluster;
-use redis_lock_core::decide::{self, AcquireMany, AcquireManyCase, ManyKey, Serve};
+use redis_lock_core::decide::{self, AcquireManyCase, ManyKey, Served};
 use redis_lock_core::errors::LockError;
+use redis_lock_core::few::Few;
 use redis_lock_core::group::LeaseId;
-use redis_lock_core::hold::{Event, KeyState, Kind, MyHold, Want};
+use redis_lock_core::hold::{Event, KeyState, Kind, Want};
 use redis_lock_core::rules;
 use redis_lock_core::sync::Stands;
 use redis_lock_core::token::{self, UUID_LEN};
@@ -271,30 +272,13 @@ fn block_waiter(
     Ok((id, waiter))
 }
 
-/// Block the calling client at the tail of `key`'s queue, and make sure the
-/// key is looked at again at `wake_at_ms` (the core's `Acquire::Queue`).
-pub fn enqueue(
-    ctx: &Context,
-    db: i32,
-    key: &[u8],
-    request: &WaitRequest,
-    wake_at_ms: Option<i64>,
-) -> Result<(), LockError> {
-    let (id, waiter) = block_waiter(ctx, request, waiters(db, key))?;
-    with_queues(|q| q.push(db, key, id, waiter));
-    metrics::count(Counter::Waits);
-    if let Some(at) = wake_at_ms {
-        wake_at(ctx, db, key, at);
-    }
-    Ok(())
-}
-
 /// Block the calling client at the tail of the queue of every key of
-/// `names` at once (a multi-key request: `LOCK.MACQUIRE … WAIT`), holding
-/// none of them, and look at key `names[i]` again at each `(i, at)` of
-/// `wake`. It is served once it is first in each of those queues and every
-/// key fits ([`serve_many`]).
-pub fn enqueue_many(
+/// `names` at once (one key for `LOCK.ACQUIRE … WAIT`; several for
+/// `LOCK.MACQUIRE … WAIT`, holding none of them meanwhile), and look at key
+/// `names[i]` again at each `(i, at)` of `wake` (the core's `Queue`). It is
+/// served once it is first in each of those queues and every key fits
+/// ([`serve`]).
+pub fn enqueue(
     ctx: &Context,
     db: i32,
     names: &[RedisString],
@@ -307,8 +291,8 @@ pub fn enqueue_many(
         .max()
         .unwrap_or(0);
     let (id, waiter) = block_waiter(ctx, request, longest)?;
-    let keys: Vec<&[u8]> = names.iter().map(|name| name.as_slice()).collect();
-    with_queues(|q| q.push_many(db, &keys, id, waiter));
+    let keys: Few<&[u8]> = names.iter().map(|name| name.as_slice()).collect();
+    with_queues(|q| q.push(db, &keys, id, waiter));
     metrics::count(Counter::Waits);
     for (i, at) in wake {
         if let Some(key) = keys.get(*i) {
@@ -318,20 +302,33 @@ pub fn enqueue_many(
     Ok(())
 }
 
-/// The head of a key's queue is the multi-key request `id`: serve it if it
-/// is first in each of its keys' queues (else someone older is, and is
-/// served first: arrival order is global, so this never deadlocks) and
-/// every key fits, all keys in one step, with one fence; fail it if a key
-/// can never fit; else leave it first where it is (later requests for its
-/// keys wait behind it) and look at the busy keys again when they can next
-/// fit. Each key is decided as the hand-off decides a single-key waiter
-/// (`decide::acquire_many` with `queued`). Whether it left the queue (the
-/// caller then serves the next head).
-fn serve_many(ctx: &Context, db: i32, id: WaiterId) -> bool {
+/// One hand-off of a key: why it runs, and what it found so far.
+struct Turn {
+    cause: Cause,
+    /// Opening the key expired a lease that ran out (for `INFO lock`).
+    expired: bool,
+    /// Whether this node's slot map was read (once per hand-off, and only
+    /// in cluster mode, for a key a timer finds free).
+    slot_checked: bool,
+}
+
+/// What [`serve`] did with the waiter.
+#[derive(PartialEq, Eq)]
+enum Step {
+    /// It left the queue (granted, renewed or failed): serve the next head.
+    Left,
+    /// It keeps its place: the hand-off is over for now.
+    Stays,
+}
+
+/// Serve the waiter `id`, first in every queue it is in, of `name` (the key
+/// whose hand-off this is) and of its other keys if it waits for several,
+/// as the core decides (`decide::serve_waiter`): every key in one step
+/// with one fence, or none. Its keys are opened (and expired) afresh, so
+/// each head after a grant sees what the grant left.
+fn serve(ctx: &Context, db: i32, name: &RedisString, id: WaiterId, turn: &mut Turn) -> Step {
+    // Only reads of the waiter while the queues are borrowed.
     let Some((keys, ask)) = with_queues(|q| {
-        if !q.is_first_everywhere(id) {
-            return None;
-        }
         let (_, keys) = q.keys_of(id)?;
         let waiter = q.get(id)?;
         let ask = (
@@ -339,40 +336,44 @@ fn serve_many(ctx: &Context, db: i32, id: WaiterId) -> bool {
             waiter.want,
             waiter.ttl_ms,
             waiter.lease,
+            waiter.owner.clone(),
         );
-        Some((keys.to_vec(), ask))
+        Some((keys.iter().cloned().collect::<Few<Box<[u8]>>>(), ask))
     }) else {
-        return false;
+        return Step::Stays;
     };
-    let (token, want, ttl_ms, lease_id) = ask;
-    let names: Vec<RedisString> = keys.iter().map(|k| crate::redis::string(ctx, k)).collect();
-    let mut opened: Vec<LockKey> = Vec::with_capacity(names.len());
-    for name in &names {
-        let mut lock_key = LockKey::open_write(ctx, name);
-        lease::expire(ctx, &mut lock_key, name, server::now_ms());
-        opened.push(lock_key);
-    }
-    let now_ms = server::now_ms();
-    let many: Vec<ManyKey> = opened
+    let (token, want, ttl_ms, lease_id, owner) = ask;
+    let names: Few<RedisString> = keys
         .iter()
-        .zip(&keys)
-        .map(|(lock_key, key)| {
-            let state = key_state(lock_key, now_ms);
-            let mine = lock_key
+        .map(|key| match key.as_ref() == name.as_slice() {
+            true => name.clone(),
+            false => crate::redis::string(ctx, key),
+        })
+        .collect();
+    let mut opened: Few<LockKey> = names
+        .iter()
+        .map(|name| {
+            let mut key = LockKey::open_write(ctx, name);
+            lease::expire(ctx, &mut key, name, server::now_ms());
+            key
+        })
+        .collect();
+    let now_ms = server::now_ms();
+    let many: Few<ManyKey> = opened
+        .iter()
+        .zip(keys.iter())
+        .map(|(key, name)| ManyKey {
+            key: key_state(key, now_ms),
+            mine: key
                 .held()
                 .ok()
-                .and_then(|h| groups::live_mine(&h, token.as_deref(), now_ms));
-            ManyKey {
-                key: state,
-                mine,
-                others_waiting: false,
-                delayed_until_ms: expiry::delayed_until(db, key, now_ms),
-            }
+                .and_then(|h| groups::live_mine(&h, token.as_deref(), now_ms)),
+            others_waiting: false,
+            delayed_until_ms: expiry::delayed_until(db, name, now_ms),
         })
         .collect();
     // `LEASE id`: where its keys would run to. A lease that is gone fails
-    // the request only when it could be granted (`NOLEASE`), as a
-    // single-key waiter's does.
+    // the waiter only when it could be granted (`NOLEASE`).
     let attach = lease_id.map(|id| groups::attach_to(&id, now_ms));
     let case = AcquireManyCase {
         keys: &many,
@@ -385,147 +386,133 @@ fn serve_many(ctx: &Context, db: i32, id: WaiterId) -> bool {
         lease: attach.and_then(Result::ok),
         queued: true,
     };
-    let decision = decide::acquire_many(&case);
-    match decision {
-        Ok(AcquireMany::Queue { wake }) => {
+    match decide::serve_waiter(&case) {
+        Served::Wait { wake } => {
             drop(opened);
             for (i, at) in wake {
                 if let Some(key) = keys.get(i) {
                     wake_at(ctx, db, key, at);
                 }
             }
-            false
+            Step::Stays
         }
-        Ok(AcquireMany::Refuse) => false,
-        Err(error) => {
+        Served::Fail(error) => {
             drop(opened);
-            let error = match error {
-                LockError::WrongType => LockError::WaitWrongType,
-                other => other,
-            };
-            leave_many(ctx, db, id, &keys, Outcome::Failed(error));
-            true
+            leave(ctx, db, id, Outcome::Failed(error));
+            Step::Left
         }
-        Ok(AcquireMany::Held { fence }) => {
+        Served::Held { fence } => {
             drop(opened);
-            answer_many(ctx, db, id, &keys, fence);
-            true
+            answer_holder(ctx, db, id, &keys, fence);
+            Step::Left
         }
-        Ok(AcquireMany::Renew { fence, renewals }) => {
-            let Some(token) = token.as_deref() else {
-                drop(opened);
-                leave_many(ctx, db, id, &keys, Outcome::Failed(LockError::Internal));
-                return true;
+        Served::Renew { fence, renewals } => {
+            let renewed = match token.as_deref() {
+                Some(token) => opened
+                    .iter_mut()
+                    .zip(names.iter())
+                    .zip(renewals.iter())
+                    .try_for_each(|((key, name), renewal)| {
+                        lease::renew(ctx, key, name, token, renewal, owner.as_deref())
+                    }),
+                None => Err(LockError::Internal),
             };
-            let owner = with_queues(|q| q.get(id).and_then(|w| w.owner.clone()));
-            for ((lock_key, name), renewal) in opened.iter_mut().zip(&names).zip(&renewals) {
-                // Decided renewable a moment ago, on keys still open: a
-                // refusal is a bug, answered as the command answers it.
-                if let Err(error) =
-                    lease::renew(ctx, lock_key, name, token, renewal, owner.as_deref())
-                {
-                    drop(opened);
-                    leave_many(ctx, db, id, &keys, Outcome::Failed(error));
-                    return true;
-                }
+            drop(opened);
+            // Decided renewable a moment ago, on keys still open: a refusal
+            // is a bug, answered as the command answers it.
+            if let Err(error) = renewed {
+                leave(ctx, db, id, Outcome::Failed(error));
+                return Step::Left;
             }
-            drop(opened);
-            for (key, renewal) in keys.iter().zip(&renewals) {
+            for (key, renewal) in keys.iter().zip(renewals.iter()) {
                 wake_at(ctx, db, key, renewal.wake_at_ms());
             }
-            answer_many(ctx, db, id, &keys, fence);
-            true
+            answer_holder(ctx, db, id, &keys, fence);
+            Step::Left
         }
-        Ok(AcquireMany::Grant { deadline_ms }) => {
-            if let Some(Err(error)) = attach {
-                // Its turn came, its lease is gone: granted nothing.
-                drop(opened);
-                leave_many(ctx, db, id, &keys, Outcome::Failed(error));
-                return true;
-            }
-            let lease = attach.and_then(Result::ok).map(|a| a.number);
-            grant_many(ctx, db, id, opened, &names, deadline_ms, now_ms, lease);
-            true
-        }
-    }
-}
-
-/// Take the multi-key waiter `id` out of its queues and answer it.
-fn leave_many(ctx: &Context, db: i32, id: WaiterId, keys: &[Box<[u8]>], outcome: Outcome) {
-    if let Some(waiter) = with_queues(|q| q.remove(id)) {
-        dismiss(ctx, &waiter);
-        blocked::unblock::<Queue>(id, outcome);
-    }
-    // Who waited behind it may fit now.
-    for key in keys {
-        look_again(ctx, db, key);
-    }
-}
-
-/// A multi-key waiter whose token holds every key as it asks (renewed, or
-/// kept by its lease group): answered with its grant, as a renewal (bound
-/// to its SESSION, with `SYNC` waited for as for an extension).
-fn answer_many(ctx: &Context, db: i32, id: WaiterId, keys: &[Box<[u8]>], fence: u64) {
-    let Some(waiter) = with_queues(|q| q.remove(id)) else {
-        return;
-    };
-    dismiss(ctx, &waiter);
-    match waiter.token.as_deref() {
-        Some(token) => {
-            metrics::count(Counter::Renewals);
-            if let Some(client) = waiter.session {
-                for key in keys {
-                    sessions::bind(ctx, client, db, key, fence);
+        Served::Grant { deadline_ms } => {
+            // Keys that are not here, from a timer (a lease that ran out, a
+            // delete, a lock-delay that ended): in cluster mode, not if this
+            // node migrates the slot out or no longer serves it, or the lock
+            // would be created beside the one the target holds (or hands
+            // out) now. A release is checked by the server itself: it ran
+            // here on a key that was here. (Every key of a waiter is in one
+            // slot: Cluster refuses others with `CROSSSLOT`.)
+            let free = many.iter().any(|k| k.key == KeyState::Free);
+            if turn.cause == Cause::Timer && free && !turn.slot_checked {
+                turn.slot_checked = true;
+                if let Some(error) = redirect_if_elsewhere(ctx, name) {
+                    drop(opened);
+                    redirect(ctx, db, name, &error);
+                    return Step::Stays;
                 }
             }
-            let grant = Grant::new(db, keys, token, fence);
-            answer(ctx, id, waiter.sync, grant, Stands::Extension);
+            // Opening the key expired a lease that ran out, whose `expired`
+            // event noted it: this hand-off is on expiry (kept until a
+            // grant, past a lock-delay).
+            let key: Box<[u8]> = name.as_slice().into();
+            turn.expired |= EXPIRED.with(|e| e.borrow_mut().remove(&(db, key)));
+            let granted = match attach {
+                // Its turn came, its lease is gone: granted nothing.
+                Some(Err(error)) => {
+                    drop(opened);
+                    leave(ctx, db, id, Outcome::Failed(error));
+                    false
+                }
+                Some(Ok(attach)) => {
+                    let deadline_ms = decide::grant_deadline(deadline_ms, Some(attach));
+                    let lease = Some(attach.number);
+                    grant(ctx, db, id, &mut opened, &names, deadline_ms, now_ms, lease)
+                }
+                None => grant(ctx, db, id, &mut opened, &names, deadline_ms, now_ms, None),
+            };
+            if granted {
+                metrics::count(Counter::GrantsAfterWait);
+                if names.len() > 1 {
+                    metrics::count(Counter::MultiGrants);
+                }
+                if turn.cause == Cause::Release {
+                    metrics::count(Counter::HandoffsOnRelease);
+                } else if turn.expired {
+                    metrics::count(Counter::HandoffsOnExpiry);
+                }
+            }
+            Step::Left
         }
-        None => blocked::unblock::<Queue>(id, Outcome::Failed(LockError::Internal)),
     }
-    for key in keys {
-        look_again(ctx, db, key);
+}
+
+/// Take the waiter `id` out of its queues and answer it; whoever waited
+/// behind it on its other keys may be served now.
+fn leave(ctx: &Context, db: i32, id: WaiterId, outcome: Outcome) {
+    if let Some((waiter, again)) = with_queues(|q| q.leave(id)) {
+        dismiss(ctx, &waiter);
+        blocked::unblock::<Queue>(id, outcome);
+        look_again_at(ctx, db, &again);
     }
 }
 
 /// Grant every key of `names` (open as `opened`, each free or with room,
-/// as decided) to the multi-key waiter `id`, with one fence, attached to
-/// lease group `lease` if any, then answer it (with `SYNC`, once its
-/// replicas hold every key, else undone on every key). A waiter whose ACL
-/// access to a key was revoked meanwhile is failed instead, with nothing
-/// granted.
+/// as decided) to the waiter `id`, with one fence, attached to lease group
+/// `lease` if any, then answer it (with `SYNC`, once its replicas hold
+/// every key, else undone on every key). A waiter whose ACL access to a
+/// key was revoked meanwhile is failed instead, with nothing granted.
+/// Whether it was granted.
 #[allow(clippy::too_many_arguments)]
-fn grant_many(
+fn grant(
     ctx: &Context,
     db: i32,
     id: WaiterId,
-    mut opened: Vec<LockKey>,
+    opened: &mut [LockKey],
     names: &[RedisString],
     deadline_ms: i64,
     now_ms: i64,
     lease: Option<u64>,
-) {
-    let keys: Vec<Box<[u8]>> = names.iter().map(|n| n.as_slice().into()).collect();
-    let Some(waiter) = with_queues(|q| q.remove(id)) else {
-        return;
+) -> bool {
+    let Some((waiter, again)) = with_queues(|q| q.leave(id)) else {
+        return false;
     };
     dismiss(ctx, &waiter);
-    let refuse = |ctx: &Context, opened: Vec<LockKey>, error: LockError| {
-        drop(opened);
-        blocked::unblock::<Queue>(id, Outcome::Failed(error));
-        for key in &keys {
-            look_again(ctx, db, key);
-        }
-    };
-    if names
-        .iter()
-        .any(|name| !client::may_access(ctx, waiter.user.as_deref(), name))
-    {
-        return refuse(ctx, opened, LockError::WaitNoPerm);
-    }
-    let Some(fence) = crate::fence::issue() else {
-        return refuse(ctx, opened, LockError::FenceExhausted);
-    };
     let mut drawn = [0u8; UUID_LEN];
     let token: &[u8] = match &waiter.token {
         Some(token) => token,
@@ -538,26 +525,33 @@ fn grant_many(
         deadline_ms,
         lease,
     };
-    if let Err(error) = lease::grant_each(ctx, &mut opened, names, &grantee, waiter.want, fence) {
-        return refuse(ctx, opened, error);
-    }
-    drop(opened);
-    if let Some(client) = waiter.session {
-        for key in &keys {
-            sessions::bind(ctx, client, db, key, fence);
+    let may_access = names
+        .iter()
+        .all(|name| client::may_access(ctx, waiter.user.as_deref(), name));
+    let granted = match may_access {
+        true => lease::grant(ctx, opened, names, &grantee, waiter.want),
+        false => Err(LockError::WaitNoPerm),
+    };
+    let fence = match granted {
+        Ok(fence) => fence,
+        Err(error) => {
+            blocked::unblock::<Queue>(id, Outcome::Failed(error));
+            look_again_at(ctx, db, &again);
+            return false;
         }
-    }
+    };
     for name in names {
+        if let Some(client) = waiter.session {
+            sessions::bind(ctx, client, db, name, fence);
+        }
         replicate::notify(ctx, waiter.want.kind().event(Event::Handoff), name);
     }
-    metrics::count(Counter::GrantsAfterWait);
-    metrics::count(Counter::MultiGrants);
+    let keys: Few<&[u8]> = names.iter().map(|name| name.as_slice()).collect();
     let grant = Grant::new(db, &keys, token, fence);
     answer(ctx, id, waiter.sync, grant, Stands::Undone);
     // Readers queued behind it on its other keys may fit beside it.
-    for key in &keys {
-        look_again(ctx, db, key);
-    }
+    look_again_at(ctx, db, &again);
+    true
 }
 
 /// The one release-and-hand-off path: `token`'s hold on `name` (open as
@@ -616,175 +610,29 @@ pub fn key_state(key: &LockKey, now_ms: i64) -> KeyState {
 }
 
 /// Serve `key`'s queue as the core decides, head after head, in arrival
-/// order: each head is granted as soon as it fits (several readers, or
-/// several permit requests, in one go); a head that does not fit makes the
-/// queue look again when it can next fit. Only a master hands over; a
-/// replica receives the result.
+/// order: each head is served ([`serve`]) once it is first in every queue
+/// it is in (`WaitQueues::servable`), granted as soon as it fits (several
+/// readers, or several permit requests, in one go); a head that does not
+/// fit makes the queue look again when it can next fit. Only a master
+/// hands over; a replica receives the result.
 fn hand_off(ctx: &Context, db: i32, name: &RedisString, cause: Cause) {
     let key = name.as_slice();
     if waiters(db, key) == 0 || !server::is_master(ctx) {
         return;
     }
     // Every event about the key until this returns comes before a look at
-    // it below (the loop reads the key afresh after each grant).
+    // it below (each head reads the key afresh).
     let _serving = Serving::start(db, key);
-    let mut expired = false;
-    // Whether this node's slot map was read (once per call, and only in
-    // cluster mode, for a key a timer finds free).
-    let mut slot_checked = false;
-    loop {
-        if waiters(db, key) == 0 {
+    let mut turn = Turn {
+        cause,
+        expired: false,
+        slot_checked: false,
+    };
+    while let Some(head) = with_queues(|q| q.servable(db, key)) {
+        if serve(ctx, db, name, head, &mut turn) == Step::Stays {
             return;
         }
-        // A multi-key request first in this queue: served for all its keys
-        // at once, or keeps its place.
-        if let Some(head) = with_queues(|q| q.head(db, key).filter(|id| q.is_multi(*id))) {
-            if serve_many(ctx, db, head) {
-                continue;
-            }
-            return;
-        }
-        let mut lock_key = LockKey::open_write(ctx, name);
-        let now_ms = server::now_ms();
-        lease::expire(ctx, &mut lock_key, name, now_ms);
-        let state = key_state(&lock_key, now_ms);
-        let delayed = expiry::delayed_until(db, key, now_ms);
-        // The head, and the hold its token already has on the key (two
-        // waiters with one token, the first granted just now): only reads
-        // of the value, no call into Redis, while the queues are borrowed.
-        let held = lock_key.held().ok();
-        let Some((head, mine)) = with_queues(|q| {
-            q.waiters(db, key).next().map(|w| {
-                let mine = held
-                    .as_ref()
-                    .and_then(|h| groups::live_mine(h, w.token.as_deref(), now_ms));
-                let lease = w.lease.as_ref().and_then(groups::number_of);
-                ((w.want, lease), mine)
-            })
-        }) else {
-            return;
-        };
-        drop(held);
-        match decide::serve_head(state, head, mine, delayed, config::max_holders()) {
-            Serve::Idle => return,
-            Serve::WakeAt(at) => {
-                drop(lock_key);
-                wake_at(ctx, db, key, at);
-                return;
-            }
-            Serve::FailAll(error) => {
-                drop(lock_key);
-                fail_waiters_of(ctx, db, key, error);
-                return;
-            }
-            Serve::FailHead(error) => {
-                drop(lock_key);
-                if let Some((id, waiter)) = with_queues(|q| q.pop_front(db, key)) {
-                    dismiss(ctx, &waiter);
-                    blocked::unblock::<Queue>(id, Outcome::Failed(error));
-                }
-            }
-            Serve::Renew => {
-                if let Some(mine) = mine {
-                    renew_head(ctx, db, &mut lock_key, name, mine, now_ms);
-                }
-            }
-            Serve::Held => {
-                if let Some(mine) = mine {
-                    drop(lock_key);
-                    held_head(ctx, db, name, mine.fence);
-                }
-            }
-            Serve::Grant => {
-                // A key that is not here, from a timer (a lease that ran out,
-                // a delete, a lock-delay that ended): in cluster mode, not if
-                // this node migrates the slot out or no longer serves it, or
-                // the lock would be created beside the one the target holds
-                // (or hands out) now. A release is checked by the server
-                // itself: it ran here on a key that was here.
-                if cause == Cause::Timer && state == KeyState::Free && !slot_checked {
-                    slot_checked = true;
-                    if let Some(error) = redirect_if_elsewhere(ctx, key) {
-                        drop(lock_key);
-                        redirect(ctx, db, key, &error);
-                        return;
-                    }
-                }
-                // Opening the key expired a lease that ran out, whose
-                // `expired` event noted it: this hand-off is on expiry (kept
-                // until a grant, past a lock-delay).
-                expired |= EXPIRED.with(|e| e.borrow_mut().remove(&(db, Box::<[u8]>::from(key))));
-                let granted = grant_to_head(ctx, db, &mut lock_key, name, now_ms);
-                if granted {
-                    metrics::count(Counter::GrantsAfterWait);
-                    if cause == Cause::Release {
-                        metrics::count(Counter::HandoffsOnRelease);
-                    } else if expired {
-                        metrics::count(Counter::HandoffsOnExpiry);
-                    }
-                }
-            }
-        }
     }
-}
-
-/// Grant the key (free, or with room for the head) to the first waiter; a
-/// waiter that cannot take it (its ACL access was revoked, fences are
-/// exhausted) is told, and the caller asks again for the next. Whether one
-/// was granted.
-fn grant_to_head(
-    ctx: &Context,
-    db: i32,
-    lock_key: &mut LockKey,
-    name: &RedisString,
-    now_ms: i64,
-) -> bool {
-    let key = name.as_slice();
-    let Some((id, waiter)) = with_queues(|q| q.pop_front(db, key)) else {
-        return false;
-    };
-    dismiss(ctx, &waiter);
-    if !client::may_access(ctx, waiter.user.as_deref(), name) {
-        blocked::unblock::<Queue>(id, Outcome::Failed(LockError::WaitNoPerm));
-        return false;
-    }
-    let mut drawn = [0u8; UUID_LEN];
-    let token: &[u8] = match &waiter.token {
-        Some(token) => token,
-        None => token::draw(&mut drawn),
-    };
-    // Its lease group must still live: a grant attached to a lease that is
-    // gone would be nobody's.
-    let attach = waiter
-        .lease
-        .as_ref()
-        .map(|id| groups::attach_to(id, now_ms))
-        .transpose();
-    let granted = attach.and_then(|attach| {
-        let deadline_ms = decide::waiter_deadline(now_ms, waiter.ttl_ms)?;
-        let grantee = Grantee {
-            token,
-            owner: waiter.owner.as_deref(),
-            now_ms,
-            deadline_ms: decide::grant_deadline(deadline_ms, attach),
-            lease: attach.map(|a| a.number),
-        };
-        lease::grant(ctx, lock_key, name, &grantee, waiter.want)
-    });
-    let fence = match granted {
-        Ok(fence) => fence,
-        Err(error) => {
-            blocked::unblock::<Queue>(id, Outcome::Failed(error));
-            return false;
-        }
-    };
-    if let Some(client) = waiter.session {
-        sessions::bind(ctx, client, db, key, fence);
-    }
-    replicate::notify(ctx, waiter.want.kind().event(Event::Handoff), name);
-    let grant = Grant::new(db, &[key], token, fence);
-    answer(ctx, id, waiter.sync, grant, Stands::Undone);
-    true
 }
 
 /// Answer a granted (or renewed) waiter: now, or with `SYNC` once its
@@ -847,61 +695,28 @@ fn give_back(ctx: &Context, grant: &Grant, by: ReleasedBy) {
     }
 }
 
-/// The head of the queue's token already holds the key as it asks (`mine`):
-/// renew that hold, with the head's ttl and label, within the hold policy,
-/// and answer it with the same fence, as a direct `ACQUIRE` by the holder is
-/// answered.
-fn renew_head(
-    ctx: &Context,
-    db: i32,
-    lock_key: &mut LockKey,
-    name: &RedisString,
-    mine: MyHold,
-    now_ms: i64,
-) {
-    let key = name.as_slice();
-    let Some((id, waiter)) = with_queues(|q| q.pop_front(db, key)) else {
+/// Answer a waiter whose token holds every key of `keys` (renewed, or kept
+/// by its lease group) with its grant at `fence`, as a renewal: bound to
+/// its SESSION, with `SYNC` waited for as for an extension.
+fn answer_holder(ctx: &Context, db: i32, id: WaiterId, keys: &[Box<[u8]>], fence: u64) {
+    let Some((waiter, again)) = with_queues(|q| q.leave(id)) else {
         return;
     };
     dismiss(ctx, &waiter);
-    let Some(token) = waiter.token.as_deref() else {
-        return blocked::unblock::<Queue>(id, Outcome::Failed(LockError::Internal));
-    };
-    let renewed =
-        decide::renew(mine, waiter.ttl_ms, now_ms, config::hold_policy()).and_then(|renewal| {
-            let owner = waiter.owner.as_deref();
-            lease::renew(ctx, lock_key, name, token, &renewal, owner).map(|()| renewal)
-        });
-    match renewed {
-        Ok(renewal) => answer_holder(ctx, db, key, id, &waiter, renewal.fence),
-        Err(error) => blocked::unblock::<Queue>(id, Outcome::Failed(error)),
+    match waiter.token.as_deref() {
+        Some(token) => {
+            metrics::count(Counter::Renewals);
+            if let Some(client) = waiter.session {
+                for key in keys {
+                    sessions::bind(ctx, client, db, key, fence);
+                }
+            }
+            let grant = Grant::new(db, keys, token, fence);
+            answer(ctx, id, waiter.sync, grant, Stands::Extension);
+        }
+        None => blocked::unblock::<Queue>(id, Outcome::Failed(LockError::Internal)),
     }
-}
-
-/// The head of the queue's token already holds the key as it asks, through
-/// its lease group, which alone keeps it: answer it with its grant.
-fn held_head(ctx: &Context, db: i32, name: &RedisString, fence: u64) {
-    let key = name.as_slice();
-    let Some((id, waiter)) = with_queues(|q| q.pop_front(db, key)) else {
-        return;
-    };
-    dismiss(ctx, &waiter);
-    answer_holder(ctx, db, key, id, &waiter, fence);
-}
-
-/// Answer a head whose token holds the key (renewed, or kept by its lease
-/// group) with its grant at `fence`, as a renewal: bound to its SESSION,
-/// with `SYNC` waited for as for an extension.
-fn answer_holder(ctx: &Context, db: i32, key: &[u8], id: BlockedId, waiter: &Waiter, fence: u64) {
-    let Some(token) = waiter.token.as_deref() else {
-        return blocked::unblock::<Queue>(id, Outcome::Failed(LockError::Internal));
-    };
-    metrics::count(Counter::Renewals);
-    if let Some(client) = waiter.session {
-        sessions::bind(ctx, client, db, key, fence);
-    }
-    let grant = Grant::new(db, &[key], token, fence);
-    answer(ctx, id, waiter.sync, grant, Stands::Extension);
+    look_again_at(ctx, db, &again);
 }
 
 /// Make sure `key`'s queue is served at `at_ms` (unix ms) at the latest:
@@ -1024,33 +839,12 @@ fn redirect_waiters_of(ctx: &Context, db: i32, key: Box<[u8]>, error: &CString) 
         timer::stop_at::<Wake>(ctx, timer);
         with_queues(|q| q.set_timer(db, &key, None));
     }
-    while let Some((id, waiter, multi)) = pop_head(db, &key) {
-        dismiss(ctx, &waiter);
-        blocked::unblock::<Queue>(id, Outcome::Redirected(error.clone()));
-        left(ctx, multi);
+    while let Some(id) = with_queues(|q| q.head(db, &key)) {
+        leave(ctx, db, id, Outcome::Redirected(error.clone()));
         answered += 1;
     }
     forget_idle(db, key);
     answered
-}
-
-fn fail_waiters_of(ctx: &Context, db: i32, key: &[u8], error: LockError) {
-    while let Some((id, waiter, multi)) = pop_head(db, key) {
-        dismiss(ctx, &waiter);
-        blocked::unblock::<Queue>(id, Outcome::Failed(error));
-        left(ctx, multi);
-    }
-}
-
-/// Take the head of `key`'s queue out of every queue it is in, with the
-/// db and keys of a multi-key head: whoever waited behind it on its other
-/// keys may be served now ([`left`]), and nothing else would look at them
-/// (one of them may be free, kept for it).
-fn pop_head(db: i32, key: &[u8]) -> Option<(WaiterId, Waiter, Option<MultiKeys>)> {
-    let id = with_queues(|q| q.head(db, key))?;
-    let multi = multi_keys_of(id);
-    let waiter = with_queues(|q| q.remove(id))?;
-    Some((id, waiter, multi))
 }
 
 /// A waiter leaves its queue other than by timing out: stop its timeout.
@@ -1129,34 +923,21 @@ fn forget_idle(db: i32, key: Box<[u8]>) {
 }
 
 fn time_out(ctx: &Context, waiter: WaiterId) {
-    let multi = multi_keys_of(waiter);
-    if with_queues(|q| q.remove(waiter)).is_some() {
+    let Some(db) = with_queues(|q| q.keys_of(waiter).map(|(db, _)| db)) else {
+        return;
+    };
+    if let Some((_, again)) = with_queues(|q| q.leave(waiter)) {
         metrics::count(Counter::WaitTimeouts);
         blocked::unblock::<Queue>(waiter, Outcome::TimedOut);
-        left(ctx, multi);
+        look_again_at(ctx, db, &again);
     }
 }
 
-/// The db and keys of a multi-key waiter.
-type MultiKeys = (i32, Vec<Box<[u8]>>);
-
-/// The db and keys of a multi-key waiter (none for a single-key one).
-fn multi_keys_of(waiter: WaiterId) -> Option<MultiKeys> {
-    with_queues(|q| {
-        q.is_multi(waiter)
-            .then(|| q.keys_of(waiter).map(|(db, keys)| (db, keys.to_vec())))
-            .flatten()
-    })
-}
-
-/// A multi-key waiter left (timed out, disconnected): it kept its place
-/// first in queues whose keys may be free, so serve them again. (A
-/// single-key waiter only ever waits for its busy key: nothing to do.)
-fn left(ctx: &Context, multi: Option<MultiKeys>) {
-    if let Some((db, keys)) = multi {
-        for key in keys {
-            look_again(ctx, db, &key);
-        }
+/// Serve again the queues of `keys` in `db`: those a waiter that left
+/// named (`WaitQueues::leave`: the keys of a multi-key waiter).
+fn look_again_at(ctx: &Context, db: i32, keys: &[Box<[u8]>]) {
+    for key in keys {
+        look_again(ctx, db, key);
     }
 }
 
@@ -1211,11 +992,11 @@ impl Waits for Queue {
             timer::start(ctx, 0, Wake::Reclaim(grant.clone()), on_wake);
             return;
         }
-        let multi = multi_keys_of(client);
-        if let Some(waiter) = with_queues(|q| q.remove(client)) {
+        let db = with_queues(|q| q.keys_of(client).map(|(db, _)| db));
+        if let Some((db, (waiter, again))) = db.zip(with_queues(|q| q.leave(client))) {
             dismiss(ctx, &waiter);
             blocked::unblock_without_reply(client);
-            left(ctx, multi);
+            look_again_at(ctx, db, &again);
             return;
         }
         // Granted with SYNC, waiting for its replicas: it leaves, and its

@@ -13,6 +13,7 @@ use std::ffi::CStr;
 
 use crate::args::ArgBytes;
 use crate::errors::LockError;
+use crate::few::Few;
 use crate::hold::{Holds, KeyState, MyHold, Want};
 use crate::rules::{self, HoldPolicy};
 
@@ -198,7 +199,7 @@ pub struct AcquireManyCase<'a> {
     pub queued: bool,
 }
 
-/// What a multi-key acquire does: all keys or none.
+/// What an acquire of 1..n keys does: all keys or none.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AcquireMany {
     /// Make the caller a holder of every key, with one new fence (the
@@ -206,30 +207,36 @@ pub enum AcquireMany {
     /// `deadline_ms`.
     Grant { deadline_ms: i64 },
     /// The caller holds every key, all with `fence` (its own earlier
-    /// multi-key grant): each lease renewed, in key order.
-    Renew { fence: u64, renewals: Vec<Renewal> },
+    /// grant): each lease renewed, in key order.
+    Renew { fence: u64, renewals: Few<Renewal> },
     /// As `Renew`, held through a lease group: reply the grant.
     Held { fence: u64 },
     /// Queue the caller on every key; look at key `i` again at its time
     /// (keys with no time are looked at when they change).
-    Queue { wake: Vec<(usize, i64)> },
+    Queue { wake: Few<(usize, i64)> },
     /// Reply null: some key is busy, and the caller does not wait.
     Refuse,
 }
 
-/// `LOCK.MACQUIRE`: each key is decided as `LOCK.ACQUIRE` would decide it
-/// alone ([`acquire`]), and the request is granted only when every key
-/// would be granted; an error on any key (`WRONGTYPE`, a limit) refuses
-/// the whole request, whatever the other keys say. A token that holds
-/// every key with one fence renews them all (an idempotent retry); one
-/// that holds only some, or with several fences, is refused
-/// ([`LockError::PartialHold`]): a fence must be the same on every key.
-/// The same function serves a queued request once it is first in every
-/// key's queue (`queued`: each key decided as a single-key waiter's hand-off
-/// would decide it; `Queue` then means "not yet").
+/// `LOCK.ACQUIRE`, `SEM.ACQUIRE` and `LOCK.MACQUIRE`, for 1..n keys: each
+/// key is decided as it would be alone ([`acquire`]), and the request is
+/// granted only when every key would be granted; an error on any key
+/// (`WRONGTYPE`, a limit) refuses the whole request, whatever the other
+/// keys say. A token that holds every key with one fence renews them all
+/// (an idempotent retry); one that holds only some, or with several
+/// fences, is refused ([`LockError::PartialHold`]): a fence must be the
+/// same on every key. The same function serves a queued request once it is
+/// first in every key's queue (`queued`: each key decided as the hand-off
+/// decides it, [`serve_head`]; `Queue` then means "not yet"), through
+/// [`serve_waiter`]. One key allocates nothing.
 pub fn acquire_many(case: &AcquireManyCase) -> Result<AcquireMany, LockError> {
-    let mut decisions = Vec::with_capacity(case.keys.len());
-    for key in case.keys {
+    let mut renewals = Few::new();
+    let mut held = None;
+    let mut deadline = None;
+    let mut wake = Few::new();
+    let mut busy = false;
+    let mut odd = false;
+    for (i, key) in case.keys.iter().enumerate() {
         let single = AcquireCase {
             key: key.key,
             mine: key.mine,
@@ -243,48 +250,84 @@ pub fn acquire_many(case: &AcquireManyCase) -> Result<AcquireMany, LockError> {
             max_holders: case.max_holders,
             lease: case.lease,
         };
-        decisions.push(match case.queued {
+        let decision = match case.queued {
             true => serve_queued(&single)?,
             false => acquire(&single)?,
-        });
-    }
-    let mine: Vec<u64> = case
-        .keys
-        .iter()
-        .filter_map(|k| k.mine.map(|m| m.fence))
-        .collect();
-    if let Some(&fence) = mine.first() {
-        if mine.len() != case.keys.len() || mine.iter().any(|f| *f != fence) {
-            return Err(LockError::PartialHold);
-        }
-        let mut renewals = Vec::with_capacity(decisions.len());
-        for decision in decisions {
-            match decision {
-                Acquire::Renew(renewal) => renewals.push(renewal),
-                Acquire::Held { .. } => return Ok(AcquireMany::Held { fence }),
-                _ => return Err(LockError::Internal),
-            }
-        }
-        return Ok(AcquireMany::Renew { fence, renewals });
-    }
-    let mut deadline = None;
-    let mut wake = Vec::new();
-    let mut busy = false;
-    for (i, decision) in decisions.into_iter().enumerate() {
+        };
         match decision {
             Acquire::Grant { deadline_ms } => deadline = Some(deadline_ms),
+            Acquire::Renew(renewal) => renewals.push(renewal),
+            Acquire::Held { fence } => held = Some(fence),
             Acquire::Queue { wake_at_ms } => {
                 busy = true;
-                wake.extend(wake_at_ms.map(|at| (i, at)));
+                // Only a caller that waits is woken: a refusal allocates
+                // nothing.
+                if let (Some(at), true) = (wake_at_ms, case.may_wait) {
+                    wake.push((i, at));
+                }
             }
-            _ => return Err(LockError::Internal),
+            Acquire::Refuse => odd = true,
         }
+    }
+    let mut mine = case.keys.iter().map(|k| k.mine.map(|m| m.fence));
+    if let Some(Some(fence)) = mine.next() {
+        if !mine.all(|f| f == Some(fence)) {
+            return Err(LockError::PartialHold);
+        }
+        return match held {
+            Some(_) => Ok(AcquireMany::Held { fence }),
+            None if renewals.len() == case.keys.len() => Ok(AcquireMany::Renew { fence, renewals }),
+            None => Err(LockError::Internal),
+        };
+    }
+    if case.keys.iter().any(|k| k.mine.is_some()) {
+        return Err(LockError::PartialHold);
+    }
+    if odd || held.is_some() || !renewals.is_empty() {
+        return Err(LockError::Internal);
     }
     match (busy, deadline) {
         (false, Some(deadline_ms)) => Ok(AcquireMany::Grant { deadline_ms }),
         (false, None) => Err(LockError::Internal),
         (true, _) if case.may_wait => Ok(AcquireMany::Queue { wake }),
         (true, _) => Ok(AcquireMany::Refuse),
+    }
+}
+
+/// What the hand-off does with a waiter that is first in every queue it is
+/// in ([`crate::waitqueue::WaitQueues::servable`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Served {
+    /// Grant it every key, with one new fence, until `deadline_ms`.
+    Grant { deadline_ms: i64 },
+    /// Its token holds every key as it asks: renew each, answer the grant.
+    Renew { fence: u64, renewals: Few<Renewal> },
+    /// As `Renew`, held through its lease group: answer the grant.
+    Held { fence: u64 },
+    /// It can never have them as it asks: fail it with this error.
+    Fail(LockError),
+    /// Not yet: it keeps its place; look at key `i` again at its time.
+    Wait { wake: Few<(usize, i64)> },
+}
+
+/// The hand-off's decision for a waiter of 1..n keys that is first in each
+/// of its keys' queues: [`acquire_many`] with `queued`, as the waiter's own
+/// answer (a key of another type is `WAIT`'s `WRONGTYPE`). A waiter of one
+/// key and of many are served by this one rule.
+pub fn serve_waiter(case: &AcquireManyCase) -> Served {
+    let case = AcquireManyCase {
+        queued: true,
+        may_wait: true,
+        ..*case
+    };
+    match acquire_many(&case) {
+        Ok(AcquireMany::Grant { deadline_ms }) => Served::Grant { deadline_ms },
+        Ok(AcquireMany::Renew { fence, renewals }) => Served::Renew { fence, renewals },
+        Ok(AcquireMany::Held { fence }) => Served::Held { fence },
+        Ok(AcquireMany::Queue { wake }) => Served::Wait { wake },
+        Ok(AcquireMany::Refuse) => Served::Wait { wake: Few::new() },
+        Err(LockError::WrongType) => Served::Fail(LockError::WaitWrongType),
+        Err(error) => Served::Fail(error),
     }
 }
 
@@ -314,16 +357,18 @@ fn serve_queued(case: &AcquireCase) -> Result<Acquire, LockError> {
     }
 }
 
-/// `LOCK.MEXTEND`: every key's lease moves, or none. `mine` is the caller's
-/// live hold on each key; `None` (reply 0, nothing changed) when it lacks
-/// one; a key held through a lease group is not moved (its lease moves it).
+/// `LOCK.EXTEND`, `SEM.EXTEND` and `LOCK.MEXTEND`, for 1..n keys: every
+/// key's lease moves, or none. `mine` is the caller's live hold on each
+/// key; `None` (reply 0, nothing changed) when it lacks one; a key held
+/// through a lease group is not moved (its lease moves it). One key
+/// allocates nothing.
 pub fn extend_many(
     mine: &[Option<MyHold>],
     ttl_ms: i64,
     now_ms: i64,
     hold: HoldPolicy,
-) -> Result<Option<Vec<Extend>>, LockError> {
-    let mut extended = Vec::with_capacity(mine.len());
+) -> Result<Option<Few<Extend>>, LockError> {
+    let mut extended = Few::with_capacity(mine.len());
     for hold_of_key in mine {
         match extend(*hold_of_key, ttl_ms, now_ms, hold)? {
             Extend::NotHolder => return Ok(None),
@@ -1576,7 +1621,7 @@ mod tests {
         assert_eq!(
             acquire_many(&many_case(&keys, true, None)),
             Ok(AcquireMany::Queue {
-                wake: vec![(1, rules::lease_over_at(NOW + 50))]
+                wake: [(1, rules::lease_over_at(NOW + 50))].into_iter().collect()
             })
         );
         let room = KeyState::Shared {

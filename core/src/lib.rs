@@ -15,7 +15,10 @@
 //!   its compact token;
 //!   (its [`hold::Holders`] is the value of a key with several holders:
 //!   shared locks, semaphores);
-//! - [`waitqueue`]: the per-key FIFO of waiters;
+//! - [`waitqueue`]: the per-key FIFO of waiters, each waiting for 1..n keys,
+//!   and which of them the hand-off serves;
+//! - [`few`]: a list kept inline while it has one item (the one-key path
+//!   of every command allocates nothing);
 //! - [`settings`]: the module's settings as data;
 //! - [`group`]: lease groups (`LOCK.LEASE`): the lease id, and how far
 //!   ahead of its lease an attached key's TTL runs;
@@ -45,6 +48,7 @@ pub mod cluster;
 pub mod decide;
 pub mod effect;
 pub mod errors;
+pub mod few;
 pub mod group;
 pub mod hold;
 pub mod lock;

@@ -316,7 +316,7 @@ mod multi_key_queues {
 
     use proptest::prelude::*;
 
-    use crate::decide::{self, Acquire, AcquireCase, AcquireMany, AcquireManyCase, ManyKey};
+    use crate::decide::{self, AcquireMany, AcquireManyCase, ManyKey, Served};
     use crate::hold::{KeyState, Want};
     use crate::rules::{self, HoldPolicy};
     use crate::waitqueue::{WaitQueues, WaiterId};
@@ -435,30 +435,6 @@ mod multi_key_queues {
             let id = self.next_id;
             self.next_id += 1;
             let deadline_ms = rules::deadline_ms(self.now_ms, ttl_ms).unwrap_or(i64::MAX);
-            if keys.len() == 1 {
-                // A single-key request is `LOCK.ACQUIRE`'s own decision.
-                let key = keys[0];
-                let case = AcquireCase {
-                    key: self.state(key),
-                    mine: None,
-                    want,
-                    ttl_ms,
-                    now_ms: self.now_ms,
-                    others_waiting: self.queues.len(0, &[key]) > 0,
-                    delayed_until_ms: None,
-                    hold: HoldPolicy::default(),
-                    may_wait: wait,
-                    max_holders: 1000,
-                    lease: None,
-                };
-                match decide::acquire(&case) {
-                    Ok(Acquire::Grant { deadline_ms }) => self.grant(id, &keys, want, deadline_ms),
-                    Ok(Acquire::Queue { .. }) => self.queue(id, keys, want, ttl_ms),
-                    Ok(Acquire::Refuse) => {}
-                    other => self.broken.push(format!("single acquire: {other:?}")),
-                }
-                return;
-            }
             let many: Vec<ManyKey> = keys
                 .iter()
                 .map(|k| ManyKey {
@@ -477,7 +453,7 @@ mod multi_key_queues {
                 }
                 Ok(AcquireMany::Queue { .. }) => self.queue(id, keys, want, ttl_ms),
                 Ok(AcquireMany::Refuse) => {}
-                other => self.broken.push(format!("multi acquire: {other:?}")),
+                other => self.broken.push(format!("acquire: {other:?}")),
             }
         }
 
@@ -491,22 +467,19 @@ mod multi_key_queues {
             };
             let names: Vec<[u8; 1]> = keys.iter().map(|k| [*k]).collect();
             let names: Vec<&[u8]> = names.iter().map(|k| &k[..]).collect();
-            if keys.len() == 1 {
-                self.queues.push(0, names[0], id, request);
-            } else {
-                self.queues.push_many(0, &names, id, request);
-            }
+            self.queues.push(0, &names, id, request);
             self.requests.insert(id, ());
         }
 
-        /// The module's hand-off of `key`, and of the keys it leads to.
+        /// The module's hand-off of `key`, and of the keys it leads to, by
+        /// the core's serving rule, as `waiting.rs` runs it: the head that
+        /// is first in every queue it is in (`servable`), decided by
+        /// `serve_waiter`, and the keys to look at again once it leaves
+        /// (`leave`).
         fn serve(&mut self, first: u8) {
             let mut todo = vec![first];
             while let Some(key) = todo.pop() {
-                while let Some(head) = self.queues.head(0, &[key]) {
-                    if !self.queues.is_first_everywhere(head) {
-                        break;
-                    }
+                while let Some(head) = self.queues.servable(0, &[key]) {
                     let Some(request) = self.queues.get(head) else {
                         break;
                     };
@@ -520,9 +493,9 @@ mod multi_key_queues {
                             delayed_until_ms: None,
                         })
                         .collect();
-                    match decide::acquire_many(&self.case(&many, want, ttl_ms, true, true)) {
-                        Ok(AcquireMany::Grant { deadline_ms }) => {
-                            let Some(request) = self.queues.remove(head) else {
+                    match decide::serve_waiter(&self.case(&many, want, ttl_ms, true, true)) {
+                        Served::Grant { deadline_ms } => {
+                            let Some((request, again)) = self.queues.leave(head) else {
                                 break;
                             };
                             let waited = self.now_ms - request.arrived_ms;
@@ -535,11 +508,9 @@ mod multi_key_queues {
                             }
                             self.grant(head, &keys, want, deadline_ms);
                             self.requests.remove(&head);
-                            if keys.len() > 1 {
-                                todo.extend(keys.iter().filter(|k| **k != key));
-                            }
+                            todo.extend(again.iter().filter_map(|k| k.first().copied()));
                         }
-                        Ok(AcquireMany::Queue { .. }) => break,
+                        Served::Wait { .. } => break,
                         other => {
                             self.broken.push(format!("serve: {other:?}"));
                             break;
@@ -575,14 +546,13 @@ mod multi_key_queues {
             let Some(id) = ids.iter().nth(pick % ids.len().max(1)).copied() else {
                 return;
             };
-            let multi = self.queues.is_multi(id);
-            let Some(request) = self.queues.remove(id) else {
+            let Some((_, again)) = self.queues.leave(id) else {
                 return;
             };
             self.requests.remove(&id);
-            if multi {
-                for key in request.keys {
-                    self.serve(key);
+            for key in again {
+                if let Some(key) = key.first() {
+                    self.serve(*key);
                 }
             }
         }

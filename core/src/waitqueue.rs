@@ -13,7 +13,7 @@
 //! more than it did as a list.
 //!
 //! A multi-key request (`LOCK.MACQUIRE … WAIT`) is one waiter queued on
-//! each of its keys ([`WaitQueues::push_many`]), the same entry shared by
+//! each of its keys ([`WaitQueues::push`]), the same entry shared by
 //! every queue, with one arrival number. Arrival numbers are global (one
 //! counter for all keys), so they order any two waiters, on one key or not:
 //! the oldest waiter of all is first in each of its keys' queues, and so can
@@ -103,25 +103,10 @@ impl<W> WaitQueues<W> {
         self.index.contains_key(&id)
     }
 
-    /// Add a waiter at the tail of `key`'s queue.
-    pub fn push(&mut self, db: i32, key: &[u8], id: WaiterId, waiter: W) {
-        let arrival = self.arrive();
-        self.queue_mut(db, key)
-            .waiters
-            .insert(arrival, (id, Rc::new(waiter)));
-        self.index.insert(
-            id,
-            Place {
-                db,
-                keys: Keys::One(key.into()),
-                arrival,
-            },
-        );
-    }
-
-    /// Add one waiter at the tail of every queue of `keys` (distinct), with
-    /// one arrival number: a multi-key request.
-    pub fn push_many(&mut self, db: i32, keys: &[&[u8]], id: WaiterId, waiter: W) {
+    /// Add a waiter at the tail of the queue of every key of `keys`
+    /// (distinct, at least one), with one arrival number: a request for one
+    /// key, or a multi-key request, which is one waiter in several queues.
+    pub fn push(&mut self, db: i32, keys: &[&[u8]], id: WaiterId, waiter: W) {
         let arrival = self.arrive();
         let waiter = Rc::new(waiter);
         for key in keys {
@@ -129,15 +114,11 @@ impl<W> WaitQueues<W> {
                 .waiters
                 .insert(arrival, (id, Rc::clone(&waiter)));
         }
-        let keys = keys.iter().map(|k| Box::<[u8]>::from(*k)).collect();
-        self.index.insert(
-            id,
-            Place {
-                db,
-                keys: Keys::Many(keys),
-                arrival,
-            },
-        );
+        let keys = match keys {
+            [one] => Keys::One((*one).into()),
+            many => Keys::Many(many.iter().map(|k| Box::<[u8]>::from(*k)).collect()),
+        };
+        self.index.insert(id, Place { db, keys, arrival });
     }
 
     fn arrive(&mut self) -> u64 {
@@ -172,6 +153,16 @@ impl<W> WaitQueues<W> {
     /// Take a waiter out of its queues, wherever it is (and forget a key if
     /// that left it idle).
     pub fn remove(&mut self, id: WaiterId) -> Option<W> {
+        self.leave(id).map(|(waiter, _)| waiter)
+    }
+
+    /// As [`WaitQueues::remove`], with the keys whose queues must be served
+    /// again now that it left, by whatever way (served, failed, timed out,
+    /// gone): every key of a waiter of several keys, which kept its place
+    /// first in queues whose keys may be free, held for it while it waited
+    /// for the others; none for a waiter of one key, which only ever waits
+    /// while that key is busy (and whose key's change is looked at anyway).
+    pub fn leave(&mut self, id: WaiterId) -> Option<(W, Vec<Box<[u8]>>)> {
         let place = self.index.remove(&id)?;
         let mut taken = None;
         for key in place.keys.as_slice() {
@@ -185,8 +176,23 @@ impl<W> WaitQueues<W> {
             }
             self.forget_if_idle(place.db, key);
         }
+        let again = match place.keys {
+            Keys::One(_) => Vec::new(),
+            Keys::Many(keys) => keys.into_vec(),
+        };
         // Every queue's share of it is gone: this is the last.
-        Rc::try_unwrap(taken?).ok()
+        Rc::try_unwrap(taken?).ok().map(|waiter| (waiter, again))
+    }
+
+    /// The waiter the hand-off of `key` serves now: the head of its queue,
+    /// if it is first in every queue it is in (a multi-key request needs
+    /// all its keys at once). Arrival numbers are global, so the oldest
+    /// waiter of all is always servable: serving only such heads never
+    /// deadlocks. `None`: nobody waits, or the head waits for someone older
+    /// on another of its keys, whose own hand-off serves it.
+    pub fn servable(&self, db: i32, key: &[u8]) -> Option<WaiterId> {
+        self.head(db, key)
+            .filter(|id| self.is_first_everywhere(*id))
     }
 
     /// The db and the keys a waiter is queued on (several for a multi-key
@@ -195,13 +201,6 @@ impl<W> WaitQueues<W> {
         self.index
             .get(&id)
             .map(|place| (place.db, place.keys.as_slice()))
-    }
-
-    /// Whether a waiter is a multi-key request.
-    pub fn is_multi(&self, id: WaiterId) -> bool {
-        self.index
-            .get(&id)
-            .is_some_and(|place| matches!(place.keys, Keys::Many(_)))
     }
 
     /// A queued waiter, by id.
@@ -326,10 +325,10 @@ mod tests {
     fn waiters_come_out_in_arrival_order_per_key() {
         let mut q = WaitQueues::new();
         for id in 1..=5 {
-            q.push(0, b"k", id, id * 10);
+            q.push(0, &[&b"k"[..]], id, id * 10);
         }
-        q.push(0, b"other", 99, 990);
-        q.push(1, b"k", 7, 70);
+        q.push(0, &[&b"other"[..]], 99, 990);
+        q.push(1, &[&b"k"[..]], 7, 70);
         assert_eq!(
             (q.len(0, b"k"), q.len(0, b"other"), q.len(1, b"k")),
             (5, 1, 1)
@@ -351,7 +350,7 @@ mod tests {
     fn a_waiter_leaves_from_the_middle_and_the_order_holds() {
         let mut q = WaitQueues::new();
         for id in 1..=4 {
-            q.push(0, b"k", id, ());
+            q.push(0, &[&b"k"[..]], id, ());
         }
         assert_eq!(q.remove(2), Some(()));
         assert_eq!(q.remove(2), None);
@@ -370,7 +369,7 @@ mod tests {
         let mut q = WaitQueues::new();
         let n = 50_000;
         for id in 0..n {
-            q.push(0, b"k", id, [id; 16]);
+            q.push(0, &[&b"k"[..]], id, [id; 16]);
         }
         // (No timing here: the machine is noisy. The scale benchmark
         // measures the cost of leaving from the head and from the tail.)
@@ -388,13 +387,13 @@ mod tests {
     #[test]
     fn arrival_order_holds_after_the_queue_empties_and_fills_again() {
         let mut q = WaitQueues::new();
-        q.push(0, b"k", 1, ());
-        q.push(0, b"k", 2, ());
+        q.push(0, &[&b"k"[..]], 1, ());
+        q.push(0, &[&b"k"[..]], 2, ());
         assert_eq!(q.remove(1), Some(()));
         assert_eq!(q.pop_front(0, b"k").map(|w| w.0), Some(2));
         q.forget_if_idle(0, b"k");
         for id in [3, 4, 5] {
-            q.push(0, b"k", id, ());
+            q.push(0, &[&b"k"[..]], id, ());
         }
         assert_eq!(q.remove(4), Some(()));
         let ids: Vec<u64> = q.waiters_with_ids(0, b"k").map(|(id, _)| id).collect();
@@ -404,7 +403,7 @@ mod tests {
     #[test]
     fn idle_keys_are_forgotten_but_not_while_a_timer_is_armed() {
         let mut q: WaitQueues<()> = WaitQueues::new();
-        q.push(0, b"k", 1, ());
+        q.push(0, &[&b"k"[..]], 1, ());
         q.set_timer(0, b"k", Some((42, 1_000)));
         q.pop_front(0, b"k");
         q.forget_if_idle(0, b"k");
@@ -418,8 +417,8 @@ mod tests {
     #[test]
     fn keys_with_waiters_by_db_and_drain() {
         let mut q = WaitQueues::new();
-        q.push(0, b"a", 1, 'a');
-        q.push(2, b"b", 2, 'b');
+        q.push(0, &[&b"a"[..]], 1, 'a');
+        q.push(2, &[&b"b"[..]], 2, 'b');
         q.set_timer(2, b"b", Some((5, 10)));
         assert_eq!(q.keys_with_waiters(Some(2)), vec![(2, b"b"[..].into())]);
         assert_eq!(q.keys_with_waiters(None).len(), 2);
@@ -446,7 +445,7 @@ mod tests {
                 let name = [key];
                 match op {
                     0 => {
-                        queues.push(0, &name, next_id, next_id);
+                        queues.push(0, &[&name], next_id, next_id);
                         arrivals.push((key, next_id));
                         next_id += 1;
                     }

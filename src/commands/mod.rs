@@ -9,7 +9,6 @@ pub mod extend;
 pub mod guard;
 pub mod info;
 pub mod lease_group;
-pub mod multi;
 pub mod observe;
 pub mod queue;
 pub mod release;
