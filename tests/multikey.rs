@@ -1092,3 +1092,27 @@ fn lock_queue_shows_how_many_keys_a_multi_key_waiter_waits_for() {
     assert_eq!(mrelease(&mut con, &[b"a", b"b", b"c"], b"m"), 3);
     assert_eq!(single.join().unwrap().unwrap().0, b"single");
 }
+
+/// MEXTEND shares EXTEND's body: a token whose hold on one of the keys was
+/// revoked is told `REVOKED <reason>` (nothing moves on any key), as
+/// `LOCK.EXTEND` tells it; a token that simply holds nothing gets 0.
+#[test]
+fn mextend_by_a_revoked_token_is_told_why() {
+    let server = Server::start();
+    let mut con = server.conn();
+    let cmd = macquire(&[b"a", b"b\0\r\n"], 60_000, &[b"TOKEN", b"worker"]);
+    grant(&mut con, &cmd).unwrap();
+    let revoked: i64 = redis::cmd("LOCK.REVOKE")
+        .arg(&b"b\0\r\n"[..])
+        .arg("REASON")
+        .arg("stuck")
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(revoked, 1);
+    let before = fence_and_deadline(&mut con, "a");
+    let mut extend = redis::cmd("LOCK.MEXTEND");
+    extend.arg(2).arg("a").arg(&b"b\0\r\n"[..]).arg("worker").arg(90_000);
+    assert_eq!(error_of(&mut con, &extend), "REVOKED stuck");
+    assert_eq!(fence_and_deadline(&mut con, "a"), before);
+    assert_eq!(mextend(&mut con, &[b"a", b"b\0\r\n"], b"nobody", 90_000), 0);
+}
