@@ -97,6 +97,9 @@ def check_name(repo, files, texts, name):
     # A module: a file named after it. A type: a file that defines it.
     candidates = [f for f in files if os.path.basename(f) == owner + ".rs"]
     candidates += [f for f in files if f.endswith(os.sep + owner + os.sep + "mod.rs")]
+    # A folder module re-exports what its files define (`wait_queue::release`
+    # lives in `wait_queue/handoff.rs`).
+    candidates += [f for f in files if (os.sep + owner + os.sep) in f]
     if not candidates and owner[:1].isupper():
         candidates = [f for f, t in texts.items() if defines(t, owner)]
     return any(defines(texts[f], item) for f in candidates)

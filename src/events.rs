@@ -10,15 +10,14 @@ use redis_lock_core::hold::{Event, Holds, Kind};
 use redis_lock_core::settings;
 use redis_module::{Context, NotifyEvent};
 
-use crate::metrics::{self, Counter};
 use crate::redis::datatype::{self, Hooks, SavedLease, SpelledLease};
 use crate::redis::events::ServerEvent;
 use crate::redis::guard::guarded;
 use crate::redis::key::LockKey;
 use crate::redis::{replicate, server, timer};
-use crate::{
-    config, expiry, fence, groups, lease, leases, observers, revocations, sessions, sync, waiting,
-};
+use crate::state::metrics::{self, Counter};
+use crate::state::{config, expiry, fence, lease_registry, revocations, sessions};
+use crate::{holds, lease_groups, observers, sync, wait_queue};
 
 /// The data type's hooks: the fence high-water mark in the RDB, and the
 /// expiry note when Redis removes a key of the module's.
@@ -27,9 +26,9 @@ pub const TYPE_HOOKS: Hooks = Hooks {
     observe_fence: fence::observe,
     removed,
     unlinked,
-    lease_unlinked: groups::detached_unlinked,
-    lease_loaded: groups::loaded,
-    lease_deadline: groups::deadline,
+    lease_unlinked: lease_registry::detached_unlinked,
+    lease_loaded: lease_registry::loaded,
+    lease_deadline: lease_registry::deadline,
     leases,
     load_leases,
     lease_spelled,
@@ -37,7 +36,7 @@ pub const TYPE_HOOKS: Hooks = Hooks {
 
 /// Every lease group, for the RDB's aux field.
 fn leases() -> Vec<SavedLease> {
-    groups::all()
+    lease_registry::all()
         .into_iter()
         .map(|(number, lease)| SavedLease {
             id: lease.id.0,
@@ -54,7 +53,7 @@ fn load_leases(saved: Vec<SavedLease>) {
     let leases = saved
         .into_iter()
         .map(|lease| {
-            let state = groups::LeaseState {
+            let state = lease_registry::LeaseState {
                 id: redis_lock_core::group::LeaseId(lease.id),
                 ttl_ms: lease.ttl_ms,
                 deadline_ms: lease.deadline_ms,
@@ -63,12 +62,12 @@ fn load_leases(saved: Vec<SavedLease>) {
             (lease.number, state)
         })
         .collect();
-    groups::replace_all(leases);
+    lease_registry::replace_all(leases);
 }
 
 /// Lease group `number` as `LOCK.LEASESET` spells it, for an AOF rewrite.
 fn lease_spelled(number: u64) -> Option<SpelledLease> {
-    let state = groups::state(number)?;
+    let state = lease_registry::state(number)?;
     let mut text = [0u8; redis_lock_core::group::LEASE_ID_LEN];
     Some(SpelledLease {
         id: state.id.text(&mut text).to_vec(),
@@ -93,7 +92,7 @@ fn removed(holds: &Holds) -> Option<Removal> {
 /// opens the key and so expires it), Redis 8.2 may deliver the event only
 /// after the command has replied, which would let the ACQUIRE grant the key
 /// during the delay. A provisional delay (a lease removed in its last
-/// millisecond) ends again if the event is not `expired` (see `expiry.rs`).
+/// millisecond) ends again if the event is not `expired` (see `state/expiry.rs`).
 fn unlinked(db: i32, key: &[u8], kind: Kind, removal: Removal) {
     expiry::note_unlinked(db, key, kind, removal, server::now_ms());
 }
@@ -109,10 +108,10 @@ fn unlinked(db: i32, key: &[u8], kind: Kind, removal: Removal) {
 /// - `rename_to`, `move_to`, `restore`: the key arrived under this name (in
 ///   this database), and Redis unlinked it from the old one, which detached
 ///   its holds from their lease groups: they are attached again here
-///   (`groups::arrived`), so they still end with their lease, are kept by
+///   (`lease_registry::arrived`), so they still end with their lease, are kept by
 ///   its keepalive and shown by `LOCK.LEASE INFO` under the new name. A
 ///   restored copy of a hold its lease has under another key is detached
-///   instead (`groups::take_copies`): it lives to its own deadline.
+///   instead (`lease_registry::take_copies`): it lives to its own deadline.
 /// - Any other event: an unlinked lock was not an expiry.
 /// - `restore` (also the target side of `MIGRATE`, and a `RESTORE` replayed
 ///   from the AOF or the replication stream): if the key is a lock, raise the
@@ -137,19 +136,19 @@ pub fn on_key_event(ctx: &Context, _class: NotifyEvent, event: &str, key: &[u8])
                     holds.all().for_each(|hold| fence::observe(hold.fence));
                 }
                 let db = server::selected_db(ctx);
-                for copy in groups::take_copies(db, key) {
-                    groups::detached(db, key, copy.fence, copy.number);
+                for copy in lease_registry::take_copies(db, key) {
+                    lease_registry::detached(db, key, copy.fence, copy.number);
                     lock_key.detach_lease(copy.fence, copy.number, copy.lease_deadline_ms);
                 }
                 follow_ttl(ctx, &lock_key, key);
                 if let Ok(holds) = lock_key.held() {
-                    groups::arrived(db, key, &holds);
+                    lease_registry::arrived(db, key, &holds);
                 }
             }
             "rename_to" | "move_to" => {
                 let name = crate::redis::string(ctx, key);
                 if let Ok(holds) = LockKey::open_read(ctx, &name).held() {
-                    groups::arrived(server::selected_db(ctx), key, &holds);
+                    lease_registry::arrived(server::selected_db(ctx), key, &holds);
                 }
             }
             // A TTL changed by a client (`PEXPIRE`, `PERSIST`; also Redis'
@@ -164,16 +163,16 @@ pub fn on_key_event(ctx: &Context, _class: NotifyEvent, event: &str, key: &[u8])
             expiry::forget_note();
         }
         let db = server::selected_db(ctx);
-        let waited = waiting::waiters(db, key) > 0;
+        let waited = wait_queue::waiters(db, key) > 0;
         if event == "del" && (waited || observers::observing(db, key)) {
-            if let Some(error) = waiting::redirect_if_elsewhere(ctx, key) {
-                waiting::redirect(ctx, db, key, &error);
+            if let Some(error) = wait_queue::redirect_if_elsewhere(ctx, key) {
+                wait_queue::redirect(ctx, db, key, &error);
                 return;
             }
         }
         if waited {
-            // Observers hear of it after the hand-off (see `waiting.rs`).
-            waiting::look_again(ctx, db, key);
+            // Observers hear of it after the hand-off (see `wait_queue/`).
+            wait_queue::look_again(ctx, db, key);
         } else if observers::total() > 0 {
             observers::changed(ctx, db, &crate::redis::string(ctx, key));
         }
@@ -205,8 +204,8 @@ fn holders_ttl(ctx: &Context, (db, key): (i32, Box<[u8]>)) {
     server::select_db(ctx, db);
     let name = crate::redis::string(ctx, &key);
     let mut lock_key = LockKey::open_write(ctx, &name);
-    lease::expire(ctx, &mut lock_key, &name, server::now_ms());
-    lease::follow_latest_holder(ctx, &mut lock_key, &name);
+    holds::expire(ctx, &mut lock_key, &name, server::now_ms());
+    holds::follow_latest_holder(ctx, &mut lock_key, &name);
 }
 
 /// Redis' `expired` keyspace event, for any key: if it is the lock just
@@ -225,14 +224,14 @@ pub fn on_expired(ctx: &Context, _class: NotifyEvent, _event: &str, key: &[u8]) 
             metrics::count(Counter::Expiries);
             replicate::notify(ctx, event, &name);
         }
-        if waiting::waiters(db, key) > 0 {
+        if wait_queue::waiters(db, key) > 0 {
             // Hand the key over from a timer due now, and only then tell its
             // observers: they see the next holder, never the instant between
             // (Redis' own expiry cycle may run before the hand-off timer).
             // When the hand-off itself expired it, opening the key, it grants
             // the key right after: no timer.
-            waiting::lease_expired(db, key);
-            waiting::look_again(ctx, db, key);
+            wait_queue::lease_expired(db, key);
+            wait_queue::look_again(ctx, db, key);
         } else {
             observers::changed(ctx, db, &name);
         }
@@ -248,36 +247,36 @@ pub fn on_server_event(ctx: &Context, event: ServerEvent) {
         // do: serve each as soon as its key is free there.
         ServerEvent::Flushed { db } => {
             expiry::forget(db);
-            groups::flushed(db);
+            lease_registry::flushed(db);
             revocations::forget(db);
-            waiting::look_again_in(ctx, db);
+            wait_queue::look_again_in(ctx, db);
             observers::changed_in(ctx, db);
         }
         ServerEvent::Swapped { a, b } => {
-            groups::swapped(a, b);
-            waiting::look_again_in(ctx, Some(a));
-            waiting::look_again_in(ctx, Some(b));
+            lease_registry::swapped(a, b);
+            wait_queue::look_again_in(ctx, Some(a));
+            wait_queue::look_again_in(ctx, Some(b));
             observers::changed_in(ctx, Some(a));
             observers::changed_in(ctx, Some(b));
         }
         ServerEvent::RoleChanged { now_replica } => {
             server::set_replica(now_replica);
             if now_replica {
-                waiting::demoted(ctx);
+                wait_queue::demoted(ctx);
                 sync::demoted(ctx);
-                leases::demoted(ctx);
+                lease_groups::demoted(ctx);
             } else {
-                leases::tick(ctx);
+                lease_groups::tick(ctx);
             }
         }
         ServerEvent::ClientClosed { client } => {
             if let Some(bound) = sessions::take(client) {
-                waiting::session_closed(ctx, bound);
+                wait_queue::session_closed(ctx, bound);
             }
         }
         // A master with lease groups and no lease timer (after a load, or a
         // promotion) arms one.
-        ServerEvent::Cron => leases::tick(ctx),
+        ServerEvent::Cron => lease_groups::tick(ctx),
         // Clients waiting for their replicas (`SYNC`) whose acknowledgement
         // came in this turn are answered in it, as `WAIT`'s are.
         ServerEvent::BeforeSleep => sync::before_sleep(ctx),
@@ -317,10 +316,10 @@ pub fn check_eviction_policy(ctx: &Context) {
 pub fn info_fields() -> Vec<(&'static CStr, i64)> {
     let gauges = [
         (c"locks", datatype::live_values()),
-        (c"waiters", waiting::total_waiters() as i64),
+        (c"waiters", wait_queue::total_waiters() as i64),
         (c"observers", observers::total() as i64),
         (c"sync_waiting", sync::waiting() as i64),
-        (c"leases", groups::live() as i64),
+        (c"leases", lease_registry::live() as i64),
         (c"fence_high_water", fence::high_water() as i64),
         (c"eviction_risk", i64::from(metrics::eviction_risk())),
         // Whether anything (AOF, replica, backlog) reads the effects, and how

@@ -5,14 +5,16 @@
 //! from the top (imports only go down; `make lint` checks it):
 //! - entry points: [`commands`] (clients), [`events`] (the server),
 //!   [`migration`] (Valkey 9's slot migrations) and [`startup`];
-//! - flows: [`waiting`] (queues, hand-off, the one release path), then
-//!   [`lease`] (grant, renew, release of one key);
-//! - [`leases`]: lease groups in motion (grant, keepalive, revocation, the
-//!   timer that ends them), above `waiting`;
-//! - module-wide state: [`sessions`], [`observers`], [`sync`] (clients
-//!   waiting for their replicas), [`groups`] (the lease groups and their
-//!   holds), [`revocations`], [`expiry`], [`fence`], [`metrics`],
-//!   [`config`];
+//! - [`lease_groups`]: lease groups (`LOCK.LEASE`) in motion (grant,
+//!   keepalive, revocation, the timer that ends them);
+//! - [`wait_queue`]: the wait queues, and in `wait_queue/handoff.rs` the
+//!   one release-and-hand-off path;
+//! - [`holds`]: the hold owner: grant, renew, release and expire any hold
+//!   on 1..n keys, each with its effect, event and counter;
+//! - clients that wait for something else: [`observers`] (a holder's
+//!   change), [`sync`] (their replicas);
+//! - [`state`]: module-wide state (settings, counters, fences, expiry
+//!   notes, SESSION bindings, revocation marks, the lease-group registry);
 //! - [`redis`]: every FFI call;
 //! - the `redis-lock-core` crate: parsing, errors and every decision, with
 //!   no Redis dependency.
@@ -32,22 +34,16 @@
 )]
 
 pub mod commands;
-pub mod config;
 pub mod events;
-pub mod expiry;
-pub mod fence;
-pub mod groups;
-pub mod lease;
-pub mod leases;
-pub mod metrics;
+pub mod holds;
+pub mod lease_groups;
 pub mod migration;
 pub mod observers;
 pub mod redis;
-pub mod revocations;
-pub mod sessions;
 pub mod startup;
+pub mod state;
 pub mod sync;
-pub mod waiting;
+pub mod wait_queue;
 
 use redis_module::{redis_module, Context, RedisString, Status};
 

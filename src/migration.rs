@@ -37,7 +37,8 @@ use redis_module::Context;
 
 use crate::redis::migration::{self, Migration, Phase, Support};
 use crate::redis::server;
-use crate::{expiry, observers, waiting};
+use crate::state::expiry;
+use crate::{observers, wait_queue};
 
 /// Declare, together with the module's other `options`, that the module
 /// handles atomic slot migration, where the server has it (Valkey 9 and
@@ -105,7 +106,7 @@ fn moved_away(ctx: &Context, slots: &[(u16, u16)]) -> (usize, usize) {
                 .clone()
         })
     };
-    let waiters = waiting::moved_away(ctx, &mut redirect);
+    let waiters = wait_queue::moved_away(ctx, &mut redirect);
     let observers = observers::moved_away(ctx, &mut redirect);
     expiry::forget_where(|key| in_slots(migration::slot_of(ctx, key)));
     (waiters, observers)

@@ -32,7 +32,7 @@ use crate::redis::migration;
 use crate::redis::reply::{self, Field};
 use crate::redis::server;
 use crate::redis::timer::{self, TimerId};
-use crate::{groups, revocations};
+use crate::state::{lease_registry, revocations};
 
 /// A key in a database.
 type DbKey = (i32, Box<[u8]>);
@@ -82,7 +82,7 @@ pub fn reply_holder(ctx: &Context, name: &RedisString, seen: u64) {
     };
     // A hold attached to a lease group lives as long as its lease.
     let deadline = match newest.tags.lease() {
-        Some(_) => groups::shown_deadline(newest),
+        Some(_) => lease_registry::shown_deadline(newest),
         None => key.deadline(),
     };
     let ttl = rules::ms_left(deadline, now_ms);

@@ -5,7 +5,8 @@ use redis_module::{Context, ModuleOptions, RedisString, Status};
 use crate::redis::acl::{self, AclSupport};
 use crate::redis::command::Spec;
 use crate::redis::{datatype, events, guard, info, server, timer};
-use crate::{config, events as handlers, migration};
+use crate::state::config;
+use crate::{events as handlers, migration};
 
 /// The oldest server the module runs on: it needs the 7.0 module API
 /// (absolute expiry, RESP3 map replies, module configs).
@@ -41,7 +42,7 @@ pub fn init(ctx: &Context, args: &[RedisString], commands: &[Spec]) -> Status {
 
     datatype::set_hooks(handlers::TYPE_HOOKS);
     // How a grant whose replicas did not hold it in time is given back.
-    crate::sync::register_undo(crate::waiting::undo);
+    crate::sync::register_undo(crate::wait_queue::undo);
     info::register(ctx, handlers::info_fields);
 
     // A corrupt RESTORE payload must become an error reply, not a crash; and

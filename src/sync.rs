@@ -22,7 +22,7 @@
 //!
 //! Clients waiting here are blocked clients: directly ([`Syncing`], for the
 //! commands) or still in their wait queue (a `WAIT` waiter granted with
-//! `SYNC`: `waiting.rs` answers it). What to answer them with, and how to
+//! `SYNC`: `wait_queue/` answers it). What to answer them with, and how to
 //! undo a grant, the floors above give as values and functions: this file
 //! calls nothing above it.
 //!
@@ -37,11 +37,11 @@ use redis_lock_core::errors::LockError;
 use redis_lock_core::sync::{Finished, Looked, Stands, Waiting};
 use redis_module::Context;
 
-use crate::metrics::{self, Counter};
 use crate::redis::blocked::{self, BlockedId, Waits};
 use crate::redis::call::{self, KeptReply};
 use crate::redis::timer::{self, TimerId};
 use crate::redis::{reply, server};
+use crate::state::metrics::{self, Counter};
 
 /// What a client is answered with once its replicas hold it.
 pub enum Answer {
@@ -79,7 +79,7 @@ impl Grant {
 }
 
 /// Give back a grant: release each of its keys if it is still that hold,
-/// and hand it on (`waiting.rs`'s, registered at load: this file calls
+/// and hand it on (`wait_queue/handoff.rs`'s, registered at load: this file calls
 /// nothing above it).
 pub type Undo = fn(&Context, &Grant);
 

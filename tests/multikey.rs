@@ -1111,7 +1111,12 @@ fn mextend_by_a_revoked_token_is_told_why() {
     assert_eq!(revoked, 1);
     let before = fence_and_deadline(&mut con, "a");
     let mut extend = redis::cmd("LOCK.MEXTEND");
-    extend.arg(2).arg("a").arg(&b"b\0\r\n"[..]).arg("worker").arg(90_000);
+    extend
+        .arg(2)
+        .arg("a")
+        .arg(&b"b\0\r\n"[..])
+        .arg("worker")
+        .arg(90_000);
     assert_eq!(error_of(&mut con, &extend), "REVOKED stuck");
     assert_eq!(fence_and_deadline(&mut con, "a"), before);
     assert_eq!(mextend(&mut con, &[b"a", b"b\0\r\n"], b"nobody", 90_000), 0);

@@ -5,7 +5,7 @@
 //! lock-delay, the hold policy) and returns what to do. One decision covers
 //! every kind of hold: an exclusive lock, a reader, a semaphore's permits.
 //! The module executes exactly these values (its `commands/` and
-//! `waiting.rs`); the unit and property tests here, the differential test
+//! `wait_queue/`); the unit and property tests here, the differential test
 //! and the fuzz targets run the same functions without a server
 //! ([`crate::sim`]).
 

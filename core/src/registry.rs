@@ -1,5 +1,5 @@
 //! The lease groups a server knows (`LOCK.LEASE`), and the holds attached
-//! to each, as data: a registry the module keeps one of (`src/groups.rs`,
+//! to each, as data: a registry the module keeps one of (`src/state/lease_registry.rs`,
 //! its thread-local) and the unit tests below drive alone. Nothing here
 //! reads a clock or calls Redis: times come in as arguments.
 //!

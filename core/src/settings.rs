@@ -1,7 +1,7 @@
 //! The module's settings as data: their names, defaults and bounds, the
 //! module arguments that set their starting values, and what the eviction
 //! policy means for locks. The module registers them with Redis
-//! (`src/config.rs`) and reads them once per command.
+//! (`src/state/config.rs`) and reads them once per command.
 
 use crate::args::parse_i64;
 use crate::rules;

@@ -306,7 +306,7 @@ mod tests {
 /// Multi-key requests in the wait queues: random arrivals (single and
 /// multi-key, exclusive and shared, waiting or not), releases, timeouts of
 /// waiters and expiries, served by the rule the module runs
-/// (`waiting.rs`): a key's head is served when it is first in each of its
+/// (`wait_queue/`): a key's head is served when it is first in each of its
 /// keys' queues, by [`decide::acquire_many`], all keys or none; a key is
 /// looked at when it frees (a release, an expiry), when a multi-key waiter
 /// leaves, and after a multi-key grant (its other keys).
@@ -472,7 +472,7 @@ mod multi_key_queues {
         }
 
         /// The module's hand-off of `key`, and of the keys it leads to, by
-        /// the core's serving rule, as `waiting.rs` runs it: the head that
+        /// the core's serving rule, as `wait_queue/` runs it: the head that
         /// is first in every queue it is in (`servable`), decided by
         /// `serve_waiter`, and the keys to look at again once it leaves
         /// (`leave`).

@@ -3,9 +3,9 @@
 //!   [OWNER label] [SHARED] [SYNC n timeout-ms] [LEASE id]` → `[token,
 //!   fence]`, or null when the key is busy (another holder, others queued
 //!   before the caller, or a lock-delay after an expiry). With `WAIT`, a
-//!   busy key queues the caller instead (see `waiting.rs`); with `SESSION`,
+//!   busy key queues the caller instead (see `wait_queue/`); with `SESSION`,
 //!   the hold is also released when the connection closes (see
-//!   `sessions.rs`).
+//!   `state/sessions.rs`).
 //! - `SEM.ACQUIRE` ([`run_sem`]) parses its own arguments and comes here
 //!   too.
 //! - `LOCK.MACQUIRE numkeys key [key ...] ttl-ms [TOKEN token] [WAIT
@@ -35,14 +35,14 @@ use redis_lock_core::sync::Stands;
 use redis_lock_core::token::{self, UUID_LEN};
 use redis_module::{Context, RedisString};
 
-use crate::lease::{self, Grantee};
-use crate::metrics::{self, Counter};
+use crate::holds::{self, Grantee};
 use crate::redis::command::report_numkeys;
 use crate::redis::key::LockKey;
 use crate::redis::{self, reply, server};
+use crate::state::metrics::{self, Counter};
+use crate::state::{config, expiry, lease_registry, sessions};
 use crate::sync::{self, Answer, Grant};
-use crate::waiting::{self, WaitRequest};
-use crate::{config, expiry, groups, sessions};
+use crate::wait_queue::{self, WaitRequest};
 
 pub fn run(ctx: &Context, args: &[RedisString]) -> Result<(), LockError> {
     let parsed = parse_acquire(redis::args(args), config::max_ttl_ms())?;
@@ -113,7 +113,7 @@ fn acquire(
         many.push(ManyKey {
             key: holds.state(now_ms),
             mine: super::live_mine(&holds, parsed.token, now_ms),
-            others_waiting: waiting::waiters(db, name) > 0,
+            others_waiting: wait_queue::waiters(db, name) > 0,
             // A lock-delay keeps everyone off a free key, readers and
             // permits too (the core reads it only for a free key).
             delayed_until_ms: expiry::delayed_until(db, name, now_ms),
@@ -121,7 +121,7 @@ fn acquire(
     }
     // `LEASE id`: a lease that is gone (or another server's) grants nothing.
     let lease = match &parsed.lease {
-        Some(id) => Some(groups::attach_to(id, now_ms)?),
+        Some(id) => Some(lease_registry::attach_to(id, now_ms)?),
         None => None,
     };
     let case = AcquireManyCase {
@@ -193,7 +193,7 @@ fn apply(
                 sync: parsed.sync,
                 lease: parsed.lease,
             };
-            waiting::enqueue(ctx, db, names, &request, &wake)?;
+            wait_queue::enqueue(ctx, db, names, &request, &wake)?;
         }
         AcquireMany::Held { fence } => {
             // Held through its lease group, which alone moves it: its
@@ -208,12 +208,12 @@ fn apply(
             // Renew is only decided for a caller-supplied token.
             let token = parsed.token.unwrap_or_default();
             for ((key, name), renewal) in opened.iter_mut().zip(names).zip(&renewals) {
-                lease::renew(ctx, key, name, token, renewal, parsed.owner)?;
+                holds::renew(ctx, key, name, token, renewal, parsed.owner)?;
             }
             drop(opened);
             metrics::count(Counter::Renewals);
             for (name, renewal) in names.iter().zip(&renewals) {
-                waiting::wake_at(ctx, db, name, renewal.wake_at_ms());
+                wait_queue::wake_at(ctx, db, name, renewal.wake_at_ms());
             }
             // A renewal is an extension: it stands whatever the replicas.
             granted(ctx, caller, names, token, fence, Stands::Extension)?;
@@ -231,7 +231,7 @@ fn apply(
                 deadline_ms,
                 lease: caller.lease,
             };
-            let fence = lease::grant(ctx, &mut opened, names, &grantee, caller.want)?;
+            let fence = holds::grant(ctx, &mut opened, names, &grantee, caller.want)?;
             drop(opened);
             if names.len() > 1 {
                 metrics::count(Counter::MultiGrants);

@@ -30,9 +30,10 @@ use redis_lock_core::errors::LockError;
 use redis_lock_core::hold::{Hold, Kind, Want};
 use redis_module::{Context, RedisString};
 
+use crate::observers;
 use crate::redis::key::LockKey;
 use crate::redis::{self, replicate, reply, server};
-use crate::{fence, groups, observers};
+use crate::state::{fence, lease_registry};
 
 pub fn run_setstate(ctx: &Context, args: &[RedisString]) -> Result<(), LockError> {
     internal(ctx, LockError::SetStateInternal)?;
@@ -74,7 +75,7 @@ pub fn run_delholder(ctx: &Context, args: &[RedisString]) -> Result<(), LockErro
     key.held()?;
     if let Some(taken) = key.take(parsed.token) {
         if let Some(number) = taken.lease {
-            groups::detached(server::selected_db(ctx), name, taken.fence, number);
+            lease_registry::detached(server::selected_db(ctx), name, taken.fence, number);
         }
     }
     drop(key);
@@ -85,7 +86,7 @@ pub fn run_delholder(ctx: &Context, args: &[RedisString]) -> Result<(), LockErro
 pub fn run_leaseset(ctx: &Context, args: &[RedisString]) -> Result<(), LockError> {
     internal(ctx, LockError::LeaseInternal)?;
     let parsed = parse_leaseset(redis::args(args))?;
-    groups::set(
+    lease_registry::set(
         parsed.id,
         parsed.number,
         parsed.ttl_ms,
@@ -100,7 +101,7 @@ pub fn run_leaseset(ctx: &Context, args: &[RedisString]) -> Result<(), LockError
 pub fn run_leasedel(ctx: &Context, args: &[RedisString]) -> Result<(), LockError> {
     internal(ctx, LockError::LeaseInternal)?;
     let id = parse_leasedel(redis::args(args))?;
-    groups::apply_del(&id);
+    lease_registry::apply_del(&id);
     replicate::verbatim(ctx);
     reply::ok(ctx);
     Ok(())
@@ -123,7 +124,7 @@ fn apply(ctx: &Context, name: &RedisString, want: Want, hold: Hold) -> Result<()
     drop(key);
     fence::observe(fence);
     if let Some(number) = lease {
-        groups::attached(server::selected_db(ctx), name, fence, number, deadline_ms);
+        lease_registry::attached(server::selected_db(ctx), name, fence, number, deadline_ms);
     }
     applied(ctx, name);
     Ok(())

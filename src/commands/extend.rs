@@ -21,11 +21,12 @@ use redis_lock_core::few::Few;
 use redis_lock_core::hold::{self, Family};
 use redis_module::{Context, RedisString};
 
-use crate::metrics::{self, Counter};
 use crate::redis::command::report_numkeys;
 use crate::redis::{self, reply, server};
+use crate::state::config;
+use crate::state::metrics::{self, Counter};
 use crate::sync;
-use crate::{config, lease, waiting};
+use crate::{holds, wait_queue};
 
 pub fn run(ctx: &Context, args: &[RedisString]) -> Result<(), LockError> {
     let parsed = parse_extend_as(
@@ -113,7 +114,7 @@ fn extend(
     for (((key, name), done), mine) in opened.iter_mut().zip(names).zip(&extended).zip(&mine) {
         match (done, mine) {
             (Extend::Renewed(renewal), _) => {
-                lease::renew(ctx, key, name, parsed.token, renewal, None)?;
+                holds::renew(ctx, key, name, parsed.token, renewal, None)?;
             }
             // Kept by its lease group: nothing moves, but it is answered
             // as held.
@@ -126,7 +127,7 @@ fn extend(
     for (name, done) in names.iter().zip(&extended) {
         // A shorter lease brings the hand-off to waiters forward.
         if let Extend::Renewed(renewal) = done {
-            waiting::wake_at(ctx, db, name, renewal.wake_at_ms());
+            wait_queue::wake_at(ctx, db, name, renewal.wake_at_ms());
         }
     }
     super::extended(ctx, parsed.sync)

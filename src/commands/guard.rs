@@ -16,10 +16,10 @@ use redis_lock_core::hold::{self, Family};
 use redis_lock_core::sync::Stands;
 use redis_module::{Context, RedisString};
 
-use crate::groups;
-use crate::metrics::{self, Counter};
 use crate::redis::key::LockKey;
 use crate::redis::{self, call, reply, server};
+use crate::state::lease_registry;
+use crate::state::metrics::{self, Counter};
 use crate::sync::{self, Answer};
 
 pub fn run(ctx: &Context, args: &[RedisString]) -> Result<(), LockError> {
@@ -72,7 +72,7 @@ fn guard(ctx: &Context, args: &[RedisString], access: Access) -> Result<(), Lock
     // A leased hold whose lease ran out is nobody's, the caller's too
     // (on a replica, until its master's effects end it): not "another
     // token".
-    let allowed = decide::guard(mine, groups::count_live(&holds, now_ms));
+    let allowed = decide::guard(mine, lease_registry::count_live(&holds, now_ms));
     drop(holds);
     let read_only = match allowed {
         Ok(read_only) => {

@@ -25,13 +25,14 @@ use redis_module::{Context, RedisString};
 use crate::redis::key::LockKey;
 use crate::redis::reply::{self, Field};
 use crate::redis::{self, server};
-use crate::{groups, sync, waiting};
+use crate::state::lease_registry;
+use crate::{sync, wait_queue};
 
 /// The latest shown deadline of a live hold.
 fn latest(holds: &Holds, now_ms: i64) -> Option<i64> {
     holds
         .live(now_ms)
-        .map(groups::shown_deadline)
+        .map(lease_registry::shown_deadline)
         .max()
         .flatten()
 }
@@ -58,7 +59,7 @@ fn info(ctx: &Context, args: &[RedisString], family: Family) -> Result<(), LockE
         reply::null(ctx);
         return Ok(());
     };
-    let waiters = waiting::waiters(server::selected_db(ctx), &args[1]) as i64;
+    let waiters = wait_queue::waiters(server::selected_db(ctx), &args[1]) as i64;
     let listed = parsed
         .holds
         .map_or_else(Vec::new, |n| listing(&holds, now_ms, n));
@@ -138,7 +139,7 @@ fn listing<'a>(holds: &'a Holds, now_ms: i64, count: usize) -> Vec<Fields<'a>> {
     live.into_iter()
         .take(count)
         .map(|h| {
-            let ttl = rules::ms_left(groups::shown_deadline(h), now_ms);
+            let ttl = rules::ms_left(lease_registry::shown_deadline(h), now_ms);
             let mut fields = vec![
                 (c"fence", Field::Int(h.fence as i64)),
                 (c"ttl", Field::Int(ttl)),

@@ -20,7 +20,7 @@
 //! - `LOCK.LEASE HELP` → the subcommands, one line each and a line of
 //!   description, as Redis' own container commands answer `HELP`.
 //!
-//! What a lease is and how it ends its holds: `leases.rs`.
+//! What a lease is and how it ends its holds: `lease_groups.rs`.
 
 use redis_lock_core::args::{parse_lease_grant, parse_lease_help, parse_lease_id, parse_revoke};
 use redis_lock_core::errors::LockError;
@@ -33,7 +33,8 @@ use redis_module::{Context, RedisString};
 
 use crate::redis::reply::{self, Field};
 use crate::redis::{self, server};
-use crate::{config, groups, leases, revocations, waiting};
+use crate::state::{config, lease_registry, revocations};
+use crate::{lease_groups, wait_queue};
 
 /// Keys `LOCK.LEASE INFO` lists at most.
 const MAX_SHOWN_KEYS: usize = 100;
@@ -41,7 +42,7 @@ const MAX_SHOWN_KEYS: usize = 100;
 pub fn run_grant(ctx: &Context, args: &[RedisString]) -> Result<(), LockError> {
     let parsed = parse_lease_grant(redis::args(args), config::max_ttl_ms())?;
     super::refuse_local_write_on_replica(ctx)?;
-    let id = leases::grant(ctx, parsed.ttl_ms, parsed.owner)?;
+    let id = lease_groups::grant(ctx, parsed.ttl_ms, parsed.owner)?;
     let mut text = [0u8; LEASE_ID_LEN];
     reply::bytes(ctx, id.text(&mut text));
     Ok(())
@@ -50,7 +51,7 @@ pub fn run_grant(ctx: &Context, args: &[RedisString]) -> Result<(), LockError> {
 pub fn run_keepalive(ctx: &Context, args: &[RedisString]) -> Result<(), LockError> {
     let id = parse_lease_id(redis::args(args))?;
     super::refuse_local_write_on_replica(ctx)?;
-    let alive = leases::keepalive(ctx, &id)?;
+    let alive = lease_groups::keepalive(ctx, &id)?;
     reply::integer(ctx, i64::from(alive));
     Ok(())
 }
@@ -58,7 +59,7 @@ pub fn run_keepalive(ctx: &Context, args: &[RedisString]) -> Result<(), LockErro
 pub fn run_end_lease(ctx: &Context, args: &[RedisString]) -> Result<(), LockError> {
     let id = parse_lease_id(redis::args(args))?;
     super::refuse_local_write_on_replica(ctx)?;
-    let ended = leases::end_own(ctx, &id);
+    let ended = lease_groups::end_own(ctx, &id);
     reply::integer(ctx, ended as i64);
     Ok(())
 }
@@ -89,7 +90,7 @@ pub fn run_lease_help(ctx: &Context, args: &[RedisString]) -> Result<(), LockErr
 pub fn run_revoke_lease(ctx: &Context, args: &[RedisString]) -> Result<(), LockError> {
     let id = parse_lease_id(redis::args(args))?;
     super::refuse_local_write_on_replica(ctx)?;
-    let ended = leases::revoke(ctx, &id);
+    let ended = lease_groups::revoke(ctx, &id);
     reply::integer(ctx, ended as i64);
     Ok(())
 }
@@ -97,7 +98,7 @@ pub fn run_revoke_lease(ctx: &Context, args: &[RedisString]) -> Result<(), LockE
 pub fn run_lease_info(ctx: &Context, args: &[RedisString]) -> Result<(), LockError> {
     let id = parse_lease_id(redis::args(args))?;
     let now_ms = server::now_ms();
-    let Some(shown) = groups::shown(&id, MAX_SHOWN_KEYS) else {
+    let Some(shown) = lease_registry::shown(&id, MAX_SHOWN_KEYS) else {
         reply::null(ctx);
         return Ok(());
     };
@@ -138,7 +139,7 @@ pub fn run_revoke(ctx: &Context, args: &[RedisString]) -> Result<(), LockError> 
         .live(now_ms)
         .map(|hold| {
             let mut buffer = [0u8; UUID_LEN];
-            let until = groups::shown_deadline(hold).unwrap_or(i64::MAX);
+            let until = lease_registry::shown_deadline(hold).unwrap_or(i64::MAX);
             (hold.token(&mut buffer).to_vec(), hold.fence, until)
         })
         .collect();
@@ -150,7 +151,7 @@ pub fn run_revoke(ctx: &Context, args: &[RedisString]) -> Result<(), LockError> 
         .iter()
         .map(|(token, _, _)| token.as_slice())
         .collect();
-    waiting::revoke(ctx, db, key, name, kind, &tokens);
+    wait_queue::revoke(ctx, db, key, name, kind, &tokens);
     reply::integer(ctx, revoked.len() as i64);
     Ok(())
 }

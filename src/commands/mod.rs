@@ -1,7 +1,7 @@
 //! One file per command. Each does four things, in order: parse (everything
 //! that can be refused is refused before the keyspace is touched), decide (by
-//! calling the core's `decide`), apply (through `lease.rs` and
-//! `waiting.rs`), then reply.
+//! calling the core's `decide`), apply (through `holds.rs` and
+//! `wait_queue/`), then reply.
 
 pub mod acquire;
 pub mod effects;
@@ -21,14 +21,15 @@ use redis_module::{Context, RedisString};
 
 use redis_lock_core::sync::Stands;
 
-use crate::metrics::{self, Counter};
+use crate::holds;
 use crate::redis::key::LockKey;
 use crate::redis::{client, reply, server};
+use crate::state::metrics::{self, Counter};
+use crate::state::revocations;
 use crate::sync::{self, Answer};
-use crate::{lease, revocations};
 
-/// `token`'s live hold on a key (see `groups::live_mine`).
-pub use crate::groups::live_mine;
+/// `token`'s live hold on a key (see `lease_registry::live_mine`).
+pub use crate::state::lease_registry::live_mine;
 
 /// The `REVOKED <reason>` error for `token` on `name`, if its hold there
 /// was revoked and would still run.
@@ -54,7 +55,7 @@ fn open_write(ctx: &Context, name: &RedisString) -> (LockKey, i64) {
     let mut key = LockKey::open_write(ctx, name);
     let now_ms = server::now_ms();
     if key.is_list() {
-        lease::expire(ctx, &mut key, name, now_ms);
+        holds::expire(ctx, &mut key, name, now_ms);
     }
     (key, now_ms)
 }

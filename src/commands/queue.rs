@@ -16,13 +16,13 @@ use redis_module::{Context, RedisString};
 use crate::redis::key::LockKey;
 use crate::redis::reply::{self, Field};
 use crate::redis::{self, server};
-use crate::waiting;
+use crate::wait_queue;
 
 pub fn run(ctx: &Context, args: &[RedisString]) -> Result<(), LockError> {
     let parsed = parse_queue(redis::args(args))?;
     // A key of another type is refused, as every lock command refuses it.
     LockKey::open_read(ctx, &args[1]).held()?;
-    let queued = waiting::queued(server::selected_db(ctx), &args[1], parsed.count);
+    let queued = wait_queue::queued(server::selected_db(ctx), &args[1], parsed.count);
     let now_ms = server::now_ms();
     reply::array(ctx, queued.len());
     for waiter in &queued {

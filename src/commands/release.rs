@@ -13,11 +13,12 @@ use redis_lock_core::few::Few;
 use redis_lock_core::hold::{self, Family};
 use redis_module::{Context, RedisString};
 
-use crate::lease::{self, ReleasedBy};
-use crate::metrics::{self, Counter};
+use crate::holds::{self, ReleasedBy};
 use crate::redis::command::report_numkeys;
 use crate::redis::{self, reply, server};
-use crate::{config, waiting};
+use crate::state::config;
+use crate::state::metrics::{self, Counter};
+use crate::wait_queue;
 
 pub fn run(ctx: &Context, args: &[RedisString]) -> Result<(), LockError> {
     let parsed = parse_release_as(redis::args(args), LockError::ArityRelease)?;
@@ -81,14 +82,14 @@ fn release(
     for ((mut key, kind), name) in held.into_iter().zip(names) {
         match kind {
             Some(kind) => {
-                lease::release(ctx, &mut key, name, kind, token, ReleasedBy::Holder);
+                holds::release(ctx, &mut key, name, kind, token, ReleasedBy::Holder);
                 released.push(name);
             }
             None => metrics::count(Counter::StaleReleases),
         }
     }
     for name in &released {
-        waiting::handed_on(ctx, db, name);
+        wait_queue::handed_on(ctx, db, name);
     }
     reply::integer(ctx, released.len() as i64);
     Ok(())

@@ -209,7 +209,7 @@ pub trait Storage: Sized {
 /// Version of the RDB encoding of a lock: its hold ([`save_hold`], without a
 /// count); the aux field (which Redis tags with the same version) is
 /// `[fence high-water mark: unsigned]`, then, from version 4, the lease
-/// groups (`groups::save`). Version 3 (no lease), version 2 (no owner) and
+/// groups (`lease_registry::save`). Version 3 (no lease), version 2 (no owner) and
 /// version 1 (token and fence only) still load.
 const LOCK_ENCODING: i32 = 4;
 

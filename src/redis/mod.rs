@@ -1,6 +1,6 @@
 //! The Redis layer: every call into the server's module API is made here,
 //! and nothing here decides anything about locks. Above it, the module's
-//! state and flows (`lease.rs`, `waiting.rs`, …) and the commands say what
+//! state and flows (`holds.rs`, `wait_queue/`, …) and the commands say what
 //! to do; below it, only the core crate (for the `Lock` value and the error
 //! codes).
 //!

@@ -1,5 +1,5 @@
 //! What goes to replicas and the AOF, to `WATCH`ers and to keyspace-event
-//! subscribers. Which effect a state change sends is `lease.rs`'s choice;
+//! subscribers. Which effect a state change sends is `holds.rs`'s choice;
 //! this file only sends it.
 
 use std::ffi::CStr;

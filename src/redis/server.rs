@@ -32,7 +32,7 @@ pub fn select_db(ctx: &Context, db: i32) {
 /// keyspace although it reads as free, and writing over it would abort Redis
 /// 7.0 (`dbAdd` of a key that is there) or Valkey 8.1 (propagation during a
 /// pause). The module's timers, which Redis runs through a pause, check this
-/// and come back later (`waiting.rs`).
+/// and come back later (`wait_queue/`).
 pub fn writes_paused() -> bool {
     unsafe { raw::RedisModule_AvoidReplicaTraffic.is_some_and(|f| f() != 0) }
 }

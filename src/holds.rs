@@ -6,7 +6,7 @@
 //!
 //! It calls nothing above it. It returns what happened (the fence, whether
 //! the key went) and the caller does the rest: binding a SESSION, arming
-//! the queue's wake-up, handing the key on (`waiting.rs`).
+//! the queue's wake-up, handing the key on (`wait_queue/`).
 
 use redis_lock_core::decide::Renewal;
 use redis_lock_core::errors::LockError;
@@ -14,11 +14,12 @@ use redis_lock_core::hold::{Event, Hold, Kind, Want};
 use redis_lock_core::token::UUID_LEN;
 use redis_module::{Context, RedisString};
 
-use crate::metrics::{self, Counter};
 use crate::redis::key::LockKey;
 use crate::redis::replicate::{self, HoldState};
 use crate::redis::server;
-use crate::{fence, groups, observers, sync};
+use crate::state::metrics::{self, Counter};
+use crate::state::{fence, lease_registry};
+use crate::{observers, sync};
 
 /// Who is granted a hold, and for how long.
 pub struct Grantee<'a> {
@@ -89,7 +90,7 @@ fn grant_with_fence(
         .with_lease(lease);
     key.put(want, hold)?;
     if let Some(number) = lease {
-        groups::attached(server::selected_db(ctx), name, fence, number, deadline_ms);
+        lease_registry::attached(server::selected_db(ctx), name, fence, number, deadline_ms);
     }
     let kind = want.kind();
     replicate::touched(ctx, name);
@@ -149,7 +150,7 @@ pub fn renew(
 
 /// The hold with `fence` on `name` (open as `key`), attached to lease group
 /// `number`, runs to `until_ms` now: its key's horizon moved as its lease
-/// was kept alive (`leases.rs`). Replicated; no event (nothing a client
+/// was kept alive (`lease_groups.rs`). Replicated; no event (nothing a client
 /// sees changed: the hold lives as long as its lease, as before). Whether
 /// the hold was there.
 pub fn move_horizon(
@@ -214,7 +215,7 @@ pub enum ReleasedBy {
 
 /// `token`'s hold on `name` (open as `key`, of `kind`) is gone: replicated
 /// as `LOCK.DELHOLDER`, or `DEL` when the key went with it. Handing the
-/// freed place on is the caller's (`waiting::release`).
+/// freed place on is the caller's (`wait_queue::release`).
 pub fn release(
     ctx: &Context,
     key: &mut LockKey,
@@ -227,7 +228,7 @@ pub fn release(
         return;
     };
     if let Some(number) = taken.lease {
-        groups::detached(server::selected_db(ctx), name, taken.fence, number);
+        lease_registry::detached(server::selected_db(ctx), name, taken.fence, number);
     }
     let event = match by {
         ReleasedBy::Revoked => Event::Revoked,
@@ -260,7 +261,7 @@ pub fn expire(ctx: &Context, key: &mut LockKey, name: &RedisString, now_ms: i64)
     replicate::touched(ctx, name);
     for (i, hold) in expired.iter().enumerate() {
         if let Some(number) = hold.tags.lease() {
-            groups::detached(server::selected_db(ctx), name, hold.fence, number);
+            lease_registry::detached(server::selected_db(ctx), name, hold.fence, number);
         }
         let mut buffer = [0u8; UUID_LEN];
         if gone && i + 1 == expired.len() {

@@ -1,6 +1,6 @@
 //! `LOCK.ACQUIRE … SESSION`: which locks each connection holds with
 //! SESSION, so that they are released as soon as it closes (and still at
-//! their TTL, should that come first). The release itself is `waiting.rs`'s
+//! their TTL, should that come first). The release itself is `wait_queue/handoff.rs`'s
 //! one release-and-hand-off path; the disconnect arrives in `events.rs`.
 //!
 //! Module-wide state: per client id, the locks it holds with SESSION, each

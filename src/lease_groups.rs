@@ -1,7 +1,7 @@
 //! Lease groups (`LOCK.LEASE`) in motion: a grant, a keepalive, a
 //! revocation, and the timer that ends a lease that ran out, each ending
 //! or moving the holds attached to it. What a lease is, and which holds are
-//! attached to it, is `groups.rs`.
+//! attached to it, is `state/lease_registry.rs`.
 //!
 //! How a lease ends its holds:
 //! - it runs out (its timer, on a master): each attached hold's deadline
@@ -12,7 +12,7 @@
 //! - `LOCK.LEASE END`, its holder's own end: each attached hold is released
 //!   as its `LOCK.RELEASE` would release it (waiters served at once);
 //! - `LOCK.LEASE REVOKE`, an operator's: the same, and each hold marked
-//!   revoked (`revocations.rs`).
+//!   revoked (`state/revocations.rs`).
 //!
 //! Replicas and the AOF receive `LOCK.LEASESET` (the whole lease, its
 //! deadline absolute) at every grant and keepalive, and `LOCK.LEASEDEL`
@@ -31,13 +31,14 @@ use redis_lock_core::rules;
 use redis_lock_core::token::UUID_LEN;
 use redis_module::Context;
 
-use crate::groups::{self, Attached};
-use crate::lease::{self, ReleasedBy};
-use crate::metrics::{self, Counter};
+use crate::holds::{self, ReleasedBy};
 use crate::redis::key::LockKey;
 use crate::redis::timer::{self, DueId};
 use crate::redis::{replicate, server};
-use crate::{fence, revocations, waiting};
+use crate::state::lease_registry::{self, Attached};
+use crate::state::metrics::{self, Counter};
+use crate::state::{fence, revocations};
+use crate::wait_queue;
 
 thread_local! {
     /// The lease timer, and when it is due.
@@ -57,7 +58,7 @@ pub fn grant(ctx: &Context, ttl_ms: i64, owner: Option<&[u8]>) -> Result<LeaseId
     let deadline_ms = rules::deadline_ms(now_ms, ttl_ms)?;
     let number = fence::issue().ok_or(LockError::FenceExhausted)?;
     let id = LeaseId::draw();
-    groups::set(id, number, ttl_ms, deadline_ms, owner);
+    lease_registry::set(id, number, ttl_ms, deadline_ms, owner);
     replicate_set(ctx, number);
     metrics::count(Counter::LeasesGranted);
     arm(ctx);
@@ -66,7 +67,7 @@ pub fn grant(ctx: &Context, ttl_ms: i64, owner: Option<&[u8]>) -> Result<LeaseId
 
 /// Replicate lease `number`'s whole state.
 fn replicate_set(ctx: &Context, number: u64) {
-    let Some(state) = groups::state(number) else {
+    let Some(state) = lease_registry::state(number) else {
         return;
     };
     let mut text = [0u8; LEASE_ID_LEN];
@@ -87,10 +88,10 @@ fn replicate_set(ctx: &Context, number: u64) {
 /// when the lease is gone (one that ran out, its timer not yet come, ends
 /// here).
 pub fn keepalive(ctx: &Context, id: &LeaseId) -> Result<bool, LockError> {
-    let Some(number) = groups::number_of(id) else {
+    let Some(number) = lease_registry::number_of(id) else {
         return Ok(false);
     };
-    let Some(state) = groups::state(number) else {
+    let Some(state) = lease_registry::state(number) else {
         return Ok(false);
     };
     let now_ms = server::now_ms();
@@ -99,20 +100,20 @@ pub fn keepalive(ctx: &Context, id: &LeaseId) -> Result<bool, LockError> {
         return Ok(false);
     }
     let deadline_ms = rules::deadline_ms(now_ms, state.ttl_ms)?;
-    groups::move_deadline(number, deadline_ms);
+    lease_registry::move_deadline(number, deadline_ms);
     replicate_set(ctx, number);
-    while let Some((at, until)) = groups::first_due(number, deadline_ms, state.ttl_ms) {
+    while let Some((at, until)) = lease_registry::first_due(number, deadline_ms, state.ttl_ms) {
         let moved = in_db(ctx, at.db, || {
             let name = crate::redis::string(ctx, &at.key);
             let mut key = LockKey::open_write(ctx, &name);
-            lease::move_horizon(ctx, &mut key, &name, at.fence, number, until)
+            holds::move_horizon(ctx, &mut key, &name, at.fence, number, until)
         });
         match moved {
             true => {
-                groups::attached(at.db, &at.key, at.fence, number, until);
+                lease_registry::attached(at.db, &at.key, at.fence, number, until);
             }
             // Not there any more (a client renamed it, say).
-            false => groups::detached(at.db, &at.key, at.fence, number),
+            false => lease_registry::detached(at.db, &at.key, at.fence, number),
         }
     }
     metrics::count(Counter::Keepalives);
@@ -150,7 +151,7 @@ enum End {
 /// once), marked revoked with the reason `lease revoked`. How many holds
 /// ended (0 when the lease is gone).
 pub fn revoke(ctx: &Context, id: &LeaseId) -> usize {
-    match groups::number_of(id) {
+    match lease_registry::number_of(id) {
         Some(number) => end(ctx, number, End::Revoked),
         None => 0,
     }
@@ -162,7 +163,7 @@ pub fn revoke(ctx: &Context, id: &LeaseId) -> usize {
 /// `LOST`, as after its own release). How many holds ended (0 when the
 /// lease is gone).
 pub fn end_own(ctx: &Context, id: &LeaseId) -> usize {
-    match groups::number_of(id) {
+    match lease_registry::number_of(id) {
         Some(number) => end(ctx, number, End::Released),
         None => 0,
     }
@@ -171,7 +172,7 @@ pub fn end_own(ctx: &Context, id: &LeaseId) -> usize {
 /// End lease `number` and its holds, then replicate `LOCK.LEASEDEL`. How
 /// many holds ended.
 fn end(ctx: &Context, number: u64, how: End) -> usize {
-    let Some(ended) = groups::take(number) else {
+    let Some(ended) = lease_registry::take(number) else {
         return 0;
     };
     let mut count = 0;
@@ -212,10 +213,10 @@ fn end_hold(ctx: &Context, at: &Attached, number: u64, deadline_ms: i64, how: En
     match how {
         End::Revoked => {
             revocations::mark(at.db, &at.key, &token, fence, deadline_ms, LEASE_REVOKED);
-            waiting::release(ctx, at.db, key, &name, kind, &token, ReleasedBy::Revoked);
+            wait_queue::release(ctx, at.db, key, &name, kind, &token, ReleasedBy::Revoked);
         }
         End::Released => {
-            waiting::release(ctx, at.db, key, &name, kind, &token, ReleasedBy::Holder);
+            wait_queue::release(ctx, at.db, key, &name, kind, &token, ReleasedBy::Holder);
         }
         End::Expired => {
             // The hold ends where its lease did; opening the key again
@@ -226,9 +227,9 @@ fn end_hold(ctx: &Context, at: &Attached, number: u64, deadline_ms: i64, how: En
             }
             drop(key);
             let mut key = LockKey::open_write(ctx, &name);
-            lease::expire(ctx, &mut key, &name, server::now_ms());
+            holds::expire(ctx, &mut key, &name, server::now_ms());
             drop(key);
-            waiting::look_again(ctx, at.db, &at.key);
+            wait_queue::look_again(ctx, at.db, &at.key);
         }
     }
     1
@@ -238,7 +239,7 @@ fn end_hold(ctx: &Context, at: &Attached, number: u64, deadline_ms: i64, how: En
 /// first millisecond after its deadline). A timer due sooner stays: it
 /// finds nothing over and arms again.
 pub fn arm(ctx: &Context) {
-    let Some(earliest) = groups::earliest_deadline() else {
+    let Some(earliest) = lease_registry::earliest_deadline() else {
         return;
     };
     let due = rules::lease_over_at(earliest);
@@ -268,7 +269,7 @@ fn on_timer(ctx: &Context, (): ()) {
         return;
     }
     let now_ms = server::now_ms();
-    while let Some(number) = groups::first_over(now_ms) {
+    while let Some(number) = lease_registry::first_over(now_ms) {
         end(ctx, number, End::Expired);
     }
     arm(ctx);
@@ -277,7 +278,7 @@ fn on_timer(ctx: &Context, (): ()) {
 /// From the server's cron: a master with leases and no lease timer (after a
 /// load, a promotion) arms one.
 pub fn tick(ctx: &Context) {
-    if TIMER.with(Cell::get).is_none() && groups::live() > 0 && server::is_master(ctx) {
+    if TIMER.with(Cell::get).is_none() && lease_registry::live() > 0 && server::is_master(ctx) {
         arm(ctx);
     }
 }

@@ -2,7 +2,7 @@
 //! (`redis_lock_core::registry::Registry`, where the rules of what is
 //! attached where live, with their unit tests), kept here for the module.
 //! What happens when a lease is granted, kept alive, revoked or runs out is
-//! `leases.rs`; what the core decides about leases (the id, the key
+//! `lease_groups.rs`; what the core decides about leases (the id, the key
 //! horizon) is `redis_lock_core::group`.
 //!
 //! Module-wide state, touched only here (main thread only, hence a
@@ -20,7 +20,7 @@ use redis_lock_core::hold::{Hold, Holds, MyHold};
 use redis_lock_core::registry::Registry;
 pub use redis_lock_core::registry::{Attached, Ended, LeaseState, RestoredCopy, Shown};
 
-use crate::fence;
+use crate::state::fence;
 
 thread_local! {
     static LEASES: RefCell<Registry> = RefCell::new(Registry::default());
