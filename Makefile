@@ -70,7 +70,7 @@ PYTHON_RUN := cd clients/python && export MYPY_CACHE_DIR=$(CURDIR)/target/mypy-c
 CHAOS := target/release/lock-chaos
 CHAOS_ARGS ?=
 
-.PHONY: help deps deps-examples deps-memcheck build run test test-build test-redis test-valkey test-client test-examples test-go-node valkey servers unit lint layers fmt clean \
+.PHONY: help deps deps-examples deps-memcheck build run test test-build test-redis test-valkey test-client test-client-run test-examples test-go-node valkey servers unit lint layers fmt clean \
 	test-memcheck \
 	test-matrix test-cluster-matrix \
 	python-venv lint-python test-python dist dist-python dist-rust \
@@ -275,14 +275,22 @@ dist-rust: ## Package the Rust crates (the client, and redis-lock run) into targ
 	bash scripts/rust-package-tests.sh $(DIST_DIR) $(RUST_PACKAGE_TESTS)
 	cd $(RUST_PACKAGE_TESTS) && CARGO_TARGET_DIR=$(CURDIR)/target cargo build --offline --workspace --all-targets
 
-test-client: deps valkey dist-rust ## The Rust client and redis-lock run, tested from their packages on Redis 7.0 and Valkey 8.1 (real servers, Redlock, a cluster); rustdoc; the billing examples (Rust, Python with the package)
+test-client: deps valkey dist-rust dist-python ## The Rust client and redis-lock run, tested from their packages on Redis 7.0 and Valkey 8.1 (real servers, Redlock, a cluster); rustdoc; the billing examples (Rust, Python with the package)
+	@$(MAKE) --no-print-directory test-client-run
+
+# test-client's tests, on packages dist-rust built before (make test builds
+# them first, then runs this in a lane beside the others).
+test-client-run: deps valkey
 	cargo build --locked --lib -p redis-lock
 	$(call rust-package-test,redis-server,-- --test-threads 2)
 	$(call rust-package-test,$$(ls $(CURDIR)/$(VALKEY_SERVER)),--tests -- --test-threads 2)
 	RUSTDOCFLAGS="-D warnings" cargo doc --locked --quiet -p redis-lock-client --no-deps
 	@$(CLIENT_VENV)/bin/python -c 'import redis' >/dev/null 2>&1 || { \
 	  python3 -m venv $(CLIENT_VENV) && $(CLIENT_VENV)/bin/pip install --quiet '$(CLIENT_REDIS_PY)'; }
-	$(MAKE) --no-print-directory dist-python && $(CLIENT_VENV)/bin/pip install --quiet --no-deps --force-reinstall $(PYTHON_WHEEL)
+	@# The wheel dist-python built (test-client builds it first; in make test,
+	@# test-python's lane does), so that no two lanes write it at once.
+	ls $(DIST_DIR)/redis_lock_client-*-py3-none-any.whl >/dev/null 2>&1 || $(MAKE) --no-print-directory dist-python
+	$(CLIENT_VENV)/bin/pip install --quiet --no-deps --force-reinstall $(PYTHON_WHEEL)
 	@# The Rust example as built from its package by dist-rust.
 	LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) EXAMPLES_PYTHON=$(CLIENT_VENV)/bin/python \
 	  EXAMPLES_RUST=$(CURDIR)/target/debug/examples/billing bash examples/run-billing.sh rust python
@@ -383,8 +391,8 @@ test-memcheck: deps-memcheck ## SYNC, GUARD, lease, multi-key, SESSION and WAIT 
 # they mostly wait on servers; then the Docker tests alone (Sentinel's
 # failover is timed, and the lanes' load starved it once). Each part's output goes to target/test-logs/,
 # its time to target/test-times.txt.
-TEST_FIRST := lint unit test-build test-client
-TEST_LANES := 'test-matrix test-cluster' 'test-python test-go-node test-examples test-memcheck' 'bench-quick chaos-quick'
+TEST_FIRST := lint unit test-build dist-rust
+TEST_LANES := 'test-matrix test-cluster' 'test-python test-go-node test-examples test-memcheck' 'bench-quick chaos-quick test-client-run'
 TEST_LAST := test-docker
 test: deps ## Everything CI runs: lint, unit (core), integration on Redis 7.0 and 8.2 and Valkey 8.1 and 9.1, Redis Cluster on the same four, the client crate, the Go and Node examples and packages, the Python package, memcheck, bench-quick, chaos-quick, the Docker image
 	@MAKE="$(MAKE)" bash scripts/test-lanes.sh target/test-logs "$(TEST_FIRST)" "$(TEST_LAST)" $(TEST_LANES)
