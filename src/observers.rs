@@ -20,6 +20,7 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ffi::CString;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use redis_lock_core::decide;
 use redis_lock_core::rules;
@@ -52,13 +53,26 @@ thread_local! {
     static DEADLINES: RefCell<HashMap<DbKey, (TimerId, i64)>> = RefCell::new(HashMap::new());
 }
 
+/// How many observers there are, as [`OBSERVERS`] had them after its last
+/// change: every grant, release and keyspace event asks whether anyone
+/// observes ([`total`]), and a thread-local in a shared object costs a call
+/// to find (and a check that it was initialised) where an atomic is one
+/// load. Written only by [`with_observers`], the one way to the queues.
+static TOTAL: AtomicUsize = AtomicUsize::new(0);
+
 fn with_observers<T>(f: impl FnOnce(&mut WaitQueues<Observer>) -> T) -> T {
-    OBSERVERS.with(|o| f(&mut o.borrow_mut()))
+    OBSERVERS.with(|o| {
+        let mut observers = o.borrow_mut();
+        let result = f(&mut observers);
+        TOTAL.store(observers.total(), Ordering::Relaxed);
+        result
+    })
 }
 
 /// Observers over all keys (`INFO lock`).
+#[inline]
 pub fn total() -> usize {
-    with_observers(|o| o.total())
+    TOTAL.load(Ordering::Relaxed)
 }
 
 /// The holder fence of `name` now: 0 when free (or not a lock); for a key
@@ -181,6 +195,7 @@ fn on_deadline(ctx: &Context, (db, key): DbKey) {
 
 /// [`changed`] for the context's selected db, which is only asked for when
 /// someone observes (the hot path of every grant and release calls this).
+#[inline]
 pub fn changed_here(ctx: &Context, name: &RedisString) {
     if total() > 0 {
         changed(ctx, server::selected_db(ctx), name);

@@ -336,7 +336,9 @@ fn parse_options<A: ArgBytes>(
     let mut sync_given = false;
     let mut rest = options.iter();
     while let Some(option) = rest.next() {
-        let is = |name: &[u8]| option.bytes().eq_ignore_ascii_case(name);
+        // Read once: the bytes of a server argument are a call into Redis.
+        let word = option.bytes();
+        let is = |name: &[u8]| word.eq_ignore_ascii_case(name);
         if is(b"TOKEN") {
             let value = rest.next().ok_or(LockError::SyntaxMissingToken)?;
             if parsed.token.is_some() {
@@ -897,12 +899,14 @@ pub fn parse_observe<A: ArgBytes>(args: &[A]) -> Result<ObserveArgs, LockError> 
     })
 }
 
+#[inline]
 fn parse_ttl(bytes: &[u8]) -> Result<i64, LockError> {
     rules::check_ttl(parse_i64(bytes).ok_or(LockError::TtlNotInteger)?)
 }
 
 /// A decimal integer as Redis reads one (`string2ll`): an optional `-`, then
 /// digits with no leading zero, no `+`, no spaces, no fraction, within i64.
+#[inline]
 pub fn parse_i64(bytes: &[u8]) -> Option<i64> {
     let (negative, digits) = match bytes {
         [b'-', rest @ ..] => (true, rest),
@@ -913,6 +917,19 @@ pub fn parse_i64(bytes: &[u8]) -> Option<i64> {
         [b'0'] => return (!negative).then_some(0),
         [b'0', ..] => return None,
         _ => {}
+    }
+    // Eighteen digits or fewer cannot overflow: no checked arithmetic for
+    // the numbers every request carries (a TTL, a timeout).
+    if digits.len() <= 18 {
+        let mut value: i64 = 0;
+        for &b in digits {
+            let digit = b.wrapping_sub(b'0');
+            if digit > 9 {
+                return None;
+            }
+            value = value * 10 + i64::from(digit);
+        }
+        return Some(if negative { -value } else { value });
     }
     let mut value: i64 = 0;
     for &b in digits {

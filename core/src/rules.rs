@@ -43,12 +43,14 @@ pub const MAX_OWNER_LEN: usize = 128;
 /// that lost its history (a promoted replica that missed grants, an AOF without
 /// them) still issues fences above the lost ones as long as its clock is not
 /// behind. `None` when the fence would pass [`MAX_FENCE`].
+#[inline]
 pub fn next_fence(high_water: u64, now_us: u64) -> Option<u64> {
     let fence = high_water.checked_add(1)?.max(now_us);
     (fence <= MAX_FENCE).then_some(fence)
 }
 
 /// The absolute deadline of a lease of `ttl_ms` starting at `now_ms`.
+#[inline]
 pub fn deadline_ms(now_ms: i64, ttl_ms: i64) -> Result<i64, LockError> {
     now_ms.checked_add(ttl_ms).ok_or(LockError::TtlOverflow)
 }
@@ -91,6 +93,7 @@ pub fn lease_over_at(deadline_ms: i64) -> i64 {
 
 /// A TTL must be positive (the configured maximum is checked by
 /// [`check_ttl_limit`], once the command knows it).
+#[inline]
 pub fn check_ttl(ttl_ms: i64) -> Result<i64, LockError> {
     if ttl_ms <= 0 {
         Err(LockError::TtlNotPositive)
@@ -100,6 +103,7 @@ pub fn check_ttl(ttl_ms: i64) -> Result<i64, LockError> {
 }
 
 /// A TTL must not exceed `lock.max-ttl-ms`.
+#[inline]
 pub fn check_ttl_limit(ttl_ms: i64, max_ttl_ms: i64) -> Result<i64, LockError> {
     if ttl_ms > max_ttl_ms {
         Err(LockError::TtlTooLarge)
@@ -152,6 +156,7 @@ pub fn check_wait(wait_ms: i64) -> Result<i64, LockError> {
     }
 }
 
+#[inline]
 pub fn check_token(token: &[u8]) -> Result<&[u8], LockError> {
     if token.is_empty() || token.len() > MAX_TOKEN_LEN {
         Err(LockError::TokenLength)
@@ -160,6 +165,7 @@ pub fn check_token(token: &[u8]) -> Result<&[u8], LockError> {
     }
 }
 
+#[inline]
 pub fn check_owner(owner: &[u8]) -> Result<&[u8], LockError> {
     if owner.is_empty() || owner.len() > MAX_OWNER_LEN {
         Err(LockError::OwnerLength)

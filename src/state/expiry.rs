@@ -27,6 +27,7 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use redis_lock_core::decide::Removal;
 use redis_lock_core::hold::Kind;
@@ -67,6 +68,42 @@ thread_local! {
     static DELAYS: RefCell<HashMap<DbKey, i64>> = RefCell::new(HashMap::new());
 }
 
+/// Whether [`NOTED`] holds a note, and whether [`DELAYS`] holds any delay,
+/// as each was after its last change: every ACQUIRE asks for the key's
+/// lock-delay and every generic keyspace event drops the note, and almost
+/// always there is none. A thread-local in a shared object costs a call to
+/// find (and a check that it was initialised) where an atomic is one load.
+/// Written only by [`with_note`] and [`with_delays`], the one way to each.
+/// Unit tests run on several threads at once, each with its own
+/// thread-locals but these flags shared, so they always look
+/// ([`may_be_set`]).
+static NOTE_PENDING: AtomicBool = AtomicBool::new(false);
+static ANY_DELAY: AtomicBool = AtomicBool::new(false);
+
+/// Whether `flag` says there may be something to look at.
+#[inline]
+fn may_be_set(flag: &AtomicBool) -> bool {
+    cfg!(test) || flag.load(Ordering::Relaxed)
+}
+
+fn with_note<T>(f: impl FnOnce(&mut Option<Noted>) -> T) -> T {
+    NOTED.with(|n| {
+        let mut noted = n.borrow_mut();
+        let result = f(&mut noted);
+        NOTE_PENDING.store(noted.is_some(), Ordering::Relaxed);
+        result
+    })
+}
+
+fn with_delays<T>(f: impl FnOnce(&mut HashMap<DbKey, i64>) -> T) -> T {
+    DELAYS.with(|d| {
+        let mut delays = d.borrow_mut();
+        let result = f(&mut delays);
+        ANY_DELAY.store(!delays.is_empty(), Ordering::Relaxed);
+        result
+    })
+}
+
 /// Redis is removing `key` in `db`, a key of `kind` whose leases may be
 /// expiring, at `now_ms`: note it for the keyspace event that follows, and
 /// keep the key from everyone until the removal's delay, if it has one (a
@@ -97,7 +134,7 @@ pub fn note_unlinked(db: i32, key: &[u8], kind: Kind, removal: Removal, now_ms: 
         noted_ms: now_ms,
         provisional: started,
     };
-    NOTED.with(|n| *n.borrow_mut() = Some(noted));
+    with_note(|n| *n = Some(noted));
 }
 
 /// How long a note waits for its event. Redis fires a removal's event in
@@ -115,7 +152,7 @@ const NOTE_LIFETIME_MS: i64 = 1000;
 /// held. The note is used up either way. A note of another key, or one
 /// older than [`NOTE_LIFETIME_MS`], is forgotten ([`forget_note`]).
 pub fn take_note(db: i32, key: &[u8], now_ms: i64) -> Option<Removed> {
-    let noted = NOTED.with(|n| n.borrow_mut().take())?;
+    let noted = with_note(Option::take)?;
     let fresh = rules::within(noted.noted_ms, NOTE_LIFETIME_MS, now_ms);
     if fresh && noted.db == db && *noted.key == *key {
         Some(noted.removed)
@@ -127,8 +164,12 @@ pub fn take_note(db: i32, key: &[u8], now_ms: i64) -> Option<Removed> {
 
 /// The noted lease was removed by something other than its expiry: its
 /// provisional lock-delay ends.
+#[inline]
 pub fn forget_note() {
-    if let Some(noted) = NOTED.with(|n| n.borrow_mut().take()) {
+    if !may_be_set(&NOTE_PENDING) {
+        return;
+    }
+    if let Some(noted) = with_note(Option::take) {
         end_provisional(&noted);
     }
 }
@@ -138,8 +179,7 @@ fn end_provisional(noted: &Noted) {
     let Some(Provisional { until, before }) = noted.provisional else {
         return;
     };
-    DELAYS.with(|d| {
-        let mut delays = d.borrow_mut();
+    with_delays(|delays| {
         let entry = (noted.db, noted.key.clone());
         if delays.get(&entry) == Some(&until) {
             match before {
@@ -153,8 +193,7 @@ fn end_provisional(noted: &Noted) {
 /// Nobody is granted `key` in `db` before `until_ms` (a delay in force that
 /// ends later stays).
 pub fn delay(db: i32, key: &[u8], until_ms: i64, now_ms: i64) {
-    DELAYS.with(|d| {
-        let mut delays = d.borrow_mut();
+    with_delays(|delays| {
         if delays.len() >= 1024 && delays.len().is_power_of_two() {
             delays.retain(|_, until| *until > now_ms);
         }
@@ -164,9 +203,12 @@ pub fn delay(db: i32, key: &[u8], until_ms: i64, now_ms: i64) {
 }
 
 /// When the lock-delay on `key` ends (unix ms), if one is in force now.
+#[inline]
 pub fn delayed_until(db: i32, key: &[u8], now_ms: i64) -> Option<i64> {
-    DELAYS.with(|d| {
-        let mut delays = d.borrow_mut();
+    if !may_be_set(&ANY_DELAY) {
+        return None;
+    }
+    with_delays(|delays| {
         if delays.is_empty() {
             return None;
         }
@@ -184,17 +226,16 @@ pub fn delayed_until(db: i32, key: &[u8], now_ms: i64) -> Option<i64> {
 
 /// A flush ends every lock-delay in the flushed databases (`None`: all).
 pub fn forget(db: Option<i32>) {
-    DELAYS.with(|d| match db {
-        Some(db) => d.borrow_mut().retain(|(d, _), _| *d != db),
-        None => d.borrow_mut().clear(),
+    with_delays(|delays| match db {
+        Some(db) => delays.retain(|(d, _), _| *d != db),
+        None => delays.clear(),
     });
 }
 
 /// End the lock-delays of the keys for which `gone` is true (their slot
 /// moved to another node), in every database.
 pub fn forget_where(gone: impl Fn(&[u8]) -> bool) {
-    DELAYS.with(|d| {
-        let mut delays = d.borrow_mut();
+    with_delays(|delays| {
         if !delays.is_empty() {
             delays.retain(|(_, key), _| !gone(key));
         }
