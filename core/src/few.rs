@@ -19,6 +19,7 @@ impl<T> Few<T> {
 
     /// Room for `n` items: on the heap at once when more than one will
     /// come, so the second push does not move the first.
+    #[inline]
     pub fn with_capacity(n: usize) -> Self {
         match n {
             0 | 1 => Few::Zero,
@@ -26,17 +27,20 @@ impl<T> Few<T> {
         }
     }
 
+    #[inline]
     pub fn push(&mut self, item: T) {
-        *self = match std::mem::take(self) {
-            Few::Zero => Few::One([item]),
-            Few::One([first]) => Few::Many(vec![first, item]),
-            Few::Many(mut items) => {
-                items.push(item);
-                Few::Many(items)
+        match self {
+            Few::Many(items) => items.push(item),
+            Few::Zero => *self = Few::One([item]),
+            Few::One(_) => {
+                if let Few::One([first]) = std::mem::take(self) {
+                    *self = Few::Many(vec![first, item]);
+                }
             }
-        };
+        }
     }
 
+    #[inline]
     pub fn as_slice(&self) -> &[T] {
         match self {
             Few::Zero => &[],
@@ -45,6 +49,7 @@ impl<T> Few<T> {
         }
     }
 
+    #[inline]
     pub fn as_mut_slice(&mut self) -> &mut [T] {
         match self {
             Few::Zero => &mut [],
