@@ -16,6 +16,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use redis_lock_core::rules;
 
+use crate::redis::server;
+
 static HIGH_WATER: AtomicU64 = AtomicU64::new(0);
 
 pub fn high_water() -> u64 {
@@ -29,28 +31,7 @@ pub fn observe(fence: u64) {
 
 /// Take the next fence for a grant, or `None` when fences are exhausted.
 pub fn issue() -> Option<u64> {
-    let fence = rules::next_fence(high_water(), wall_clock_us())?;
+    let fence = rules::next_fence(high_water(), server::wall_clock_us())?;
     HIGH_WATER.store(fence, Ordering::Relaxed);
     Some(fence)
-}
-
-/// The server's wall clock in microseconds since the unix epoch (0 before it,
-/// or if it cannot be read). One `clock_gettime` (a vDSO call, no system
-/// call): `SystemTime::now` and `duration_since` take three calls and 128-bit
-/// arithmetic to give the same number, on every grant.
-fn wall_clock_us() -> u64 {
-    let mut now = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `now` is a valid `timespec` for the call to write.
-    if unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut now) } != 0 {
-        return 0;
-    }
-    let (Ok(seconds), Ok(nanos)) = (u64::try_from(now.tv_sec), u64::try_from(now.tv_nsec)) else {
-        return 0;
-    };
-    seconds
-        .saturating_mul(1_000_000)
-        .saturating_add(nanos / 1_000)
 }
