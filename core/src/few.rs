@@ -58,14 +58,17 @@ impl<T> Few<T> {
         }
     }
 
+    #[inline]
     pub fn len(&self) -> usize {
         self.as_slice().len()
     }
 
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.as_slice().is_empty()
     }
 
+    #[inline]
     pub fn iter(&self) -> std::slice::Iter<'_, T> {
         self.as_slice().iter()
     }
@@ -74,12 +77,14 @@ impl<T> Few<T> {
 impl<T> std::ops::Deref for Few<T> {
     type Target = [T];
 
+    #[inline]
     fn deref(&self) -> &[T] {
         self.as_slice()
     }
 }
 
 impl<T> std::ops::DerefMut for Few<T> {
+    #[inline]
     fn deref_mut(&mut self) -> &mut [T] {
         self.as_mut_slice()
     }
@@ -95,15 +100,34 @@ impl<T> FromIterator<T> for Few<T> {
     }
 }
 
+/// A [`Few`]'s items, by value, in order.
+pub enum IntoIter<T> {
+    One(Option<T>),
+    Many(std::vec::IntoIter<T>),
+}
+
+impl<T> Iterator for IntoIter<T> {
+    type Item = T;
+
+    #[inline]
+    fn next(&mut self) -> Option<T> {
+        match self {
+            IntoIter::One(one) => one.take(),
+            IntoIter::Many(items) => items.next(),
+        }
+    }
+}
+
 impl<T> IntoIterator for Few<T> {
     type Item = T;
-    type IntoIter = std::iter::Chain<std::option::IntoIter<T>, std::vec::IntoIter<T>>;
+    type IntoIter = IntoIter<T>;
 
-    fn into_iter(self) -> Self::IntoIter {
+    #[inline]
+    fn into_iter(self) -> IntoIter<T> {
         match self {
-            Few::Zero => None.into_iter().chain(Vec::new()),
-            Few::One([one]) => Some(one).into_iter().chain(Vec::new()),
-            Few::Many(items) => None.into_iter().chain(items),
+            Few::Zero => IntoIter::One(None),
+            Few::One([one]) => IntoIter::One(Some(one)),
+            Few::Many(items) => IntoIter::Many(items.into_iter()),
         }
     }
 }
@@ -112,6 +136,7 @@ impl<'a, T> IntoIterator for &'a Few<T> {
     type Item = &'a T;
     type IntoIter = std::slice::Iter<'a, T>;
 
+    #[inline]
     fn into_iter(self) -> Self::IntoIter {
         self.as_slice().iter()
     }

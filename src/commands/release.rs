@@ -59,7 +59,6 @@ fn release(
     family: Family,
 ) -> Result<(), LockError> {
     super::refuse_local_write_on_replica(ctx)?;
-    let db = server::selected_db(ctx);
     // Every key is checked (a key of another type refuses the whole
     // request) before any is released.
     let mut held = Few::with_capacity(names.len());
@@ -88,8 +87,11 @@ fn release(
             None => metrics::count(Counter::StaleReleases),
         }
     }
-    for name in &released {
-        wait_queue::handed_on(ctx, db, name);
+    if !released.is_empty() {
+        let db = server::selected_db(ctx);
+        for name in &released {
+            wait_queue::handed_on(ctx, db, name);
+        }
     }
     reply::integer(ctx, released.len() as i64);
     Ok(())
