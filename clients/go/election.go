@@ -107,7 +107,12 @@ func (e *Election) Observe(ctx context.Context) <-chan Observation {
 // observe follows the leader on one dedicated connection until an error (or
 // ctx is done); it says whether it sent anything.
 func (e *Election) observe(ctx context.Context, out chan<- Observation) (bool, error) {
-	conn, err := e.client.driver.Dedicated(ctx, e.key)
+	// The connection is dialled within waitReadSlack, as its commands are
+	// read within their timeout plus it: a server that does not answer
+	// is an error to report and retry, whatever ctx's deadline.
+	dialCtx, cancel := context.WithTimeout(ctx, waitReadSlack)
+	conn, err := e.client.driver.Dedicated(dialCtx, e.key)
+	cancel()
 	if err != nil {
 		return false, err
 	}

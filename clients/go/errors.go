@@ -35,8 +35,8 @@ type LostReason string
 
 const (
 	// LostRefused: the server said the token no longer holds the lock (an
-	// extend answered 0, a guarded command LOST): it was deleted, expired or
-	// taken.
+	// extend answered 0, a guarded command LOST, WRONGTYPE on the lock key):
+	// it was deleted, expired, overwritten with another type (SET) or taken.
 	LostRefused LostReason = "refused"
 	// LostExpired: the lease's deadline (less the safety margin) came with no
 	// successful extend: the server is down, paused or unreachable.
@@ -64,7 +64,7 @@ type LostError struct {
 func (e *LostError) Error() string {
 	switch e.Reason {
 	case LostRefused:
-		return "redislock: lock lost: the token no longer holds it (released, expired, deleted or taken)"
+		return "redislock: lock lost: the token no longer holds it (released, expired, deleted, overwritten or taken)"
 	case LostLimit:
 		return "redislock: lock lost: the server's hold limit refused to extend it, and its lease ended"
 	case LostRevoked:
@@ -124,10 +124,33 @@ func classify(err error) error {
 	return err
 }
 
-// refusal is the loss an error reply to an extend or a guarded command
-// says: LOST (the token no longer holds the lock) or REVOKED <reason> (it
-// was taken away); nil for any other error.
+// refusal is the loss an error reply to a command on the lock key alone
+// (an extend, a session's probe) says: LOST (the token no longer holds the
+// lock), REVOKED <reason> (it was taken away), or WRONGTYPE (the key was
+// overwritten with another type, a SET, which ended every hold of it: a
+// refusal as a DEL is); nil for any other error.
 func refusal(err error) *LostError {
+	if lost := guardRefusal(err); lost != nil {
+		return lost
+	}
+	if isWrongType(err) {
+		return &LostError{Reason: LostRefused}
+	}
+	return nil
+}
+
+// isWrongType says whether err is a WRONGTYPE reply. From a command on the
+// lock key alone, it means the key now holds another type; from a guarded
+// command it may be that command's own (Lock.Guard tells them apart).
+func isWrongType(err error) bool {
+	var reply ServerError
+	return errors.As(err, &reply) && reply.Code() == "WRONGTYPE"
+}
+
+// guardRefusal is the loss an error reply to a guarded command says: LOST
+// or REVOKED <reason>, which only the lock's check answers; nil for any
+// other error, the command's own among them.
+func guardRefusal(err error) *LostError {
 	var reply ServerError
 	if !errors.As(err, &reply) {
 		return nil

@@ -150,7 +150,8 @@ func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 
 // Release stops the watchdog and gives the lock back (LOCK.RELEASE,
 // SEM.RELEASE), handing it to the first waiter. nil: released; ErrNotHeld:
-// it was already gone (expired, deleted, taken, released before). After a
+// it was already gone (expired, deleted, overwritten with another type,
+// taken, released before). After a
 // network error it is safe to call again: each call sends the release anew
 // (and for a lock attached to a session, the session sends it again with
 // its keepalives until it is answered).
@@ -168,6 +169,9 @@ func (l *Lock) Release(ctx context.Context) error {
 	reply, err := l.client.driver.Do(ctx, l.req.kind.releaseCommand(), l.req.key, l.req.token)
 	if l.session != nil {
 		l.session.released(l, err) // with no answer, the session sends it again
+	}
+	if isWrongType(err) {
+		return ErrNotHeld // the key was overwritten with another type: gone
 	}
 	if err != nil {
 		return classify(err)
@@ -200,7 +204,11 @@ func (l *Lock) Guard(ctx context.Context, command string, args ...interface{}) (
 	}
 	full := append([]interface{}{"LOCK.GUARD", l.req.key, l.req.token, command}, args...)
 	reply, err := l.client.driver.Do(ctx, full...)
-	if lost := refusal(err); lost != nil {
+	lost := guardRefusal(err)
+	if lost == nil && isWrongType(err) && l.overwritten(ctx) {
+		lost = &LostError{Reason: LostRefused}
+	}
+	if lost != nil {
 		l.lose(lost)
 		return nil, lost // what the server said, whatever was noticed first
 	}
@@ -238,6 +246,15 @@ func (l *Lock) run(ctx context.Context, fn func(ctx context.Context, lock *Lock)
 		return &LostError{Reason: LostRefused}
 	}
 	return releaseErr
+}
+
+// overwritten says whether the lock key now holds another type (LOCK.INFO
+// answers WRONGTYPE), after a guarded command's WRONGTYPE, which is the
+// lock key's or the command's own: the same text comes for both. LOCK.INFO
+// reads the lock key alone and changes nothing.
+func (l *Lock) overwritten(ctx context.Context) bool {
+	_, err := l.client.driver.Do(ctx, "LOCK.INFO", l.req.key)
+	return isWrongType(err)
 }
 
 // probe asks the server whether the token still holds the lock, with an

@@ -40,7 +40,7 @@ func (d redigoDriver) Dedicated(ctx context.Context, key string) (DedicatedConn,
 	case d.pool.DialContext != nil:
 		conn, err = d.pool.DialContext(ctx)
 	case d.pool.Dial != nil:
-		conn, err = d.pool.Dial()
+		conn, err = dialWithin(ctx, d.pool.Dial)
 	default:
 		err = errors.New("redislock: the redigo pool has neither Dial nor DialContext")
 	}
@@ -48,6 +48,36 @@ func (d redigoDriver) Dedicated(ctx context.Context, key string) (DedicatedConn,
 		return nil, err
 	}
 	return RedigoConn(conn), nil
+}
+
+// dialWithin runs dial, which takes no context, and gives up when ctx is
+// done: a pool's Dial without a connect timeout would otherwise hold a wait
+// or an observer past its caller's deadline (on a server that drops the
+// connection's packets, for the system's connect timeout: minutes). A
+// connection that comes after that is closed.
+func dialWithin(ctx context.Context, dial func() (redis.Conn, error)) (redis.Conn, error) {
+	if ctx.Done() == nil {
+		return dial()
+	}
+	dialled := make(chan result, 1)
+	go func() {
+		conn, err := dial()
+		dialled <- result{conn, err}
+	}()
+	select {
+	case got := <-dialled:
+		if got.err != nil {
+			return nil, got.err
+		}
+		return got.reply.(redis.Conn), nil
+	case <-ctx.Done():
+		go func() {
+			if got := <-dialled; got.err == nil {
+				_ = got.reply.(redis.Conn).Close()
+			}
+		}()
+		return nil, ctx.Err()
+	}
 }
 
 // RedigoConn is a DedicatedConn over one redigo connection (which must

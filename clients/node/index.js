@@ -2,6 +2,11 @@
 // connection (one keepalive for all holds), waits in the server's FIFO
 // queue, read/write locks, semaphores, leader election and revocation, over
 // node-redis 4. See docs/clients/node.md.
+//
+// The exports are plain names in one object literal: that is what Node's
+// reader of CommonJS exports (cjs-module-lexer) sees, so that an ES module
+// importing this file by its path gets every name too (a `name: a.b`
+// property would end what it sees). index.mjs is the package's ES entry.
 "use strict";
 
 const { Locks } = require("./lib/locks");
@@ -10,7 +15,9 @@ const { Semaphore } = require("./lib/semaphore");
 const { Election } = require("./lib/election");
 const { Session } = require("./lib/session");
 const { keySlot } = require("./lib/slot");
-const errors = require("./lib/errors");
+const {
+  LockError, NotAcquiredError, LostError, RevokedError, ServerError, LimitError, TimeoutError,
+} = require("./lib/errors");
 
 module.exports = {
   Locks,
@@ -19,11 +26,11 @@ module.exports = {
   Election,
   Session,
   keySlot,
-  LockError: errors.LockError,
-  NotAcquiredError: errors.NotAcquiredError,
-  LostError: errors.LostError,
-  RevokedError: errors.RevokedError,
-  ServerError: errors.ServerError,
-  LimitError: errors.LimitError,
-  TimeoutError: errors.TimeoutError,
+  LockError,
+  NotAcquiredError,
+  LostError,
+  RevokedError,
+  ServerError,
+  LimitError,
+  TimeoutError,
 };

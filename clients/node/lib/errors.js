@@ -14,7 +14,7 @@ class NotAcquiredError extends LockError {}
 
 // The lock was lost while it was held. `reason`: "refused" (the server said
 // the token no longer holds it: an extend answered 0, a guarded command got
-// LOST), "expired" (its deadline less the margin came with no successful
+// LOST, the lock key answered WRONGTYPE: overwritten with another type), "expired" (its deadline less the margin came with no successful
 // extend or keepalive: the server is down, paused or unreachable), "limit"
 // (the server's hold limit refused to extend it, and its deadline came) or
 // "revoked" (a RevokedError: the server took it away).
@@ -26,7 +26,7 @@ class LostError extends LockError {
 }
 
 const LOST_MESSAGES = {
-  refused: "lock lost: the token no longer holds it (released, expired, deleted or taken)",
+  refused: "lock lost: the token no longer holds it (released, expired, deleted, overwritten or taken)",
   expired: "lock lost: its lease ended with no successful extend or keepalive (server down or unreachable?)",
   limit: "lock lost: the server's hold limit refused to extend it, and its lease ended",
 };
@@ -74,14 +74,28 @@ function fromReply(err) {
     : new ServerError(err.message, { cause: err });
 }
 
-// The loss an error reply to an extend or a guarded command says: LOST (the
-// token no longer holds the lock) or REVOKED <reason> (it was taken away);
-// null for any other error.
-function refusal(err) {
+// The loss an error reply to a guarded command says: LOST (the token no
+// longer holds the lock) or REVOKED <reason> (it was taken away), which only
+// the lock's check answers; null for any other error, the command's own
+// among them.
+function guardRefusal(err) {
   if (!isErrorReply(err)) return null;
   if (err.message.startsWith("LOST ")) return new LostError("refused");
   if (err.message === "REVOKED" || err.message.startsWith("REVOKED ")) return new RevokedError(err.message.slice("REVOKED ".length));
   return null;
+}
+
+// A WRONGTYPE reply. From a command on the lock key alone, the key now
+// holds another type; from a guarded command it may be that command's own
+// (Lock.guard tells them apart).
+const isWrongType = (err) => isErrorReply(err) && err.message.startsWith("WRONGTYPE ");
+
+// The loss an error reply to a command on the lock key alone (an extend, a
+// session's probe) says: LOST, REVOKED <reason>, or WRONGTYPE (the key was
+// overwritten with another type, a SET, which ended every hold of it: a
+// refusal as a DEL is); null for any other error.
+function refusal(err) {
+  return guardRefusal(err) || (isWrongType(err) ? new LostError("refused") : null);
 }
 
 // A NOLEASE reply: the lease an acquire named is gone from the server.
@@ -93,5 +107,5 @@ const lacksLeases = (err) => isErrorReply(err) && (err.message.startsWith("NOPER
 
 module.exports = {
   LockError, NotAcquiredError, LostError, RevokedError, ServerError, LimitError, TimeoutError,
-  isErrorReply, fromReply, refusal, isNoLease, lacksLeases,
+  isErrorReply, fromReply, refusal, guardRefusal, isWrongType, isNoLease, lacksLeases,
 };

@@ -5,7 +5,7 @@
 // successful acquire or extend, on the monotonic clock.
 "use strict";
 
-const { LostError, LimitError, refusal } = require("./errors");
+const { LostError, LimitError, refusal, guardRefusal, isWrongType } = require("./errors");
 const { now, checkMs, withTimeout } = require("./common");
 const { startKeepalive } = require("./keepalive");
 
@@ -94,7 +94,7 @@ class Lock {
   /**
    * Stops the keepalive and gives the lock back, handing it to the first
    * waiter: true released, false already gone (expired, deleted, taken,
-   * released before). After a connection error it is safe to call again:
+   * overwritten with another type, released before). After a connection error it is safe to call again:
    * each call sends the release anew (and for a lock attached to a session,
    * the session sends it again with its keepalives until it is answered).
    */
@@ -107,6 +107,7 @@ class Lock {
       reply = await this._locks._send(key, [releaseCommand, key, token], releaseCommand);
     } catch (err) {
       if (this._session) this._session._released(this, err); // with no answer, the session sends it again
+      if (isWrongType(err)) return false; // the key was overwritten with another type: gone
       throw err;
     }
     if (this._session) this._session._released(this, null);
@@ -118,7 +119,8 @@ class Lock {
    * ...), in the same atomic step as the check, and returns its reply. When
    * the lock is not held nothing runs, the lock is marked lost, and a
    * LostError is thrown (a RevokedError, with the reason, when it was taken
-   * away). A reader runs read-only commands only (a write gets
+   * away; "refused" when the lock key was overwritten with another type,
+   * told from the command's own WRONGTYPE by a LOCK.INFO of the lock key). A reader runs read-only commands only (a write gets
    * a ServerError, and the lock stays held). In a cluster the command's keys
    * must share the lock key's slot ({tag}).
    */
@@ -129,12 +131,26 @@ class Lock {
     try {
       return await this._locks._send(this.key, args, "LOCK.GUARD");
     } catch (err) {
-      const lost = refusal(err);
+      let lost = guardRefusal(err);
+      if (!lost && isWrongType(err) && (await this._overwritten())) lost = new LostError("refused");
       if (lost) {
         this._markLost(lost);
         throw lost; // what the server said, whatever was noticed first
       }
       throw err;
+    }
+  }
+
+  // Whether the lock key now holds another type (LOCK.INFO answers
+  // WRONGTYPE), after a guarded command's WRONGTYPE, which is the lock
+  // key's or the command's own: the same text comes for both. LOCK.INFO
+  // reads the lock key alone and changes nothing.
+  async _overwritten() {
+    try {
+      await this._locks._send(this.key, ["LOCK.INFO", this.key], "LOCK.INFO");
+      return false;
+    } catch (err) {
+      return isWrongType(err);
     }
   }
 

@@ -264,6 +264,13 @@ async function holding(lock, routine) {
   } catch (err) {
     failure = { err };
   }
+  if (lock.lost) {
+    // The loss wins: the release is sent, not waited for, as the server may
+    // be unreachable (a release then takes commandTimeout to fail).
+    lock.release().catch(() => {});
+    if (failure) throw failure.err;
+    throw lock.lostError;
+  }
   let released = false;
   try {
     released = await lock.release();

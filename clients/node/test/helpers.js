@@ -100,6 +100,14 @@ class Server {
     fs.rmSync(this.dir, { recursive: true, force: true });
   }
 
+  // The server process dies (SIGKILL); its clients stay, and try to reconnect.
+  crash() {
+    if (this.process && this.process.exitCode === null) {
+      this.process.kill("SIGCONT");
+      this.process.kill("SIGKILL");
+    }
+  }
+
   pause() {
     this.process.kill("SIGSTOP");
   }

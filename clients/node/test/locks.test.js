@@ -2,7 +2,7 @@
 
 const { test } = require("node:test");
 const assert = require("node:assert/strict");
-const { Locks, NotAcquiredError, LostError, ServerError, LimitError } = require("..");
+const { Locks, NotAcquiredError, LostError, ServerError, LimitError, TimeoutError } = require("..");
 const { Server, eventually, within, aborted, sleep } = require("./helpers");
 
 const UUID4 = /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/;
@@ -63,6 +63,56 @@ test("lost when the key is deleted", async (t) => {
   await within("the watchdog's extend is refused", aborted(lock.signal));
   assert.equal(lock.lostError.reason, "refused");
 });
+
+// A held key overwritten with another type (SET k v): every command on it
+// answers WRONGTYPE, which says the lock is gone as surely as LOST does.
+// The holder hears it as "refused" at the next keepalive or extend (ttl/3),
+// as for a DEL: not as "expired" at the deadline, nor never.
+for (const keepalive of ["session", "watchdog"]) {
+  test(`lost when the key is overwritten (keepalive ${keepalive})`, async (t) => {
+    const { server, locks } = await setup(t, { keepalive });
+    const ttl = 3000;
+    const lock = await locks.acquire("job", ttl);
+    assert.equal(lock.session !== null, keepalive === "session");
+    await server.do("SET", "job", "v");
+    const overwritten = Date.now();
+    await within("the overwrite is noticed", aborted(lock.signal));
+    const took = Date.now() - overwritten;
+    t.diagnostic(`${keepalive}: lost ${took} ms after the overwrite (ttl ${ttl} ms)`);
+    assert.ok(lock.lostError instanceof LostError);
+    assert.equal(lock.lostError.reason, "refused");
+    assert.equal(lock.signal.reason, lock.lostError);
+    // Noticed at the next keepalive (ttl/3): well within the ttl, with room for a slow machine.
+    assert.ok(took < ttl + 2000, `lost ${took} ms after the overwrite: want within the ttl`);
+    assert.equal(await lock.release(), false, "release after the overwrite: already gone");
+    assert.equal(await server.do("GET", "job"), "v", "the overwriting value stays");
+  });
+
+  test(`guard and release after an overwrite (keepalive ${keepalive})`, async (t) => {
+    const { server, locks } = await setup(t, { keepalive });
+    const lock = await locks.acquire("{billing}:lock", 30000);
+    await server.do("SET", "{billing}:list", "x");
+    await assert.rejects(lock.guard("LPUSH", "{billing}:list", "y"), (err) => err instanceof ServerError && err.code === "WRONGTYPE");
+    assert.equal(lock.lost, false, "the command's own WRONGTYPE keeps the lock");
+    await server.do("SET", "{billing}:lock", "v");
+    await assert.rejects(lock.guard("INCR", "{billing}:total"), (err) => {
+      assert.ok(err instanceof LostError, `want a LostError, got ${err}`);
+      assert.equal(err.reason, "refused");
+      return true;
+    });
+    assert.equal(lock.signal.aborted, true, "guard on the overwritten lock key marks the lock lost");
+    assert.equal(lock.lostError.reason, "refused");
+    assert.equal(await server.do("EXISTS", "{billing}:total"), 0, "the guarded command did not run");
+    assert.equal(await lock.release(), false);
+    // Released before any loss was noticed (no keepalive yet).
+    const other = await locks.acquire("other", 30000);
+    await server.do("SET", "other", "v");
+    assert.equal(await other.release(), false, "release of an overwritten lock: already gone");
+    const permits = await locks.semaphore("renders", 2).acquire(30000);
+    await server.do("SET", "renders", "v");
+    assert.equal(await permits.release(), false, "release of overwritten permits: already gone");
+  });
+}
 
 for (const how of ["killed", "paused"]) {
   test(`lost when the server is ${how}`, async (t) => {
@@ -192,6 +242,32 @@ test("using: the routine's signal fires on loss", async (t) => {
   await assert.rejects(locks.using("job", 1000, async () => { throw mine; }), (err) => err === mine);
   assert.equal(await server.info("job"), null);
 });
+
+// The server dies while the routine runs: the routine's signal fires at
+// the deadline less the margin, and using() rejects with that loss, at
+// once, not with the release's TimeoutError a commandTimeout later.
+for (const keepalive of ["session", "watchdog"]) {
+  test(`using: the loss wins when the server dies (keepalive ${keepalive})`, async (t) => {
+    const { server, locks } = await setup(t, { keepalive });
+    let killed = 0;
+    let signalled = 0;
+    const using = locks.using("job", 1000, async (signal) => {
+      server.crash();
+      killed = Date.now();
+      await within("the routine's signal is aborted", aborted(signal));
+      signalled = Date.now();
+    });
+    await within("using settles", assert.rejects(using, (err) => {
+      assert.ok(err instanceof LostError, `want the LostError, got ${err && err.name}: ${err && err.message}`);
+      assert.ok(!(err instanceof TimeoutError));
+      assert.equal(err.reason, "expired");
+      return true;
+    }), 20000);
+    const settled = Date.now();
+    t.diagnostic(`${keepalive}: signal ${signalled - killed} ms, using() rejected ${settled - killed} ms after the kill (ttl 1000 ms, commandTimeout ${locks.commandTimeout} ms)`);
+    assert.ok(settled - signalled < locks.commandTimeout, "using() does not wait out the release's commandTimeout");
+  });
+}
 
 test("bad arguments are refused before anything is sent", async (t) => {
   const { server, locks } = await setup(t);
