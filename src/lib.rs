@@ -251,9 +251,27 @@ type Allocator = std::alloc::System;
 #[cfg(any(test, not(feature = "redis-allocator")))]
 const ALLOCATOR: Allocator = std::alloc::System;
 
+/// The module's version as `MODULE LIST` reports it (`ver`):
+/// major·10000 + minor·100 + patch of this crate's version, so that a
+/// client can refuse a server whose module is older than the one it needs.
+pub const MODULE_VERSION: i32 = {
+    const fn number(text: &str) -> i32 {
+        let bytes = text.as_bytes();
+        let (mut i, mut n) = (0, 0);
+        while i < bytes.len() {
+            n = n * 10 + (bytes[i] - b'0') as i32;
+            i += 1;
+        }
+        n
+    }
+    number(env!("CARGO_PKG_VERSION_MAJOR")) * 10000
+        + number(env!("CARGO_PKG_VERSION_MINOR")) * 100
+        + number(env!("CARGO_PKG_VERSION_PATCH"))
+};
+
 redis_module! {
     name: "lock",
-    version: 1,
+    version: MODULE_VERSION,
     allocator: (Allocator, ALLOCATOR),
     data_types: [LOCK_TYPE, SHARED_TYPE, SEMAPHORE_TYPE],
     init: init,

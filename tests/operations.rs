@@ -866,3 +866,24 @@ fn a_ttl_changed_by_a_client_is_what_expiry_counting_and_aof_rewrite_follow() {
     assert_eq!(info(&mut con, "kept").unwrap()["deadline"], -1);
     assert_eq!(release(&mut con, "kept", "t"), 1);
 }
+
+/// `MODULE LIST` reports the module's real version (major·10000 + minor·100
+/// + patch of the crate's version), not a constant: what a client checks at
+/// connect.
+#[test]
+fn module_list_reports_the_crate_version() {
+    let server = Server::start();
+    let mut con = server.conn();
+    let modules: Vec<HashMap<String, redis::Value>> =
+        redis::cmd("MODULE").arg("LIST").query(&mut con).unwrap();
+    let lock = modules
+        .iter()
+        .find(|m| m.get("name") == Some(&redis::Value::BulkString(b"lock".to_vec())))
+        .expect("the lock module in MODULE LIST");
+    let number = |part: &str| part.parse::<i64>().unwrap();
+    let expected = number(env!("CARGO_PKG_VERSION_MAJOR")) * 10000
+        + number(env!("CARGO_PKG_VERSION_MINOR")) * 100
+        + number(env!("CARGO_PKG_VERSION_PATCH"));
+    assert!(expected >= 400, "the crate's version is at least 0.4.0");
+    assert_eq!(lock.get("ver"), Some(&redis::Value::Int(expected)));
+}
