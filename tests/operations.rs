@@ -867,9 +867,9 @@ fn a_ttl_changed_by_a_client_is_what_expiry_counting_and_aof_rewrite_follow() {
     assert_eq!(release(&mut con, "kept", "t"), 1);
 }
 
-/// `MODULE LIST` reports the module's real version (major·10000 + minor·100
-/// + patch of the crate's version), not a constant: what a client checks at
-/// connect.
+/// `MODULE LIST` reports the module's real version (major·10000, plus
+/// minor·100, plus patch of the crate's version), not a constant: what a
+/// client checks at connect.
 #[test]
 fn module_list_reports_the_crate_version() {
     let server = Server::start();
