@@ -70,7 +70,7 @@ PYTHON_RUN := cd clients/python && export MYPY_CACHE_DIR=$(CURDIR)/target/mypy-c
 CHAOS := target/release/lock-chaos
 CHAOS_ARGS ?=
 
-.PHONY: help deps deps-examples deps-memcheck build run test test-build test-redis test-valkey test-client test-client-run test-examples test-go-node valkey servers unit lint layers fmt clean \
+.PHONY: help deps deps-examples deps-memcheck build run test test-build test-redis test-valkey test-client test-client-run test-examples test-go-node test-conformance valkey servers unit lint layers fmt clean \
 	test-memcheck \
 	test-matrix test-cluster-matrix \
 	python-venv lint-python test-python dist dist-python dist-rust \
@@ -314,6 +314,17 @@ test-go-node: deps-examples valkey ## The Go (clients/go) and Node (clients/node
 	cd clients/node && LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) $(NODE_OFFLINE) node --test --test-reporter=spec test/*.test.js
 	cd clients/node && LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) LOCK_TEST_SERVER=$$(ls $(CURDIR)/$(VALKEY_SERVER)) \
 	  $(NODE_OFFLINE) node --test --test-reporter=spec test/locks.test.js test/kinds.test.js test/session.test.js test/cluster.test.js
+
+# One conformance suite for the client packages (conformance/run.py, its
+# protocol and scenarios in conformance/PROTOCOL.md): each scenario is a fault
+# (DEL, SET, LOCK.REVOKE, a lease revoked or ended, the server restarted or
+# killed, connections reset or stalled by an in-process proxy) and the exact
+# outcome a holder must see, run against the Go and Node drivers; a table
+# per driver and target/conformance/summary.json. "not supported" (no SYNC,
+# no multi-key locks in Go and Node) is counted apart and is no pass.
+test-conformance: deps-examples ## The client packages' conformance suite (conformance/): Go and Node drivers, one fault per scenario through a proxy; offline (~60 s)
+	cargo build --locked --lib -p redis-lock
+	LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) python3 conformance/run.py --drivers go,node
 
 # The module's memory use under valgrind's memcheck, on Redis 7.0 (Debian's
 # redis-server): every server of a test runs inside valgrind
