@@ -21,10 +21,17 @@ lease, `LOCK.LEASE`, for every hold), `watchdog` is `keepalive="extend"`
 `cancel` is answered `not_supported`: the sync API has no way to give up an
 acquire that waits in the server's queue (its connection is the package's
 own), short of a signal to the whole process.
+
+`driver.py --asyncio URL` drives the package's asyncio API
+(`redis_lock_client.asyncio` over `redis.asyncio`) instead, the same way
+with a task a command; there `cancel` cancels the acquire's task, which is
+how that API gives up a wait (the package gives back whatever the token may
+hold before the task ends).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import sys
@@ -32,6 +39,7 @@ import threading
 import traceback
 from typing import Any
 
+import redis.asyncio
 from redis_lock_client import (
     Lease,
     LimitReached,
@@ -42,6 +50,7 @@ from redis_lock_client import (
     ReplicaSync,
     ServerError,
 )
+from redis_lock_client import asyncio as aio
 
 import redis
 
@@ -87,7 +96,7 @@ class Hold:
         self.releasing = False
 
 
-def reason_of(lease: Lease) -> str | None:
+def reason_of(lease: Lease | aio.Lease) -> str | None:
     reason = lease.lost_reason
     return None if reason is None else _REASONS.get(reason, reason.value)
 
@@ -128,6 +137,45 @@ def json_reply(reply: object) -> object:
     return str(reply)
 
 
+def commands() -> Any:
+    """The command objects on stdin, one a line; malformed lines are logged."""
+    for line in iter(sys.stdin.readline, ""):
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            command = json.loads(line)
+            if not isinstance(command, dict):
+                raise TypeError("not an object")
+        except (TypeError, ValueError) as error:
+            print(f"driver: bad line {line!r}: {error}", file=sys.stderr)
+            continue
+        yield command
+
+
+def error_answer(name: str, error: BaseException) -> dict[str, Any]:
+    """The `error` answer for what a command raised; a traceback on stderr
+    for what the package does not raise by design."""
+    if not isinstance(error, (Unsupported, Lost, LimitReached, NotReplicated, ServerError)):
+        traceback.print_exception(error, file=sys.stderr)
+    return {"ev": "error", "name": name, "kind": error_kind(error), "message": str(error)}
+
+
+class AcquireArgs:
+    """An `acquire` command's arguments, in the package's units (seconds)."""
+
+    def __init__(self, command: dict[str, Any]) -> None:
+        self.mode = command.get("mode", "session")
+        if self.mode not in ("session", "watchdog"):
+            raise Unsupported(f"driver: unknown mode {self.mode!r}")
+        self.keys: list[str] = command["keys"]
+        self.ttl: float = command["ttl_ms"] / 1000
+        wait_ms = command.get("wait_ms")
+        self.wait = None if wait_ms is None else wait_ms / 1000
+        sync = command.get("sync")
+        self.sync = None if sync is None else ReplicaSync(int(sync[0]), sync[1] / 1000)
+
+
 class Driver:
     def __init__(self, url: str) -> None:
         client = redis.Redis.from_url(url)
@@ -140,33 +188,25 @@ class Driver:
         self.holds_lock = threading.Lock()
 
     def serve(self) -> None:
-        for line in iter(sys.stdin.readline, ""):
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                command = json.loads(line)
-                if not isinstance(command, dict):
-                    raise TypeError("not an object")
-            except (TypeError, ValueError) as error:
-                print(f"driver: bad line {line!r}: {error}", file=sys.stderr)
-                continue
+        self.serve_commands()
+        leave()
+
+    def serve_commands(self) -> None:
+        for command in commands():
             if command.get("op") == "quit":
                 self.out.write({"re": command.get("re"), "ev": "bye"})
-                return
+                break
             threading.Thread(target=self.run, args=(command,), daemon=True).start()
 
     def run(self, command: dict[str, Any]) -> None:
         """Runs one command and writes its answer (an `error` for what it raised)."""
-        re, name = command.get("re"), command.get("name")
+        re, name = command.get("re"), command.get("name", "")
         try:
             answer = self.dispatch(command)
             if answer is None:
                 return  # answered already
         except Exception as error:  # noqa: BLE001 (every failure is an answer, never a dead thread)
-            if not isinstance(error, (Unsupported, Lost, LimitReached, NotReplicated, ServerError)):
-                traceback.print_exc(file=sys.stderr)
-            answer = {"ev": "error", "name": name, "kind": error_kind(error), "message": str(error)}
+            answer = error_answer(name, error)
         self.out.write({"re": re, **answer})
 
     def dispatch(self, command: dict[str, Any]) -> dict[str, Any] | None:
@@ -197,19 +237,12 @@ class Driver:
         raise Unsupported(f"driver: unknown op {op!r}")
 
     def acquire(self, name: str, command: dict[str, Any]) -> dict[str, Any] | None:
-        locks = self.locks.get(command.get("mode", "session"))
-        if locks is None:
-            raise Unsupported(f"driver: unknown mode {command.get('mode')!r}")
-        keys = command["keys"]
-        ttl = command["ttl_ms"] / 1000
-        wait_ms = command.get("wait_ms")
-        wait = None if wait_ms is None else wait_ms / 1000
-        sync = command.get("sync")
-        replicas = None if sync is None else ReplicaSync(int(sync[0]), sync[1] / 1000)
-        if len(keys) == 1:
-            lease = locks.acquire(keys[0], ttl, wait=wait, sync=replicas)
+        args = AcquireArgs(command)
+        locks = self.locks[args.mode]
+        if len(args.keys) == 1:
+            lease = locks.acquire(args.keys[0], args.ttl, wait=args.wait, sync=args.sync)
         else:
-            lease = locks.acquire_many(keys, ttl, wait=wait, sync=replicas)
+            lease = locks.acquire_many(args.keys, args.ttl, wait=args.wait, sync=args.sync)
         if lease is None:
             return {"ev": "not_acquired", "name": name}
         hold = Hold(name, lease)
@@ -242,14 +275,161 @@ class Driver:
         )
 
 
+class AsyncHold:
+    """A named lease of the asyncio API (see `Hold`)."""
+
+    def __init__(self, name: str, lease: aio.Lease) -> None:
+        self.name = name
+        self.lease = lease
+        self.releasing = False
+
+
+class AsyncDriver:
+    """The driver over the asyncio API: one event loop, a task a command."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.out = Output()
+        self.holds: dict[str, AsyncHold] = {}
+        self.waiting: dict[str, asyncio.Task[None]] = {}  # acquires in flight, by name
+        self.tasks: set[asyncio.Task[None]] = set()  # kept referenced until done
+
+    async def serve(self) -> None:
+        client = redis.asyncio.Redis.from_url(self.url)
+        self.locks = {
+            "session": aio.Locks(client, keepalive="session"),
+            "watchdog": aio.Locks(client, keepalive="extend"),
+        }
+        loop = asyncio.get_running_loop()
+        lines: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
+
+        def read() -> None:  # stdin on a thread: a blocking read must not stop the loop
+            for command in commands():
+                loop.call_soon_threadsafe(lines.put_nowait, command)
+            loop.call_soon_threadsafe(lines.put_nowait, None)
+
+        threading.Thread(target=read, daemon=True).start()
+        while (command := await lines.get()) is not None:
+            if command.get("op") == "quit":
+                self.out.write({"re": command.get("re"), "ev": "bye"})
+                break
+            if command.get("op") == "acquire":
+                task = self.spawn(self.acquire(command))
+                self.waiting[command.get("name", "")] = task
+            else:
+                self.spawn(self.run(command))
+        leave()
+
+    def spawn(self, work: Any) -> asyncio.Task[None]:
+        task = asyncio.get_running_loop().create_task(work)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+        return task
+
+    async def run(self, command: dict[str, Any]) -> None:
+        re, name = command.get("re"), command.get("name", "")
+        try:
+            answer = await self.dispatch(command)
+        except Exception as error:  # noqa: BLE001 (every failure is an answer, never a dead task)
+            answer = error_answer(name, error)
+        self.out.write({"re": re, **answer})
+
+    async def dispatch(self, command: dict[str, Any]) -> dict[str, Any]:
+        op, name = command.get("op"), command.get("name", "")
+        if op == "cancel":
+            task = self.waiting.pop(name, None)
+            if task is not None:
+                task.cancel()
+                await asyncio.wait([task])  # its own answer goes first
+            return {"ev": "cancelled", "name": name}
+        hold = self.holds.get(name)
+        if op == "held":
+            if hold is None:
+                return {"ev": "held", "name": name, "held": False, "reason": None}
+            return {
+                "ev": "held",
+                "name": name,
+                "held": hold.lease.held,
+                "reason": reason_of(hold.lease),
+            }
+        if hold is None:
+            raise Unsupported(f"driver: no lease named {name!r}")
+        if op == "release":
+            hold.releasing = True
+            return {"ev": "released", "name": name, "result": await hold.lease.release()}
+        if op == "guard":
+            reply = await hold.lease.guard(*command["command"])
+            return {"ev": "guarded", "name": name, "reply": json_reply(reply)}
+        raise Unsupported(f"driver: unknown op {op!r}")
+
+    async def acquire(self, command: dict[str, Any]) -> None:
+        re, name = command.get("re"), command.get("name", "")
+        try:
+            args = AcquireArgs(command)
+            locks = self.locks[args.mode]
+            if len(args.keys) == 1:
+                lease = await locks.acquire(args.keys[0], args.ttl, wait=args.wait, sync=args.sync)
+            else:
+                lease = await locks.acquire_many(
+                    args.keys, args.ttl, wait=args.wait, sync=args.sync
+                )
+        except asyncio.CancelledError:
+            answer = {"ev": "error", "name": name, "kind": "cancelled", "message": "cancelled"}
+            self.out.write({"re": re, **answer})
+            return
+        except Exception as error:  # noqa: BLE001 (every failure is an answer, never a dead task)
+            self.out.write({"re": re, **error_answer(name, error)})
+            return
+        finally:
+            if self.waiting.get(name) is asyncio.current_task():
+                del self.waiting[name]
+        if lease is None:
+            self.out.write({"re": re, "ev": "not_acquired", "name": name})
+            return
+        hold = AsyncHold(name, lease)
+        self.holds[name] = hold
+        # The answer goes out before the watcher starts: `lost` follows `acquired`.
+        self.out.write({"re": re, "ev": "acquired", "name": name, "fence": lease.fence})
+        self.spawn(self.watch(hold))
+
+    async def watch(self, hold: AsyncHold) -> None:
+        """Prints `lost` when the package sets the lease's `lost` event."""
+        lease = hold.lease
+        while not (hold.releasing or lease.released):
+            try:
+                await asyncio.wait_for(lease.lost.wait(), _WATCH_SLICE_S)
+            except TimeoutError:
+                continue  # the next wait() asks the lease's clock again
+            self.out.write(
+                {
+                    "ev": "lost",
+                    "name": hold.name,
+                    "reason": reason_of(lease),
+                    "revoked_reason": lease.revoked_reason,
+                }
+            )
+            return
+
+
 def main() -> None:
-    if len(sys.argv) != 2:
-        print("usage: driver.py redis://HOST:PORT", file=sys.stderr)
+    args = sys.argv[1:]
+    use_asyncio = args[:1] == ["--asyncio"]
+    if use_asyncio:
+        args = args[1:]
+    if len(args) != 1:
+        print("usage: driver.py [--asyncio] redis://HOST:PORT", file=sys.stderr)
         sys.exit(2)
-    Driver(sys.argv[1]).serve()
+    if use_asyncio:
+        asyncio.run(AsyncDriver(args[0]).serve())
+    else:
+        Driver(args[0]).serve()
+
+
+def leave() -> None:
+    """Exits at once after `bye` (or the end of stdin): the acquires still
+    waiting in the server's queue are neither joined nor cancelled, which
+    would print answers after `bye`."""
     sys.stdout.flush()
-    # Threads may still wait on the server (an acquire in its queue): leave
-    # without joining them.
     os._exit(0)
 
 
