@@ -7,9 +7,10 @@
 //! target/debug/examples/conformance_driver redis://127.0.0.1:PORT
 //! ```
 //!
-//! It speaks the harness's JSON-lines protocol: one command a line on
-//! stdin (`acquire`, `release`, `guard`, `held`, `cancel`, `quit`), one
-//! answer or event a line on stdout, flushed after each; logs go to stderr.
+//! It speaks the harness's JSON-lines protocol (`conformance/PROTOCOL.md`):
+//! `ready` once connected, then one command a line on stdin (`acquire`,
+//! `release`, `guard`, `held`, `cancel`, `quit`), one answer or event a line
+//! on stdout, flushed after each; logs go to stderr.
 //! It uses the crate's public API only, as a user would, so that the harness
 //! tests the crate and not this file:
 //!
@@ -50,6 +51,7 @@ async fn main() {
             std::process::exit(1);
         }
     };
+    write_line(&[("ev", "ready".into())]);
     // stdin is read on a thread of its own: a blocking read must not hold
     // a runtime worker (the crate's keepers run on them).
     let (lines, mut commands) = mpsc::unbounded_channel();
@@ -61,6 +63,9 @@ async fn main() {
             }
         }
     });
+    // A name is used by one acquire per driver process: checked here, in the
+    // order of the lines.
+    let mut names = std::collections::HashSet::new();
     while let Some(line) = commands.recv().await {
         if line.trim().is_empty() {
             continue;
@@ -75,6 +80,18 @@ async fn main() {
         if command.str("op") == Some("quit") {
             write_line(&[("re", command.get("re").clone()), ("ev", "bye".into())]);
             break;
+        }
+        if command.str("op") == Some("acquire")
+            && !names.insert(command.str("name").unwrap_or("").to_string())
+        {
+            write_line(&[
+                ("re", command.get("re").clone()),
+                ("ev", "error".into()),
+                ("name", command.get("name").clone()),
+                ("kind", "invalid".into()),
+                ("message", "the name was used by an acquire before".into()),
+            ]);
+            continue;
         }
         tokio::spawn(Arc::clone(&driver).run(command));
     }
@@ -124,7 +141,7 @@ impl Driver {
             "guard" => self.guard(&command).await,
             "held" => self.held(&command),
             "cancel" => self.cancel(&command).await,
-            op => Err(("not_supported", format!("unknown op {op:?}"))),
+            op => Err(("invalid", format!("unknown op {op:?}"))),
         };
         let mut fields = vec![("re", command.get("re").clone())];
         match answer {
@@ -183,8 +200,7 @@ impl Driver {
                 fields.insert(1, ("ev", "not_acquired".into()));
                 write_line(&fields);
             }
-            Err(e) => {
-                let (kind, message) = error_kind(&e);
+            Err((kind, message)) => {
                 fields.insert(1, ("ev", "error".into()));
                 fields.push(("kind", kind.into()));
                 fields.push(("message", Json::String(message)));
@@ -194,18 +210,22 @@ impl Driver {
     }
 
     /// The guard, or None when the lock is busy or the wait ran out.
-    async fn try_acquire(&self, name: &str, command: &Json) -> Result<Option<Guard>, Error> {
+    async fn try_acquire(
+        &self,
+        name: &str,
+        command: &Json,
+    ) -> Result<Option<Guard>, (&'static str, String)> {
         let locks = match command.str("mode").unwrap_or("session") {
             "session" => &self.session,
             "watchdog" => &self.watchdog,
-            _ => return Err(Error::InvalidArgument("mode is session or watchdog")),
+            mode => return Err(("invalid", format!("unknown mode {mode:?}"))),
         };
         let keys: Vec<&str> = match command.get("keys") {
             Json::Array(keys) => keys.iter().filter_map(Json::as_str).collect(),
             _ => Vec::new(),
         };
         let Some(ttl_ms) = command.get("ttl_ms").as_u64() else {
-            return Err(Error::InvalidArgument("ttl_ms is a whole number"));
+            return Err(("invalid", "ttl_ms is a whole number".to_string()));
         };
         let mut request = if keys.len() == 1 {
             locks.lock(keys[0])
@@ -227,7 +247,7 @@ impl Driver {
         match outcome {
             Ok(guard) => Ok(Some(guard)),
             Err(Error::NotAcquired | Error::TimedOut) => Ok(None),
-            Err(e) => Err(e),
+            Err(e) => Err(error_kind(&e)),
         }
     }
 
@@ -280,9 +300,9 @@ impl Driver {
     }
 
     fn held(&self, command: &Json) -> Answer {
-        let signal = self.hold(command, |hold| hold.signal.clone()).ok();
-        let held = signal.as_ref().is_some_and(LostSignal::held);
-        let reason = signal.and_then(|s| s.reason());
+        let signal = self.hold(command, |hold| hold.signal.clone())?;
+        let held = signal.held();
+        let reason = signal.reason();
         Ok(vec![
             ("ev", "held".into()),
             ("name", command.get("name").clone()),
@@ -317,10 +337,10 @@ impl Driver {
         part: impl FnOnce(&Hold) -> T,
     ) -> Result<T, (&'static str, String)> {
         let name = command.str("name").unwrap_or("");
-        lock(&self.holds).get(name).map(part).ok_or((
-            "not_supported",
-            format!("no lock named {name:?} was acquired"),
-        ))
+        lock(&self.holds)
+            .get(name)
+            .map(part)
+            .ok_or(("invalid", format!("no lock named {name:?} was acquired")))
     }
 }
 

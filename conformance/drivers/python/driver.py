@@ -1,8 +1,9 @@
 """The conformance driver of the Python package (redis_lock_client, sync API).
 
 Speaks the JSON-lines protocol of the conformance harness
-(/work/notes/conformance-protocol.md, `conformance/run.py`): one command a
-line on stdin, one answer or event a line on stdout. It uses the package as a
+(`conformance/PROTOCOL.md`, run by `conformance/run.py`): `ready` once
+connected, then one command a line on stdin, one answer or event a line on
+stdout. It uses the package as a
 user would, through its public API only, so that the harness tests the
 package and not this file:
 
@@ -73,6 +74,11 @@ class Unsupported(Exception):
     """A command this package's API cannot express: answered `not_supported`."""
 
 
+class Invalid(Exception):
+    """A command the protocol does not allow (an unknown op, mode or name, a
+    name used twice): answered `invalid`."""
+
+
 class Output:
     """stdout, one JSON object a line, flushed, one writer at a time."""
 
@@ -105,6 +111,8 @@ def error_kind(error: BaseException) -> str:
     """The protocol's error kind for what the package raised."""
     if isinstance(error, Unsupported):
         return "not_supported"
+    if isinstance(error, Invalid):
+        return "invalid"
     if isinstance(error, Lost):
         return "revoked" if error.reason is LostReason.REVOKED else "lost"
     if isinstance(error, LimitReached):
@@ -156,9 +164,32 @@ def commands() -> Any:
 def error_answer(name: str, error: BaseException) -> dict[str, Any]:
     """The `error` answer for what a command raised; a traceback on stderr
     for what the package does not raise by design."""
-    if not isinstance(error, (Unsupported, Lost, LimitReached, NotReplicated, ServerError)):
+    if not isinstance(
+        error, (Unsupported, Invalid, Lost, LimitReached, NotReplicated, ServerError)
+    ):
         traceback.print_exception(error, file=sys.stderr)
     return {"ev": "error", "name": name, "kind": error_kind(error), "message": str(error)}
+
+
+class Names:
+    """The names acquires used: a name is used by one acquire per driver
+    process (checked on the reading thread, in the order of the lines)."""
+
+    def __init__(self, out: Output) -> None:
+        self.out = out
+        self.used: set[str] = set()
+
+    def fresh(self, command: dict[str, Any]) -> bool:
+        """False (and answered `invalid`) for an acquire of a name used before."""
+        if command.get("op") != "acquire":
+            return True
+        name = command.get("name", "")
+        if name in self.used:
+            error = Invalid(f"driver: the name {name!r} was used by an acquire before")
+            self.out.write({"re": command.get("re"), **error_answer(name, error)})
+            return False
+        self.used.add(name)
+        return True
 
 
 class AcquireArgs:
@@ -167,7 +198,7 @@ class AcquireArgs:
     def __init__(self, command: dict[str, Any]) -> None:
         self.mode = command.get("mode", "session")
         if self.mode not in ("session", "watchdog"):
-            raise Unsupported(f"driver: unknown mode {self.mode!r}")
+            raise Invalid(f"driver: unknown mode {self.mode!r}")
         self.keys: list[str] = command["keys"]
         self.ttl: float = command["ttl_ms"] / 1000
         wait_ms = command.get("wait_ms")
@@ -178,7 +209,8 @@ class AcquireArgs:
 
 class Driver:
     def __init__(self, url: str) -> None:
-        client = redis.Redis.from_url(url)
+        self.client = redis.Redis.from_url(url)
+        client = self.client
         self.locks = {
             "session": Locks(client, keepalive="session"),
             "watchdog": Locks(client, keepalive="extend"),
@@ -186,8 +218,11 @@ class Driver:
         self.out = Output()
         self.holds: dict[str, Hold] = {}
         self.holds_lock = threading.Lock()
+        self.names = Names(self.out)
 
     def serve(self) -> None:
+        self.client.ping()  # connected: a server that is not there ends the driver
+        self.out.write({"ev": "ready"})
         self.serve_commands()
         leave()
 
@@ -196,6 +231,8 @@ class Driver:
             if command.get("op") == "quit":
                 self.out.write({"re": command.get("re"), "ev": "bye"})
                 break
+            if not self.names.fresh(command):
+                continue
             threading.Thread(target=self.run, args=(command,), daemon=True).start()
 
     def run(self, command: dict[str, Any]) -> None:
@@ -217,24 +254,22 @@ class Driver:
         if op == "cancel":
             raise Unsupported("the sync API cannot give up a waiting acquire")
         hold = self.hold(name)
+        if hold is None:
+            raise Invalid(f"driver: no lease named {name!r}")
         if op == "held":
-            if hold is None:
-                return {"ev": "held", "name": name, "held": False, "reason": None}
             return {
                 "ev": "held",
                 "name": name,
                 "held": hold.lease.held,
                 "reason": reason_of(hold.lease),
             }
-        if hold is None:
-            raise Unsupported(f"driver: no lease named {name!r}")
         if op == "release":
             hold.releasing = True
             return {"ev": "released", "name": name, "result": hold.lease.release()}
         if op == "guard":
             reply = hold.lease.guard(*command["command"])
             return {"ev": "guarded", "name": name, "reply": json_reply(reply)}
-        raise Unsupported(f"driver: unknown op {op!r}")
+        raise Invalid(f"driver: unknown op {op!r}")
 
     def acquire(self, name: str, command: dict[str, Any]) -> dict[str, Any] | None:
         args = AcquireArgs(command)
@@ -300,6 +335,9 @@ class AsyncDriver:
             "session": aio.Locks(client, keepalive="session"),
             "watchdog": aio.Locks(client, keepalive="extend"),
         }
+        await client.ping()  # connected: a server that is not there ends the driver
+        self.out.write({"ev": "ready"})
+        names = Names(self.out)
         loop = asyncio.get_running_loop()
         lines: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
 
@@ -313,6 +351,8 @@ class AsyncDriver:
             if command.get("op") == "quit":
                 self.out.write({"re": command.get("re"), "ev": "bye"})
                 break
+            if not names.fresh(command):
+                continue
             if command.get("op") == "acquire":
                 task = self.spawn(self.acquire(command))
                 self.waiting[command.get("name", "")] = task
@@ -343,24 +383,22 @@ class AsyncDriver:
                 await asyncio.wait([task])  # its own answer goes first
             return {"ev": "cancelled", "name": name}
         hold = self.holds.get(name)
+        if hold is None:
+            raise Invalid(f"driver: no lease named {name!r}")
         if op == "held":
-            if hold is None:
-                return {"ev": "held", "name": name, "held": False, "reason": None}
             return {
                 "ev": "held",
                 "name": name,
                 "held": hold.lease.held,
                 "reason": reason_of(hold.lease),
             }
-        if hold is None:
-            raise Unsupported(f"driver: no lease named {name!r}")
         if op == "release":
             hold.releasing = True
             return {"ev": "released", "name": name, "result": await hold.lease.release()}
         if op == "guard":
             reply = await hold.lease.guard(*command["command"])
             return {"ev": "guarded", "name": name, "reply": json_reply(reply)}
-        raise Unsupported(f"driver: unknown op {op!r}")
+        raise Invalid(f"driver: unknown op {op!r}")
 
     async def acquire(self, command: dict[str, Any]) -> None:
         re, name = command.get("re"), command.get("name", "")
