@@ -196,7 +196,7 @@ fuzz: deps ## cargo-fuzz on the argument parsers and the lock model (FUZZ_SECOND
 # the graph. Every FFI call (`raw::`, `unsafe`) stays in src/redis/.
 lint: lint-python ## rustfmt check, clippy with warnings as errors (no unwrap/expect/panic in the module and core, no NUL-unsafe strings), no import cycle between modules, docs/architecture.md names only what exists and every file, command and decision function, FFI only in src/redis/; ruff and mypy --strict on clients/python
 	cargo fmt --all -- --check
-	cargo clippy --locked --workspace --all-targets -- -D warnings
+	CARGO_TARGET_DIR=$(CURDIR)/target/lint cargo clippy --locked --workspace --all-targets -- -D warnings
 	python3 scripts/check-layers.py --self-test
 	python3 scripts/check-layers.py
 	python3 scripts/check-docs.py --self-test
@@ -399,11 +399,13 @@ test-memcheck: deps-memcheck ## SYNC, GUARD, lease, multi-key, SESSION and WAIT 
 # The parts of `make test` (scripts/test-lanes.sh): first those that build,
 # in order (cargo builds one at a time per target directory, and builds use
 # both cores), then three lanes side by side, each lane's parts in order:
-# they mostly wait on servers; then the Docker tests alone (Sentinel's
+# they mostly wait on servers (lint, whose clippy has a target directory of
+# its own, so that it never holds the lanes' builds back, and the unit
+# tests, built by test-build, run beside them); then the Docker tests alone (Sentinel's
 # failover is timed, and the lanes' load starved it once). Each part's output goes to target/test-logs/,
 # its time to target/test-times.txt.
-TEST_FIRST := lint unit test-build dist-rust
-TEST_LANES := 'test-matrix test-cluster' 'test-python test-go-node test-conformance test-examples test-memcheck' 'bench-quick chaos-quick test-client-run'
+TEST_FIRST := test-build dist-rust
+TEST_LANES := 'test-matrix test-cluster' 'unit test-python test-go-node test-conformance test-examples test-memcheck' 'lint bench-quick chaos-quick test-client-run'
 TEST_LAST := test-docker
 test: deps ## Everything CI runs: lint, unit (core), integration on Redis 7.0 and 8.2 and Valkey 8.1 and 9.1, Redis Cluster on the same four, the client crate, the Go and Node examples and packages, the Python package, the clients' conformance suite, memcheck, bench-quick, chaos-quick, the Docker image
 	@MAKE="$(MAKE)" bash scripts/test-lanes.sh target/test-logs "$(TEST_FIRST)" "$(TEST_LAST)" $(TEST_LANES)
@@ -413,7 +415,7 @@ test: deps ## Everything CI runs: lint, unit (core), integration on Redis 7.0 an
 # integration tests (debug), the module, the benchmark and the
 # fault-injection harnesses with their own tests (release).
 test-build: deps deps-examples deps-memcheck servers valkey
-	cargo test --locked --no-run -p redis-lock
+	cargo test --locked --no-run -p redis-lock -p redis-lock-core
 	cargo build --release --locked -p redis-lock -p redis-lock-bench -p redis-lock-chaos
 	cargo test --release --locked --no-run -p redis-lock-bench -p redis-lock-chaos
 
