@@ -239,13 +239,24 @@ lint-python: python-venv ## ruff (lint and format check) and mypy --strict on th
 
 # A fresh server per test; every test runs with redis-py and with valkey-py,
 # on the package installed from its wheel (LOCK_PACKAGE=wheel: conftest checks it).
-test-python: deps valkey lint-python dist-python ## The Python package's tests (pytest), installed from its wheel, on Redis 7.0, then on Valkey 8.1 (~85 s each)
+# The pinned redis-py (PYTHON_TOOLS) runs on Redis 7.0 and Valkey 8.1; the
+# newest redis-py on PyPI (what `pip install` gives a user today: each
+# version formats error replies its own way) runs once more on Redis 7.0,
+# from a venv of its own (target/python-venv-latest), upgraded each run.
+test-python: deps valkey lint-python dist-python ## The Python package's tests (pytest), installed from its wheel, on Redis 7.0, then on Valkey 8.1 (~85 s each), then with the newest redis-py on Redis 7.0
 	cargo build --locked --lib -p redis-lock
 	$(PYTHON_VENV)/bin/pip install --quiet --no-deps --force-reinstall $(PYTHON_WHEEL)
 	$(PYTHON_RUN) && LOCK_PACKAGE=wheel LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) \
 	  $(CURDIR)/$(PYTHON_VENV)/bin/pytest -p no:cacheprovider -q tests
 	$(PYTHON_RUN) && LOCK_PACKAGE=wheel LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) LOCK_TEST_SERVER=$$(ls $(CURDIR)/$(VALKEY_SERVER)) \
 	  $(CURDIR)/$(PYTHON_VENV)/bin/pytest -p no:cacheprovider -q tests
+	@latest=$(CURDIR)/target/python-venv-latest; \
+	  { test -x $$latest/bin/pytest || python3 -m venv $$latest; } && \
+	  $$latest/bin/pip install --quiet --upgrade redis $(filter pytest==% valkey==%,$(PYTHON_TOOLS)) && \
+	  $$latest/bin/pip install --quiet --no-deps --force-reinstall $(PYTHON_WHEEL) && \
+	  echo "== the newest redis-py: $$($$latest/bin/python -c 'import redis; print(redis.__version__)'), on Redis 7.0" && \
+	  cd clients/python && LOCK_PACKAGE=wheel LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) \
+	  $$latest/bin/pytest -p no:cacheprovider -q tests
 
 layers: ## Print each crate's graph of top-level modules and any import cycle (scripts/check-layers.py)
 	python3 scripts/check-layers.py --print

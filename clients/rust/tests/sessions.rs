@@ -481,3 +481,99 @@ async fn without_lease_rights_auto_keeps_a_watchdog_per_hold() {
         other => panic!("expected NOPERM, got {other:?}"),
     }
 }
+
+/// A release that got no answer (the link went silent, then was reset)
+/// is sent again by the session: the hold does not stay on the server,
+/// kept alive by the keepalives the session goes on sending for its other
+/// hold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_that_got_no_answer_is_sent_again_by_the_session() {
+    let server = Server::start();
+    let proxy = common::Proxy::to(&server);
+    let options = LockOptions::default()
+        .keepalive(KeepAlive::Session)
+        .release_timeout(SEC / 2);
+    let locks = common::locks_at(&proxy.url()).await.with_options(options);
+    let kept = locks.lock("kept").ttl(3 * SEC).acquire().await.unwrap();
+    let released = locks.lock("billing").ttl(3 * SEC).acquire().await.unwrap();
+    let session = kept.session().cloned().expect("a session");
+
+    proxy.blackhole();
+    let outcome = released.release().await;
+    assert!(matches!(outcome, Err(Error::Connection(_))), "{outcome:?}");
+    proxy.cut();
+    proxy.pass();
+    let started = Instant::now();
+    let mut admin = server.admin();
+    tokio::task::spawn_blocking(move || {
+        common::wait_until(20 * SEC, || common::info(&mut admin, "billing").is_none());
+    })
+    .await
+    .unwrap();
+    println!(
+        "released again by the session after {:?}",
+        started.elapsed()
+    );
+    assert!(kept.held(), "the other hold is kept");
+    let mut admin = server.admin();
+    assert!(common::info(&mut admin, "kept").is_some());
+    common::wait_until(10 * SEC, || session.orphans() == 0);
+    assert!(kept.release().await.unwrap());
+}
+
+/// A dropped guard whose background release got no answer: the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_guard_whose_release_got_no_answer_is_released_by_the_session() {
+    let server = Server::start();
+    let proxy = common::Proxy::to(&server);
+    let options = LockOptions::default()
+        .keepalive(KeepAlive::Session)
+        .release_timeout(SEC / 2);
+    let locks = common::locks_at(&proxy.url()).await.with_options(options);
+    let kept = locks.lock("kept").ttl(3 * SEC).acquire().await.unwrap();
+    let dropped = locks.lock("billing").ttl(3 * SEC).acquire().await.unwrap();
+    let session = kept.session().cloned().expect("a session");
+
+    proxy.blackhole();
+    drop(dropped);
+    let orphaned = Instant::now();
+    while session.orphans() == 0 {
+        assert!(
+            orphaned.elapsed() < 10 * SEC,
+            "the release was not orphaned"
+        );
+        tokio::time::sleep(SEC / 50).await;
+    }
+    proxy.cut();
+    proxy.pass();
+    let mut admin = server.admin();
+    tokio::task::spawn_blocking(move || {
+        common::wait_until(20 * SEC, || common::info(&mut admin, "billing").is_none());
+    })
+    .await
+    .unwrap();
+    println!("released by the session after {:?}", orphaned.elapsed());
+    assert!(kept.held());
+    assert!(kept.release().await.unwrap());
+}
+
+/// A release after the key was overwritten with another type: already
+/// gone (`Ok(false)`), not `WRONGTYPE`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_after_the_key_was_overwritten_is_already_gone() {
+    let server = Server::start();
+    for mode in [KeepAlive::Session, KeepAlive::Watchdog] {
+        let locks = locks_in(&server, mode).await;
+        let guard = locks.lock("billing").ttl(30 * SEC).acquire().await.unwrap();
+        let _: () = redis::cmd("SET")
+            .arg("billing")
+            .arg("another program's value")
+            .query(&mut server.admin())
+            .unwrap();
+        assert!(!guard.release().await.unwrap(), "{mode:?}");
+        let _: i64 = redis::cmd("DEL")
+            .arg("billing")
+            .query(&mut server.admin())
+            .unwrap();
+    }
+}

@@ -42,8 +42,16 @@ OBSERVE_TIMEOUT_S = 30.0
 # A dedicated WAIT connection reads for this much longer than the wait, so that
 # the server's own timeout (a null reply) always comes first.
 WAIT_READ_SLACK_S = 5.0
-# Codes the client libraries leave at the front of the message: everything
-# else they strip (and then `status_code` or the exception class tells it).
+# How the client libraries hand over an error reply `CODE rest`, by version:
+# - redis-py 5.x, valkey-py: a code they know (ERR, WRONGTYPE, ...) is stripped
+#   and told by the exception class only; any other (LOST, REVOKED, NOSYNC, ...)
+#   stays at the front of the message.
+# - redis-py 8.0 and 8.1: the same, and `status_code` names a stripped code.
+# - redis-py 8.2: as 8.1, but a code it does not know also gets `status_code`
+#   while staying at the front of the message.
+# So the code is read from `status_code`, the class or the message's first
+# word, and then stripped from the message wherever it still stands there.
+# The codes read from the message's first word (with no `status_code`):
 _UNSTRIPPED_CODES = frozenset(
     {
         "LIMIT",
@@ -637,13 +645,14 @@ class SemaphoreFacts:
 def lock_error(error: Exception) -> LockError:
     """The package's exception for an error reply of the client library."""
     message = str(error)
-    code = getattr(error, "status_code", None) or _CLASS_CODES.get(type(error).__name__)
-    if code is None:
-        match = _CODE.match(message)
-        if match and match.group(1) in _UNSTRIPPED_CODES:
-            code, message = match.group(1), match.group(2)
-        else:
-            code = "ERR"  # the libraries strip `ERR ` and keep the rest
+    status = getattr(error, "status_code", None)
+    code = status if isinstance(status, str) and status else None
+    code = code or _CLASS_CODES.get(type(error).__name__)
+    match = _CODE.match(message)
+    if code is None:  # else `ERR`: the libraries strip `ERR ` and keep the rest
+        code = match.group(1) if match and match.group(1) in _UNSTRIPPED_CODES else "ERR"
+    if match and match.group(1) == code:
+        message = match.group(2)  # left at the front (redis-py 8.2, unknown codes)
     if code == "LIMIT":
         return LimitReached(f"LIMIT {message}")
     if code == "LOST":

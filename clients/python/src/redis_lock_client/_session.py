@@ -24,6 +24,15 @@ replies to `settle()`.
 - No successful KEEPALIVE until the deadline less the safety margin: every
   hold is lost at once (`EXPIRED`); the next hold grants a new lease.
 
+- A release that got no answer (the connection failed: the hold may still
+  be on the server, attached to the lease) leaves an orphan: no longer a
+  hold of the session, but its release is sent again with each round
+  (after the keepalive and INFO, which count it as still there) until one
+  is answered, or until the session ends (its lease then ends the hold on
+  the server). Orphans alone are not kept alive: when nothing else uses
+  the session, its rounds carry only their releases (every `retry_delay`)
+  and the lease runs out at its deadline, taking them with it.
+
 An idle session (no hold, no acquire in flight) is not kept alive: a hold
 taken before its deadline less the margin attaches to it (and a keepalive
 is sent at once, being due), a later one grants a new lease.
@@ -72,6 +81,7 @@ class SessionRound:
     keepalive: bool
     asked: list[LeaseFacts]
     members: frozenset[LeaseFacts]  # the holds attached when it was sent
+    released: list[LeaseFacts] = field(default_factory=list)  # orphans sent again
     commands: list[tuple[object, ...]] = field(default_factory=list)
 
 
@@ -93,6 +103,9 @@ class Session:
         self._gone = False  # the server said the lease is gone: nothing attaches
         self._ended = False  # gone and settled, or lost by the clock
         self._to_ask: set[LeaseFacts] = set()  # holds the next round asks about
+        # Released with no answer: their release commands, sent each round.
+        self._orphans: dict[LeaseFacts, tuple[object, ...]] = {}
+        self._orphans_due_at = 0.0  # when only orphans are left: their next round
         self.number: int | None = None
 
     def __repr__(self) -> str:
@@ -141,6 +154,23 @@ class Session:
     def detach(self, hold: LeaseFacts) -> None:
         self._holds.discard(hold)
         self._to_ask.discard(hold)
+        self._orphans.pop(hold, None)
+
+    def orphan(self, hold: LeaseFacts, release: tuple[object, ...], at: float) -> None:
+        """A hold whose release got no answer: detached, and its `release`
+        command sent again with each round until one is answered (see the
+        module's doc). Nothing to do once the session has ended or its
+        lease is gone (the hold went with it)."""
+        self.detach(hold)
+        if self._gone or self._ended:
+            return
+        self._orphans[hold] = release
+        self._orphans_due_at = min(self._orphans_due_at, at) if len(self._orphans) > 1 else at
+
+    @property
+    def orphans(self) -> int:
+        """The releases still to be answered."""
+        return len(self._orphans)
 
     def acquiring(self, change: int) -> list[tuple[LeaseFacts, Loss]]:
         """An acquire carrying the lease starts (+1) or ends (-1); the losses
@@ -150,9 +180,11 @@ class Session:
 
     def gone(self) -> None:
         """The server said the lease is gone (KEEPALIVE 0, NOLEASE): nothing
-        attaches any more, and each hold is asked about in the next round."""
+        attaches any more, and each hold is asked about in the next round
+        (the orphans went with the lease)."""
         if not self._gone:
             self._gone = True
+            self._orphans.clear()
             self._to_ask = set(self._holds)
             self._settle_gone()
 
@@ -160,13 +192,23 @@ class Session:
 
     @property
     def in_use(self) -> bool:
-        """It has holds, or acquires in flight, or questions to ask."""
-        return not self._ended and bool(self._holds or self._acquiring or self._to_ask)
+        """It has holds, or acquires in flight, or questions to ask, or
+        releases to send again."""
+        return not self._ended and bool(
+            self._holds or self._acquiring or self._to_ask or self._orphans
+        )
+
+    @property
+    def _kept_alive(self) -> bool:
+        """Whether its rounds carry a keepalive: not for orphans alone."""
+        return not self._gone and bool(self._holds or self._acquiring)
 
     def due(self, at: float) -> bool:
         if not self.in_use:
             return False
-        return bool(self._to_ask) or (not self._gone and at >= self._clock.next_extend_at)
+        if self._to_ask or (self._kept_alive and at >= self._clock.next_extend_at):
+            return True
+        return bool(self._orphans) and at >= self._orphans_due_at
 
     def next_wake(self, at: float, *, sending: bool) -> float:
         """Its next deadline, or (when `sending`) its next round."""
@@ -174,20 +216,29 @@ class Session:
             return math.inf
         wake = self._clock.lost_at
         if sending:
-            wake = min(wake, at if self._to_ask else self._clock.next_extend_at)
+            if self._to_ask:
+                wake = at
+            elif self._kept_alive:
+                wake = min(wake, self._clock.next_extend_at)
+            if self._orphans:
+                wake = min(wake, self._orphans_due_at)
         return wake
 
     def round(self) -> SessionRound:
         """The commands of its next round; what it asked is cleared."""
         asked = list(self._to_ask)
         self._to_ask.clear()
-        sent = SessionRound(self, not self._gone, asked, frozenset(self._holds))
+        released = list(self._orphans)
+        sent = SessionRound(self, self._kept_alive, asked, frozenset(self._holds), released)
         if sent.keepalive:
             sent.commands += [
                 ("LOCK.LEASE", "KEEPALIVE", self._lease_id),
                 ("LOCK.LEASE", "INFO", self._lease_id),
             ]
         sent.commands += [(h._commands.extend, *h._target, h.token, self.ttl_ms) for h in asked]
+        sent.commands += [self._orphans[hold] for hold in released]
+        # Not again before this round is answered, or a pause after a failure.
+        self._orphans_due_at = now() + self._clock.retry_delay
         return sent
 
     def settle(
@@ -206,6 +257,10 @@ class Session:
             if loss is not None:
                 losses.append((hold, loss))
                 self.detach(hold)
+        for hold, reply in zip(sent.released, replies[len(sent.asked) :], strict=False):
+            if hold in self._orphans and _answered(reply):
+                del self._orphans[hold]  # released, or already gone
+                hold._released = True
         if self._gone:
             losses += self._settle_gone()
         return losses
@@ -221,6 +276,7 @@ class Session:
         losses = [(hold, loss) for hold in self._holds]
         self._holds.clear()
         self._to_ask.clear()
+        self._orphans.clear()  # the lease ends them on the server
         return losses
 
     def _keepalive(
@@ -253,8 +309,10 @@ class Session:
         if isinstance(number, int | bytes | str):
             self.number = int(number)
         # The server counts a hold per key: a set (`acquire_many`) is as
-        # many holds as it has keys.
+        # many holds as it has keys. An orphan is still there when INFO
+        # runs (its release is sent after it).
         ours = sum(len(member.keys) for member in members)
+        ours += sum(len(hold.keys) for hold in self._orphans)
         if not isinstance(holds, int | bytes | str) or int(holds) >= ours:
             return
         listed = {_bytes(key) for key in keys} if isinstance(keys, list | tuple) else set()
@@ -285,6 +343,13 @@ class Session:
         losses = [(hold, LEASE_GONE) for hold in self._holds]
         self._holds.clear()
         return losses
+
+
+def _answered(reply: object) -> bool:
+    """Whether a release sent again got the server's answer (any reply, an
+    error reply too: `WRONGTYPE` says the hold is gone), not a connection
+    failure."""
+    return isinstance(reply, LockError) or not isinstance(reply, BaseException)
 
 
 def _bytes(key: object) -> bytes:

@@ -133,6 +133,19 @@ class _Watchdog:
             self._renewing.remove(lease)
             self._wake.notify_all()
 
+    def orphan(self, lease: Lease, release: tuple[object, ...]) -> None:
+        """A release of `lease` got no answer: its session sends it again
+        with each round until one is answered (`Session.orphan`)."""
+        session = lease._attached
+        if session is None:
+            return  # its own lease: no longer extended, it ends at its ttl
+        with self.lock:
+            if lease._released:
+                return
+            session.orphan(lease, release, common.now())
+            self._renewing.sessions.add(session)
+            self._start()
+
     def session(self, ttl_ms: int) -> Session | None:
         """The session a hold of `ttl_ms` attaches to, its lease granted now
         if none is usable; None when the server has no `LOCK.LEASE` (in
@@ -655,9 +668,16 @@ class Lease(common.LeaseFacts):
 
     def release(self) -> bool:
         """Stops the watchdog and releases: True if released, False if it was
-        already gone (expired, deleted, taken or released before). A release
-        that failed on the network raises the client's error and can be called
-        again: it sends again."""
+        already gone (expired, deleted, taken, overwritten with another type,
+        or released before).
+
+        A release that failed on the network raises the client's error and
+        can be called again: it sends again. A hold attached to a session is
+        no longer counted as the session's, and the watchdog also sends its
+        release again with each of the session's rounds until one is
+        answered (`released` is then True), or until the session's lease
+        ends (and the hold with it): it is not left on the server for as
+        long as the session's other holds keep the lease alive."""
         if self._forked:
             return False  # the parent's lease
         with self._lock:
@@ -665,10 +685,18 @@ class Lease(common.LeaseFacts):
                 return False
             self._stopped = True
             self._watchdog.remove(self)
+        command = (self._commands.release, *self._target, self.token)
         try:
-            reply = self._locks._call(
-                self._locks.client, self._commands.release, *self._target, self.token
-            )
+            reply = self._locks._call(self._locks.client, *command)
+        except ServerError as error:
+            if error.code != "WRONGTYPE":
+                raise
+            reply = 0  # the key holds another type now: the lease is gone
+        except LockError:
+            raise
+        except Exception:
+            self._watchdog.orphan(self, command)
+            raise
         finally:
             if self._connection is not None:
                 self._connection.close()  # the server releases a session lock with it

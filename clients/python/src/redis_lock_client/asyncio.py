@@ -91,6 +91,16 @@ class _Watchdog:
         self._renewing.remove(lease)
         self._notify()
 
+    def orphan(self, lease: Lease, release: tuple[object, ...]) -> None:
+        """A release of `lease` got no answer: its session sends it again
+        with each round until one is answered (`Session.orphan`)."""
+        session = lease._attached
+        if session is None or lease._released:
+            return  # its own lease: no longer extended, it ends at its ttl
+        session.orphan(lease, release, common.now())
+        self._renewing.sessions.add(session)
+        self._start()
+
     async def session(self, ttl_ms: int) -> Session | None:
         """The session a hold of `ttl_ms` attaches to, its lease granted now
         if none is usable; None when the server has no `LOCK.LEASE` (in
@@ -554,16 +564,26 @@ class Lease(common.LeaseFacts):
 
     async def release(self) -> bool:
         """Stops the watchdog and releases: True if released, False if it was
-        already gone (expired, deleted, taken or released before). A release
-        that failed on the network raises and can be called again."""
+        already gone (expired, deleted, taken, overwritten with another type,
+        or released before). A release that failed on the network raises and
+        can be called again; a session's hold is also released again by the
+        watchdog with the session's rounds (as `redis_lock_client.Lease.release`)."""
         if self._forked or self._released:
             return False
         self._stopped = True
         self._locks._watchdog.remove(self)
+        command = (self._commands.release, *self._target, self.token)
         try:
-            reply = await self._locks._call(
-                self._locks.client, self._commands.release, *self._target, self.token
-            )
+            reply = await self._locks._call(self._locks.client, *command)
+        except ServerError as error:
+            if error.code != "WRONGTYPE":
+                raise
+            reply = 0  # the key holds another type now: the lease is gone
+        except LockError:
+            raise
+        except (Exception, asyncio.CancelledError):  # no answer: a timeout, a cancel too
+            self._locks._watchdog.orphan(self, command)
+            raise
         finally:
             if self._connection is not None:
                 await self._connection.close()  # the server releases a session lock with it

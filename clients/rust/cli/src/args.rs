@@ -12,24 +12,28 @@ usage: redis-lock run KEY [OPTIONS] [--] COMMAND [ARG...]
 
 Takes the lock KEY (the redis-lock module's LOCK.ACQUIRE), keeps it alive
 while COMMAND runs, and releases it when COMMAND exits. COMMAND gets
-LOCK_KEY, LOCK_FENCE and LOCK_TOKEN in its environment. If the lock is lost
-(deleted, overwritten, expired, or the server's hold limit refuses an
-extend), COMMAND gets SIGTERM, then SIGKILL after the grace period.
-SIGINT, SIGTERM and SIGHUP sent to redis-lock are passed on to COMMAND.
+LOCK_KEY, LOCK_FENCE and LOCK_TOKEN in its environment. COMMAND runs in a
+process group of its own: if the lock is lost (deleted, overwritten,
+expired, or the server's hold limit refuses an extend), the whole group
+(COMMAND and whatever it started) gets SIGTERM, then SIGKILL after the
+grace period. SIGINT, SIGTERM and SIGHUP sent to redis-lock (Ctrl-C too)
+are passed on to the group. If redis-lock itself dies, COMMAND gets
+SIGKILL.
 
 options:
   --ttl DURATION    the lease, extended every ttl/3 (default 30s)
   --wait DURATION   wait up to this long in the server's queue (default 0:
-                    do not wait)
+                    do not wait; `forever`: without limit)
   --grace DURATION  after SIGTERM on a lost lock, wait this long before
-                    SIGKILL (default 10s)
+                    SIGKILL (default ttl/20, half the safety margin: the
+                    command is gone before the lock's deadline)
   --url URL         the server (default $REDIS_URL, else redis://127.0.0.1:6379/)
   --owner LABEL     the public label LOCK.INFO shows (default HOST:PID)
 DURATION is a number with a unit, ms, s, m or h (30s, 1.5m, 500ms); a bare
 number is seconds.
 
 exit status: COMMAND's own, or 128+N when a signal N ended it; else
-  64   usage error
+  64   usage error (a malformed --url too)
   69   the server could not be reached or answered with an error
   75   not acquired: the lock is held (and --wait, if given, ran out)
   124  the lock was lost while COMMAND ran; COMMAND was stopped
@@ -50,8 +54,10 @@ pub enum Command {
 pub struct RunArgs {
     pub key: Vec<u8>,
     pub ttl: Duration,
+    /// `Duration::MAX`: without limit (`--wait forever`).
     pub wait: Duration,
-    pub grace: Duration,
+    /// `None`: the default, ttl/20.
+    pub grace: Option<Duration>,
     pub url: Option<String>,
     pub owner: Option<String>,
     /// The program and its arguments (at least the program).
@@ -81,7 +87,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, String
         key: key.as_bytes().to_vec(),
         ttl: Duration::from_secs(30),
         wait: Duration::ZERO,
-        grace: Duration::from_secs(10),
+        grace: None,
         url: None,
         owner: None,
         command: Vec::new(),
@@ -124,8 +130,9 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, String
         };
         match name {
             "--ttl" => run.ttl = duration(name, &value)?,
+            "--wait" if matches!(value.as_str(), "forever" | "inf") => run.wait = Duration::MAX,
             "--wait" => run.wait = duration(name, &value)?,
-            "--grace" => run.grace = duration(name, &value)?,
+            "--grace" => run.grace = Some(duration(name, &value)?),
             "--url" => run.url = Some(value),
             _ => {
                 if value.is_empty() || value.len() > redis_lock_client::MAX_OWNER_LEN {
@@ -142,8 +149,8 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, String
     if run.ttl < Duration::from_millis(1) || run.ttl > redis_lock_client::MAX_TTL {
         return Err("--ttl must be 1ms to 24h".to_string());
     }
-    if run.wait > redis_lock_client::MAX_WAIT {
-        return Err("--wait must be at most 365 days".to_string());
+    if run.wait > redis_lock_client::MAX_WAIT && run.wait != Duration::MAX {
+        return Err("--wait must be at most 365 days, or forever".to_string());
     }
     Ok(Command::Run(run))
 }
@@ -199,7 +206,7 @@ mod tests {
         assert_eq!(run.key, b"nightly");
         assert_eq!(run.ttl, Duration::from_secs(30));
         assert_eq!(run.wait, Duration::ZERO);
-        assert_eq!(run.grace, Duration::from_secs(10));
+        assert_eq!(run.grace, None);
         assert_eq!((run.url, run.owner), (None, None));
         assert_eq!(run.command, ["backup", "--full"]);
     }
@@ -223,10 +230,20 @@ mod tests {
         ]);
         assert_eq!(run.ttl, Duration::from_secs(90));
         assert_eq!(run.wait, Duration::from_millis(500));
-        assert_eq!(run.grace, Duration::from_secs(2));
+        assert_eq!(run.grace, Some(Duration::from_secs(2)));
         assert_eq!(run.url.as_deref(), Some("redis://h:1/"));
         assert_eq!(run.owner.as_deref(), Some("cron@a"));
         assert_eq!(run.command, ["sh", "-c", "exit 3"]);
+    }
+
+    #[test]
+    fn wait_forever_is_without_limit() {
+        assert_eq!(
+            run(&["run", "k", "--wait", "forever", "true"]).wait,
+            Duration::MAX
+        );
+        assert_eq!(run(&["run", "k", "--wait=inf", "true"]).wait, Duration::MAX);
+        assert!(parse_str(&["run", "k", "--wait", "366d", "true"]).is_err());
     }
 
     #[test]

@@ -1,6 +1,13 @@
 //! `redis-lock run`: take the lock, run the command under it, keep the lock
 //! alive while it runs, stop it if the lock is lost, release when it exits,
 //! and say how it went as an exit status ([`Exit`]).
+//!
+//! The command runs in a process group of its own, and every signal goes
+//! to the group: a shell that runs `sleep` would otherwise die on SIGTERM
+//! and leave the `sleep` (or a worker it started) running without the
+//! lock. Being in its own group, it no longer gets the terminal's Ctrl-C:
+//! redis-lock does, and passes it on. Should redis-lock die (SIGKILL, a
+//! crash), the kernel kills the command (`PR_SET_PDEATHSIG`).
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
@@ -68,7 +75,14 @@ pub async fn run(args: RunArgs) -> Exit {
         .clone()
         .or_else(|| std::env::var("REDIS_URL").ok())
         .unwrap_or_else(|| "redis://127.0.0.1:6379/".to_string());
-    let locks = match connect(&url).await {
+    let client = match redis::Client::open(url.as_str()) {
+        Ok(client) => client,
+        Err(e) => {
+            say(format_args!("--url: not a server URL: {e}"));
+            return Exit::Usage;
+        }
+    };
+    let locks = match connect(client).await {
         Ok(locks) => locks,
         Err(e) => {
             say(format_args!("cannot connect to the server: {e}"));
@@ -76,14 +90,7 @@ pub async fn run(args: RunArgs) -> Exit {
         }
     };
     let owner = args.owner.clone().unwrap_or_else(default_owner);
-    let guard = match locks
-        .lock(&args.key)
-        .ttl(args.ttl)
-        .wait(args.wait)
-        .owner(owner)
-        .acquire()
-        .await
-    {
+    let guard = match acquire(&locks, &args, owner).await {
         Ok(guard) => guard,
         Err(Error::NotAcquired) => {
             say(format_args!("{key} is held by someone else"));
@@ -119,6 +126,20 @@ pub async fn run(args: RunArgs) -> Exit {
     exit
 }
 
+/// The lock, waiting as `--wait` says: `forever` is the server's longest
+/// wait, asked again each time it runs out.
+async fn acquire(locks: &Locks, args: &RunArgs, owner: String) -> Result<Guard, Error> {
+    let forever = args.wait == Duration::MAX;
+    loop {
+        let wait = args.wait.min(redis_lock_client::MAX_WAIT);
+        let request = locks.lock(&args.key).ttl(args.ttl).wait(wait);
+        match request.owner(owner.clone()).acquire().await {
+            Err(Error::TimedOut) if forever => continue,
+            outcome => return outcome,
+        }
+    }
+}
+
 /// A connection that gives up quickly when the server is not there: a
 /// command under a lock should not start late because of a dead server.
 ///
@@ -126,8 +147,7 @@ pub async fn run(args: RunArgs) -> Exit {
 /// an extend every ttl/3 is the fewest calls (a session adds its check),
 /// and the server's hold policy (`lock.max-hold-ms`, which a hold in a
 /// session is not subject to) applies to the command it runs.
-async fn connect(url: &str) -> Result<Locks, Error> {
-    let client = redis::Client::open(url)?;
+async fn connect(client: redis::Client) -> Result<Locks, Error> {
     let config = ConnectionManagerConfig::new().set_number_of_retries(1);
     let locks = Locks::connect_with(client, config).await?;
     Ok(locks.with_options(LockOptions::default().keepalive(KeepAlive::Watchdog)))
@@ -159,7 +179,25 @@ async fn supervise(args: &RunArgs, key: &str, guard: &Guard) -> Exit {
         .env("LOCK_KEY", OsStr::from_bytes(&args.key))
         .env("LOCK_FENCE", guard.fence().to_string())
         .env("LOCK_TOKEN", guard.token())
+        .process_group(0)
         .kill_on_drop(true);
+    let parent = std::process::id();
+    // SAFETY: between fork and exec only async-signal-safe calls (prctl,
+    // getppid, _exit), no allocation.
+    unsafe {
+        command.pre_exec(move || {
+            // Killed with redis-lock: nobody would stop it on a loss.
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // redis-lock died before the prctl: no signal will come.
+            if libc::getppid() as u32 != parent {
+                libc::_exit(1);
+            }
+            Ok(())
+        });
+    }
+    let grace = args.grace.unwrap_or(args.ttl / 20);
     // Watched before the command starts, so that none is missed (nor
     // kills redis-lock, leaving the command to run without the lock).
     let Ok(mut signals) = Signals::new() else {
@@ -190,7 +228,7 @@ async fn supervise(args: &RunArgs, key: &str, guard: &Guard) -> Exit {
             }
             reason = guard.lost() => {
                 say(format_args!("lost the lock on {key} ({}): stopping the command", describe(&reason)));
-                stop(&mut child, args.grace).await;
+                stop(&mut child, grace).await;
                 return Exit::Lost;
             }
             signal = signals.next() => send(&child, signal),
@@ -211,26 +249,51 @@ fn describe(reason: &LostReason) -> String {
     text.to_string()
 }
 
-/// SIGTERM, then SIGKILL if the command is still running after `grace`.
+/// SIGTERM to the command's group, then SIGKILL to the group if anything
+/// of it (the command, or what it started) is still there after `grace`.
 async fn stop(child: &mut Child, grace: Duration) {
-    send(child, libc::SIGTERM);
-    if tokio::time::timeout(grace, child.wait()).await.is_err() {
+    let Some(group) = child.id().map(|pid| pid as libc::pid_t) else {
+        return; // already reaped
+    };
+    signal_group(group, libc::SIGTERM);
+    let deadline = tokio::time::Instant::now() + grace;
+    let exited = tokio::time::timeout_at(deadline, child.wait())
+        .await
+        .is_ok();
+    // The command may be gone while what it started lingers in its group.
+    while group_alive(group) && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    if !exited || group_alive(group) {
         say(format_args!(
             "the command did not stop within {grace:?} of SIGTERM: SIGKILL"
         ));
-        let _ = child.start_kill();
+        signal_group(group, libc::SIGKILL);
         let _ = child.wait().await;
     }
 }
 
+/// A signal to the command's process group (its pid: it leads the group).
 fn send(child: &Child, signal: libc::c_int) {
     if let Some(pid) = child.id() {
-        // SAFETY: kill has no memory effects; the pid is our own child,
-        // not yet reaped (tokio reaps it in `wait`).
-        unsafe {
-            libc::kill(pid as libc::pid_t, signal);
-        }
+        signal_group(pid as libc::pid_t, signal);
     }
+}
+
+fn signal_group(group: libc::pid_t, signal: libc::c_int) {
+    // SAFETY: kill has no memory effects. The group is the command's,
+    // which this process started as its leader: while any member lives
+    // (or the leader is not reaped) the id is not reused.
+    unsafe {
+        libc::kill(-group, signal);
+    }
+}
+
+/// Whether any process of the group is left (a zombie not yet reaped by
+/// its new parent counts).
+fn group_alive(group: libc::pid_t) -> bool {
+    // SAFETY: signal 0 only asks whether the group exists.
+    unsafe { libc::kill(-group, 0) == 0 }
 }
 
 /// The signals passed on to the command.

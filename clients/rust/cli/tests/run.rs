@@ -334,6 +334,91 @@ while :; do sleep 0.02; done"#;
     assert_eq!(value, "x", "the overwrite stays");
 }
 
+/// Whether `pid` runs (a zombie, dead but not reaped by its new parent,
+/// does not).
+fn running(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the command's name in parentheses.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z')),
+        Err(_) => false,
+    }
+}
+
+/// Kills a process the test left behind, when dropped (a failing test
+/// must not leave its `sleep` holding the test's output open).
+struct Reap(i32);
+
+impl Drop for Reap {
+    fn drop(&mut self) {
+        if running(self.0) {
+            // SAFETY: a process this test's command started.
+            unsafe { libc::kill(self.0, libc::SIGKILL) };
+        }
+    }
+}
+
+/// A command whose `sleep` runs in a process of its own (it writes its
+/// pid), which the shell waits for.
+const GRANDCHILD: &str = r#"sleep 300 &
+echo $! > grandchild.tmp
+mv grandchild.tmp grandchild
+wait"#;
+
+#[test]
+fn a_lost_lock_stops_what_the_command_started_too() {
+    let server = Server::start();
+    let scratch = Scratch::new("group");
+    let mut con = admin(&server);
+    let child = wrapper(
+        &server.url(),
+        "job",
+        &["--ttl", "1s", "--", "sh", "-c", GRANDCHILD],
+        &scratch.0,
+    )
+    .spawn()
+    .unwrap();
+    wait_until("the command started", || {
+        scratch.read("grandchild").is_some()
+    });
+    let grandchild: i32 = scratch.read("grandchild").unwrap().trim().parse().unwrap();
+    let _reap = Reap(grandchild);
+    assert!(running(grandchild));
+    let _: i64 = redis::cmd("DEL").arg("job").query(&mut con).unwrap();
+    let (status, err) = finish(child);
+    assert_eq!(code(status), LOST, "{err}");
+    let stopped = Instant::now();
+    wait_until("the grandchild is gone", || !running(grandchild));
+    println!(
+        "the grandchild was gone {:?} after redis-lock exited",
+        stopped.elapsed()
+    );
+}
+
+#[test]
+fn the_command_is_killed_when_redis_lock_dies() {
+    let server = Server::start();
+    let scratch = Scratch::new("pdeathsig");
+    let report_pid = r#"echo $$ > pid.tmp
+mv pid.tmp pid
+while :; do sleep 0.02; done"#;
+    let mut child = wrapper(
+        &server.url(),
+        "job",
+        &["--ttl", "1s", "--", "sh", "-c", report_pid],
+        &scratch.0,
+    )
+    .spawn()
+    .unwrap();
+    wait_until("the command started", || scratch.read("pid").is_some());
+    let pid: i32 = scratch.read("pid").unwrap().trim().parse().unwrap();
+    let _reap = Reap(pid);
+    child.kill().unwrap(); // SIGKILL: redis-lock cannot stop the command itself
+    child.wait().unwrap();
+    wait_until("the command is gone", || !running(pid));
+}
+
 #[test]
 fn a_hold_limit_stops_the_command() {
     let server = Server::start();
@@ -400,6 +485,15 @@ fn usage_connection_and_command_errors_have_their_codes() {
     );
     assert_eq!(code(status), NOT_FOUND, "{err}");
     assert!(lock_info(&mut admin(&server), "job").is_none(), "released");
+
+    // A malformed URL is the caller's mistake, not an unreachable server.
+    let (status, err) = finish(
+        wrapper("not a url", "job", &["--", "touch", "ran"], &scratch.0)
+            .spawn()
+            .unwrap(),
+    );
+    assert_eq!(code(status), USAGE, "{err}");
+    assert!(!scratch.path("ran").exists());
 
     // Nothing listens on a port just freed.
     let port = redis_lock_testsupport::free_port().unwrap();

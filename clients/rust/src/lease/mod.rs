@@ -62,6 +62,17 @@ pub(crate) trait Renew: Send + Sync + 'static {
     }
     /// `Ok(true)` when released (by a majority, for Redlock).
     fn release(&self) -> BoxFuture<'_, Result<bool>>;
+    /// The release got no answer (a connection error, the release
+    /// timeout): the hold may still be on the server. A hold in a session
+    /// hands its release to the session, which sends it again with its
+    /// rounds; a lease of its own is no longer extended and ends at its
+    /// ttl, so there is nothing to do.
+    fn orphaned(&self) {}
+}
+
+/// Whether a release's outcome is no answer: the hold may still be there.
+fn unanswered(result: &Result<bool>) -> bool {
+    matches!(result, Err(Error::Connection(_)))
 }
 
 /// A cloneable handle on a lease's state, for tasks that do the work while
@@ -287,10 +298,15 @@ impl Lease {
         self.keeper.take();
         self.released = true;
         self.cell.released();
-        match tokio::time::timeout(self.options.release_timeout, self.renew.release()).await {
-            Ok(result) => result,
-            Err(_) => Err(timed_out("release timed out")),
+        let result =
+            match tokio::time::timeout(self.options.release_timeout, self.renew.release()).await {
+                Ok(result) => result,
+                Err(_) => Err(timed_out("release timed out")),
+            };
+        if unanswered(&result) {
+            self.renew.orphaned();
         }
+        result
     }
 }
 
@@ -309,7 +325,12 @@ impl Drop for Lease {
             let renew = self.renew.clone();
             let timeout = self.options.release_timeout;
             runtime.spawn(async move {
-                let _ = tokio::time::timeout(timeout, renew.release()).await;
+                let result = tokio::time::timeout(timeout, renew.release())
+                    .await
+                    .unwrap_or_else(|_| Err(timed_out("release timed out")));
+                if unanswered(&result) {
+                    renew.orphaned();
+                }
             });
         }
     }

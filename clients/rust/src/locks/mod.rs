@@ -816,13 +816,20 @@ impl Renew for SingleLease {
 
     fn release(&self) -> BoxFuture<'_, Result<bool>> {
         Box::pin(async move {
-            let n: i64 = self
-                .conn
-                .query(&self.kind.release_cmd(&self.key, &self.set, &self.token))
-                .await?;
-            // A set is released when every one of its keys was.
-            Ok(n == self.set.len().max(1) as i64)
+            match self.conn.query::<i64>(&self.release_cmd()).await {
+                // A set is released when every one of its keys was.
+                Ok(n) => Ok(n == self.set.len().max(1) as i64),
+                // The key holds another type now: the lease is already gone.
+                Err(e) if e.code() == Some("WRONGTYPE") => Ok(false),
+                Err(e) => Err(e.into()),
+            }
         })
+    }
+}
+
+impl SingleLease {
+    fn release_cmd(&self) -> redis::Cmd {
+        self.kind.release_cmd(&self.key, &self.set, &self.token)
     }
 }
 
@@ -886,5 +893,10 @@ impl Renew for SessionHold {
 
     fn release(&self) -> BoxFuture<'_, Result<bool>> {
         self.hold.release()
+    }
+
+    fn orphaned(&self) {
+        self.session
+            .orphan(self.hold.release_cmd(), self.hold.set.len().max(1));
     }
 }

@@ -12,6 +12,10 @@
 //! ([`LostReason::Expired`](crate::LostReason::Expired)). A keepalive
 //! answered `0` ends the session ([`Core::ended_by_server`]). The task
 //! ends with the session.
+//!
+//! Releases that got no answer (orphans) are sent again with each round;
+//! when nothing else uses the session they are sent alone, a retry pause
+//! apart, without a keepalive, until they are answered or the term ends.
 
 use std::sync::Arc;
 
@@ -27,7 +31,7 @@ async fn run(core: Arc<Core>) {
     let mut wake = core.wake.subscribe();
     loop {
         wake.borrow_and_update();
-        let (status, term, users) = core.snapshot();
+        let (status, term, users, orphans) = core.snapshot();
         // Ending: the server said the lease is gone and its holds are
         // being asked why; the keeper only stays to end them at the term's
         // end should the answers never come.
@@ -36,6 +40,7 @@ async fn run(core: Arc<Core>) {
             Status::Ending => false,
             Status::Ended(_) => return,
         };
+        let orphans_alone = status == Status::Live && users == 0 && orphans > 0;
         tokio::select! {
             biased;
             _ = wake.changed() => continue,
@@ -44,6 +49,10 @@ async fn run(core: Arc<Core>) {
                 continue;
             }
             _ = sleep_until(term.next_extend()), if keep => {}
+            _ = sleep(term.retry_pause()), if orphans_alone => {
+                core.orphans_round().await;
+                continue;
+            }
         }
         let outcome = tokio::select! {
             biased;

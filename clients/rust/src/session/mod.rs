@@ -14,6 +14,15 @@
 //!   ([`keeper`]).
 //! - [`slots`]: in a cluster, which node serves a key.
 //!
+//! A release that got no answer (a connection error, the release timeout)
+//! leaves an orphan: the hold is detached (the session no longer counts it
+//! as its own), but it may still be on the server, attached to the lease,
+//! so its release is sent again with each of the session's rounds until
+//! one is answered, or until the session ends (the lease's end ends the
+//! hold on the server). Orphans alone are not kept alive: with no hold and
+//! no acquire left, the keeper only sends their releases (after a pause
+//! each) until the term's end, and the lease runs out with them.
+//!
 //! A lease that ends ends every hold attached to it at once: `KEEPALIVE`
 //! answered `0` (expired or revoked on the server), an acquire answered
 //! `NOLEASE`, or no keepalive succeeded before the lease's deadline less
@@ -248,6 +257,12 @@ impl Session {
         locked(&self.core.state).members.len()
     }
 
+    /// How many releases of its former holds got no answer and are sent
+    /// again with its rounds (until answered, or until the session ends).
+    pub fn orphans(&self) -> usize {
+        locked(&self.core.state).orphans.len()
+    }
+
     /// Why the session ended, once it has: [`LostReason::Expired`] (not
     /// kept alive in time, or unused past its term),
     /// [`LostReason::Refused`] (the server no longer had the lease), or
@@ -318,6 +333,19 @@ impl Session {
             Round::Ended => Err(Error::Lost(self.ended().unwrap_or(LostReason::Refused))),
             Round::Failed(e) => Err(e),
         }
+    }
+
+    /// A hold's release got no answer: send `release` again with each
+    /// round until it is answered (`keys`: the holds it is on the server).
+    /// Nothing once the session has ended: the lease took the hold with it.
+    pub(crate) fn orphan(&self, release: Cmd, keys: usize) {
+        let mut state = locked(&self.core.state);
+        if state.status != Status::Live {
+            return;
+        }
+        state.orphans.push(Orphan { release, keys });
+        drop(state);
+        self.core.wake();
     }
 
     /// One hold's extend on the server (routed by its key).
@@ -391,6 +419,13 @@ struct Member {
     keys: usize,
 }
 
+/// A former hold whose release got no answer.
+struct Orphan {
+    release: Cmd,
+    /// The holds it may still be on the server (one per key).
+    keys: usize,
+}
+
 struct State {
     status: Status,
     /// What the last successful grant or keepalive bought.
@@ -399,6 +434,8 @@ struct State {
     next_member: u64,
     /// Acquires in flight with this lease.
     pending: usize,
+    /// Releases that got no answer, sent again with each round.
+    orphans: Vec<Orphan>,
 }
 
 /// What one keepalive round gave.
@@ -438,6 +475,7 @@ impl Core {
                 members: HashMap::new(),
                 next_member: 0,
                 pending: 0,
+                orphans: Vec::new(),
             }),
             wake: watch::Sender::new(()),
         }
@@ -461,13 +499,15 @@ impl Core {
         state.status == Status::Live && Instant::now() < state.term.lost_at()
     }
 
-    /// Its status, its term, and how many holds and acquires use it.
-    fn snapshot(&self) -> (Status, Term, usize) {
+    /// Its status, its term, how many holds and acquires use it, and how
+    /// many releases are to be sent again.
+    fn snapshot(&self) -> (Status, Term, usize, usize) {
         let state = locked(&self.state);
         (
             state.status.clone(),
             state.term,
             state.members.len() + state.pending,
+            state.orphans.len(),
         )
     }
 
@@ -484,6 +524,7 @@ impl Core {
             match self.conn.query_node::<i64>(&keepalive, self.route()).await {
                 Ok(1) => {
                     self.renewed(sent);
+                    self.release_orphans().await;
                     self.check(before).await;
                     return Round::Alive;
                 }
@@ -558,10 +599,49 @@ impl Core {
             Some(Value::Int(n)) => usize::try_from(*n).unwrap_or(0),
             _ => return,
         };
-        let here = before.min(self.held_members());
+        // An orphan may still be there (its release was not answered).
+        let orphans: usize = locked(&self.state).orphans.iter().map(|o| o.keys).sum();
+        let here = before.min(self.held_members()) + orphans;
         if on_server < here {
             self.find_lost().await;
         }
+    }
+
+    /// Send each orphan's release again; those answered (whatever the
+    /// answer: released, or already gone) are forgotten.
+    async fn release_orphans(&self) {
+        let sent: Vec<Cmd> = locked(&self.state)
+            .orphans
+            .iter()
+            .map(|o| o.release.clone())
+            .collect();
+        if sent.is_empty() {
+            return;
+        }
+        let answers = join_all(sent.iter().map(|cmd| self.conn.query::<i64>(cmd))).await;
+        let answered: Vec<bool> = answers
+            .into_iter()
+            .map(|answer| match answer {
+                Ok(_) => true,
+                Err(e) => !matches!(Error::from(e), Error::Connection(_)),
+            })
+            .collect();
+        let mut state = locked(&self.state);
+        // Orphans are only added at the end meanwhile (or all dropped, if
+        // the session ended): the first `sent.len()` are the ones sent.
+        let mut index = 0;
+        state.orphans.retain(|_| {
+            let keep = !answered.get(index).copied().unwrap_or(false);
+            index += 1;
+            keep
+        });
+    }
+
+    /// The releases alone, when nothing else uses the session (it is not
+    /// kept alive for them): bounded by the term's end.
+    async fn orphans_round(&self) {
+        let lost_at = self.term().lost_at();
+        let _ = tokio::time::timeout_at(lost_at, self.release_orphans()).await;
     }
 
     /// The server's holds of the attached members not known to be lost (a
@@ -662,6 +742,7 @@ impl Core {
                 .cell
                 .lose(reasons.get(&id).cloned().unwrap_or(LostReason::Refused));
         }
+        state.orphans.clear(); // gone with the lease
         state.status = Status::Ended(ended);
         drop(state);
         self.wake();
@@ -680,6 +761,7 @@ impl Core {
         for (_, member) in state.members.drain() {
             member.cell.lose(LostReason::Expired);
         }
+        state.orphans.clear(); // the lease ends them on the server
         state.status = Status::Ended(LostReason::Expired);
         drop(state);
         self.wake();

@@ -162,3 +162,91 @@ pub fn info_field(con: &mut redis::Connection, section: &str, field: &str) -> St
         .trim()
         .to_string()
 }
+
+/// A TCP proxy on a free loopback port in front of a server, for faults on
+/// the client's link: [`Proxy::blackhole`] swallows what the client sends
+/// (its requests never reach the server, no reply comes), [`Proxy::cut`]
+/// resets every connection (and forgets what it swallowed), and
+/// [`Proxy::pass`] forwards again. Its threads end with the test process.
+pub struct Proxy {
+    pub port: u16,
+    swallow: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    open: std::sync::Arc<std::sync::Mutex<Vec<std::net::TcpStream>>>,
+}
+
+impl Proxy {
+    pub fn to(server: &Server) -> Proxy {
+        use std::io::{Read, Write};
+        use std::net::{TcpListener, TcpStream};
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::sync::{Arc, Mutex};
+
+        let listener = TcpListener::bind("127.0.0.1:0").expect("a free port");
+        let port = listener.local_addr().expect("its address").port();
+        let swallow = Arc::new(AtomicBool::new(false));
+        let open: Arc<Mutex<Vec<TcpStream>>> = Arc::new(Mutex::new(Vec::new()));
+        let target = server.port;
+        let (swallowing, tracked) = (swallow.clone(), open.clone());
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { return };
+                let Ok(upstream) = TcpStream::connect(("127.0.0.1", target)) else {
+                    continue;
+                };
+                let pumps = [
+                    (client.try_clone(), upstream.try_clone(), true),
+                    (upstream.try_clone(), client.try_clone(), false),
+                ];
+                tracked.lock().unwrap().extend([client, upstream]);
+                for (from, to, outbound) in pumps {
+                    let (Ok(mut from), Ok(mut to)) = (from, to) else {
+                        continue;
+                    };
+                    let swallowing = swallowing.clone();
+                    std::thread::spawn(move || {
+                        let mut buffer = [0u8; 16 * 1024];
+                        while let Ok(n) = from.read(&mut buffer) {
+                            if n == 0 {
+                                break;
+                            }
+                            if outbound && swallowing.load(Ordering::SeqCst) {
+                                continue; // the request never reaches the server
+                            }
+                            if to.write_all(&buffer[..n]).is_err() {
+                                break;
+                            }
+                        }
+                        let _ = to.shutdown(std::net::Shutdown::Both);
+                        let _ = from.shutdown(std::net::Shutdown::Both);
+                    });
+                }
+            }
+        });
+        Proxy {
+            port,
+            swallow,
+            open,
+        }
+    }
+
+    /// A `redis://` URL through the proxy.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    pub fn blackhole(&self) {
+        self.swallow
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    pub fn cut(&self) {
+        for stream in self.open.lock().unwrap().drain(..) {
+            let _ = stream.shutdown(std::net::Shutdown::Both);
+        }
+    }
+
+    pub fn pass(&self) {
+        self.swallow
+            .store(false, std::sync::atomic::Ordering::SeqCst);
+    }
+}
