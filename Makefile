@@ -330,12 +330,14 @@ test-go-node: deps-examples valkey ## The Go (clients/go) and Node (clients/node
 # protocol and scenarios in conformance/PROTOCOL.md): each scenario is a fault
 # (DEL, SET, LOCK.REVOKE, a lease revoked or ended, the server restarted or
 # killed, connections reset or stalled by an in-process proxy) and the exact
-# outcome a holder must see, run against the Go and Node drivers; a table
+# outcome a holder must see, run against every client's driver; a table
 # per driver and target/conformance/summary.json. "not supported" (no SYNC,
-# no multi-key locks in Go and Node) is counted apart and is no pass.
-test-conformance: deps-examples ## The client packages' conformance suite (conformance/): Go and Node drivers, one fault per scenario through a proxy; offline (~60 s)
+# no multi-key locks in Go and Node; no cancel in Python's sync API) is
+# counted apart and is no pass.
+test-conformance: deps-examples python-venv ## The client packages' conformance suite (conformance/): every driver (Go, Node, Python sync and asyncio, Rust), one fault per scenario through a proxy; offline (~2 min)
 	cargo build --locked --lib -p redis-lock
-	LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) python3 conformance/run.py --drivers go,node
+	cargo build --locked --example conformance_driver -p redis-lock-client
+	LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) python3 conformance/run.py --drivers all
 
 # The module's memory use under valgrind's memcheck, on Redis 7.0 (Debian's
 # redis-server): every server of a test runs inside valgrind
@@ -427,6 +429,7 @@ test: deps ## Everything CI runs: lint, unit (core), integration on Redis 7.0 an
 # fault-injection harnesses with their own tests (release).
 test-build: deps deps-examples deps-memcheck servers valkey
 	cargo test --locked --no-run -p redis-lock -p redis-lock-core
+	cargo build --locked --example conformance_driver -p redis-lock-client
 	cargo build --release --locked -p redis-lock -p redis-lock-bench -p redis-lock-chaos
 	cargo test --release --locked --no-run -p redis-lock-bench -p redis-lock-chaos
 
