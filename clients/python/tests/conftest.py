@@ -62,8 +62,9 @@ class Server:
     `shut_down()` stops it as an operator would (`SHUTDOWN SAVE`: its locks go
     to the RDB file) and `start()` brings it back on the same port with them."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, *, module: bool = True) -> None:
         self.directory = directory
+        self.module = module
         for _attempt in range(5):
             with socket.socket() as probe:
                 probe.bind(("127.0.0.1", 0))
@@ -77,7 +78,7 @@ class Server:
         self.process = subprocess.Popen(
             [SERVER, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
              "--appendonly", "no", "--dir", str(self.directory), "--logfile", "server.log",
-             "--loadmodule", MODULE],
+             *(["--loadmodule", MODULE] if self.module else [])],
         )  # fmt: skip
         return self._answers()
 

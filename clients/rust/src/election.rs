@@ -139,6 +139,7 @@ impl Election {
     /// The leader now (`LOCK.INFO` on the shared connection), or `None`
     /// when nobody leads.
     pub async fn leader(&self) -> Result<Option<Leader>> {
+        self.locks.ready().await?;
         let reply = self.locks.connection().query(&info_cmd(&self.key)).await?;
         leader_of(reply)
     }
@@ -148,6 +149,7 @@ impl Election {
     /// blocks the connection it runs on.
     pub fn observe(&self) -> Result<Observer> {
         Ok(Observer {
+            locks: self.locks.clone(),
             opener: self.locks.opener()?,
             key: self.key.clone(),
             conn: None,
@@ -243,6 +245,8 @@ impl Leadership {
 /// Follows the leader of an [`Election`] with `LOCK.OBSERVE`, on a connection
 /// of its own.
 pub struct Observer {
+    /// The candidates' handle: its module version check comes first.
+    locks: Locks,
     opener: Opener,
     key: Vec<u8>,
     conn: Option<LockConnection>,
@@ -271,6 +275,7 @@ impl Observer {
     /// call opens a new connection and carries on from the leader last
     /// returned, answering at once if it changed meanwhile.
     pub async fn next(&mut self) -> Result<Option<Leader>> {
+        self.locks.ready().await?;
         loop {
             let conn = match &self.conn {
                 Some(conn) => conn.clone(),

@@ -136,6 +136,19 @@ pub enum Error {
     /// range, a safety margin too large for the ttl, a wait without a way
     /// to open a dedicated connection).
     InvalidArgument(&'static str),
+    /// The server's `lock` module is older than this client needs, or not
+    /// loaded (`MODULE LIST`, checked once per [`Locks`](crate::Locks): at
+    /// connect, or at the first command of one made from a connection). A
+    /// client x.y.* needs the module x.y.0 or newer: upgrade the module
+    /// (or load it), or use a client as old as the module.
+    ModuleVersion {
+        /// The module's `ver` (major·10000 + minor·100 + patch; builds
+        /// before 0.4.0 report 1), `None` when no `lock` module is loaded.
+        found: Option<u32>,
+        /// The oldest `ver` this client works with
+        /// ([`REQUIRED_MODULE_VERSION`](crate::REQUIRED_MODULE_VERSION)).
+        required: u32,
+    },
 }
 
 impl fmt::Display for Error {
@@ -168,6 +181,25 @@ impl fmt::Display for Error {
             Error::Connection(e) => write!(f, "connection error: {e}"),
             Error::Server(e) => write!(f, "server error: {e}"),
             Error::InvalidArgument(what) => write!(f, "invalid argument: {what}"),
+            Error::ModuleVersion { found, required } => {
+                let needed = crate::version::dotted(*required);
+                let client = crate::version::CLIENT_VERSION;
+                match found {
+                    Some(ver) => write!(
+                        f,
+                        "the server's lock module is {} but redis-lock-client {client} needs \
+                         the module {needed} or newer: upgrade the module on the server, or use \
+                         a client as old as the module",
+                        crate::version::shown(*ver)
+                    ),
+                    None => write!(
+                        f,
+                        "the server has no lock module loaded (not in MODULE LIST), and \
+                         redis-lock-client {client} needs the module {needed} or newer: load it \
+                         (redis-server --loadmodule /path/to/libredis_lock.so)"
+                    ),
+                }
+            }
         }
     }
 }

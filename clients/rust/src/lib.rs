@@ -56,6 +56,16 @@
 //! - [`Error`]: not acquired, timed out, lost, not replicated, connection
 //!   and server errors are distinct variants.
 //!
+//! # Versions
+//!
+//! A client x.y.* needs the module x.y.0 or newer (this one,
+//! [`CLIENT_VERSION`], needs [`REQUIRED_MODULE_VERSION`]). Each [`Locks`]
+//! checks once, with `MODULE LIST` (at connect, or at the first command
+//! of one made from a connection, within [`MODULE_CHECK_TIMEOUT`]), and
+//! fails with [`Error::ModuleVersion`] when the server's `lock` module is
+//! older or not loaded. A user whose ACL refuses `MODULE LIST` is not
+//! checked.
+//!
 //! # The `redis` crate
 //!
 //! The connections, commands and errors of this API are those of the
@@ -84,6 +94,7 @@ mod options;
 mod redlock;
 mod semaphore;
 mod session;
+mod version;
 
 /// The `redis` crate this client is built on: its types are the ones the
 /// API takes and returns.
@@ -102,3 +113,4 @@ pub use options::{
 pub use redlock::{FenceCheck, Redlock, RedlockGuard, RedlockOptions};
 pub use semaphore::{Permit, PermitRequest, Semaphore, MAX_LIMIT};
 pub use session::Session;
+pub use version::{CLIENT_VERSION, MODULE_CHECK_TIMEOUT, REQUIRED_MODULE_VERSION};

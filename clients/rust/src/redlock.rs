@@ -168,6 +168,13 @@ impl Redlock {
         if self.nodes.is_empty() {
             return Err(Error::InvalidArgument("a Redlock needs at least one node"));
         }
+        // A node whose module is too old refuses the whole lock; one that
+        // cannot be reached is one failed node among the others, below.
+        for checked in join_all(self.nodes.iter().map(|node| node.ready())).await {
+            if let Err(e @ Error::ModuleVersion { .. }) = checked {
+                return Err(e);
+            }
+        }
         let quorum = self.quorum();
         let mut last = (0, 0, 0);
         for attempt in 0..self.options.attempts {

@@ -105,6 +105,7 @@ impl Semaphore {
     /// The semaphore now (`SEM.INFO`), or `None` when nobody holds or waits
     /// for a permit. Its waiters: [`Locks::queue`].
     pub async fn info(&self) -> Result<Option<SemaphoreInfo>> {
+        self.locks.ready().await?;
         let reply = self
             .locks
             .connection()

@@ -313,7 +313,8 @@ async fn errors_are_typed() {
         plain.lock("job").ttl(SEC).wait(SEC).acquire().await,
         Err(Error::InvalidArgument(_))
     ));
-    // A server without the module: the command is unknown, a server error.
+    // A server without the module: refused by the version check at the
+    // first command, before the lock command is sent.
     let bare = Launch::new().without_module().start();
     let no_module = Locks::from_connection(
         bare.redis_client()
@@ -322,5 +323,14 @@ async fn errors_are_typed() {
             .expect("bare server up"),
     );
     let outcome = no_module.lock("job").ttl(SEC).acquire().await;
-    assert!(matches!(outcome, Err(Error::Server(_))), "got {outcome:?}");
+    assert!(
+        matches!(
+            outcome,
+            Err(Error::ModuleVersion {
+                found: None,
+                required: 400
+            })
+        ),
+        "got {outcome:?}"
+    );
 }

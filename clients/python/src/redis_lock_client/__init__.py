@@ -26,6 +26,11 @@ owner="host-a")`, whose `campaign()` returns the leader's lease and whose
 `observe()` yields each change of leader.
 
 The same API over redis.asyncio / valkey.asyncio: `redis_lock_client.asyncio`.
+
+Versions: a client x.y.* needs the module x.y.0 or newer. Each `Locks` asks
+`MODULE LIST` once, before its first command (within `MODULE_CHECK_TIMEOUT`),
+and raises `ModuleVersionError` when the server's `lock` module is older or
+not loaded; a user whose ACL refuses `MODULE LIST` is not checked.
 """
 
 from ._common import Leader, ReplicaSync
@@ -34,14 +39,18 @@ from ._errors import (
     LockError,
     Lost,
     LostReason,
+    ModuleVersionError,
     NotAcquired,
     NotReplicated,
     ServerError,
 )
 from ._session import Session
 from ._sync import Election, Lease, Locks, Semaphore
+from ._version import MODULE_CHECK_TIMEOUT, REQUIRED_MODULE_VERSION, __version__
 
 __all__ = [
+    "MODULE_CHECK_TIMEOUT",
+    "REQUIRED_MODULE_VERSION",
     "Election",
     "Leader",
     "Lease",
@@ -50,10 +59,12 @@ __all__ = [
     "Locks",
     "Lost",
     "LostReason",
+    "ModuleVersionError",
     "NotAcquired",
     "NotReplicated",
     "ReplicaSync",
     "Semaphore",
     "ServerError",
     "Session",
+    "__version__",
 ]

@@ -95,3 +95,19 @@ class ServerError(LockError):
         super().__init__(f"{code} {message}")
         self.code = code
         self.message = message
+
+
+class ModuleVersionError(LockError):
+    """The server's `lock` module is older than this package needs, or not
+    loaded (`MODULE LIST`, asked once per `Locks` before its first command).
+    A client x.y.* needs the module x.y.0 or newer: upgrade the module (or
+    load it), or use a client as old as the module.
+
+    `found` is the module's `ver` (major*10000 + minor*100 + patch; builds
+    before 0.4.0 report 1), None when no `lock` module is loaded; `required`
+    the oldest `ver` this package works with."""
+
+    def __init__(self, found: int | None, required: int, message: str) -> None:
+        super().__init__(message)
+        self.found = found
+        self.required = required

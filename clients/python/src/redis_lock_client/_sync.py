@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from . import _common as common
-from . import _keeper
+from . import _keeper, _version
 from ._common import Leader, ReplicaSync
 from ._errors import (
     LimitReached,
@@ -301,6 +301,32 @@ class Locks:
         # Whether the server has LOCK.LEASE: None until the first grant tells.
         self._lease_support: bool | None = None if self.keepalive != "extend" else False
         self._watchdog_of_process = _Watchdog(self)
+        # Whether the server's module passed the version check (asked once).
+        self._module_checked = False
+        self._module_checking = threading.Lock()
+
+    def _check_module(self) -> None:
+        """Before the first command: `MODULE LIST`, on a connection of its own
+        bounded by `MODULE_CHECK_TIMEOUT` (the caller's client may have no
+        timeout), and `ModuleVersionError` when the server's `lock` module is
+        older than this package needs or not loaded. An error reply (a user
+        whose ACL refuses `MODULE LIST`, a proxy that does not pass it on)
+        cannot tell, and lets the commands through. A connection error is
+        raised, and the next command checks again."""
+        if self._module_checked:
+            return
+        with self._module_checking:
+            if self._module_checked:
+                return
+            dedicated = _Dedicated(self, _version.MODULE_CHECK_TIMEOUT)
+            try:
+                reply = dedicated.client.execute_command("MODULE", "LIST")
+            except self.family.response_error:
+                reply = None
+            finally:
+                dedicated.close()
+            _version.check(reply)
+            self._module_checked = True
 
     def _without_leases(self, refusal: LockError) -> bool:
         """Whether a refused `LOCK.LEASE GRANT` means "no sessions here" (in
@@ -361,6 +387,7 @@ class Locks:
 
     def _acquire(self, request: common.Acquire, watchdog: bool) -> Lease | None:
         common.check_sync_fits(request.sync, request.ttl_ms, self.safety_margin)
+        self._check_module()
         if not request.attaches(watchdog) or self._lease_support is False:
             return self._acquire_under(request, watchdog, None)
         started = common.now()
@@ -529,6 +556,7 @@ class Locks:
         return int(self._call(self.client, *args))
 
     def _call(self, client: Any, *args: object) -> Any:
+        self._check_module()
         try:
             return client.execute_command(*args)
         except self.family.response_error as error:

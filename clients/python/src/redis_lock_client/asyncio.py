@@ -18,13 +18,14 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, 
 from typing import Any, Literal
 
 from . import _common as common
-from . import _keeper
+from . import _keeper, _version
 from ._common import Leader, ReplicaSync
 from ._errors import (
     LimitReached,
     LockError,
     Lost,
     LostReason,
+    ModuleVersionError,
     NotAcquired,
     NotReplicated,
     ServerError,
@@ -40,6 +41,7 @@ __all__ = [
     "Locks",
     "Lost",
     "LostReason",
+    "ModuleVersionError",
     "NotAcquired",
     "NotReplicated",
     "ReplicaSync",
@@ -244,6 +246,31 @@ class Locks:
         self._lease_support: bool | None = None if self.keepalive != "extend" else False
         self._watchdog = _Watchdog(self)
         self._giving_back: set[asyncio.Task[None]] = set()
+        # Whether the server's module passed the version check (asked once),
+        # and the lock that makes concurrent first commands ask once (made
+        # in the loop that runs them).
+        self._module_checked = False
+        self._module_checking: tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None = None
+
+    async def _check_module(self) -> None:
+        """See `redis_lock_client.Locks._check_module`."""
+        if self._module_checked:
+            return
+        loop = asyncio.get_running_loop()
+        if self._module_checking is None or self._module_checking[0] is not loop:
+            self._module_checking = (loop, asyncio.Lock())
+        async with self._module_checking[1]:
+            if self._module_checked:
+                return
+            dedicated = _Dedicated(self, _version.MODULE_CHECK_TIMEOUT)
+            try:
+                reply = await dedicated.client.execute_command("MODULE", "LIST")
+            except self.family.response_error:
+                reply = None
+            finally:
+                await dedicated.close()
+            _version.check(reply)
+            self._module_checked = True
 
     def _without_leases(self, refusal: LockError) -> bool:
         """See `redis_lock_client.Locks`."""
@@ -276,6 +303,7 @@ class Locks:
 
     async def _acquire(self, request: common.Acquire, watchdog: bool) -> Lease | None:
         common.check_sync_fits(request.sync, request.ttl_ms, self.safety_margin)
+        await self._check_module()
         if not request.attaches(watchdog) or self._lease_support is False:
             return await self._acquire_under(request, watchdog, None)
         started = common.now()
@@ -452,6 +480,7 @@ class Locks:
         return int(await self._call(self.client, *args))
 
     async def _call(self, client: Any, *args: object) -> Any:
+        await self._check_module()
         try:
             return await client.execute_command(*args)
         except self.family.response_error as error:

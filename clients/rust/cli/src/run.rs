@@ -84,6 +84,12 @@ pub async fn run(args: RunArgs) -> Exit {
     };
     let locks = match connect(client).await {
         Ok(locks) => locks,
+        // Connected, but to a server whose module this client cannot use:
+        // the error says which versions and what to do.
+        Err(e @ Error::ModuleVersion { .. }) => {
+            say(format_args!("{e}"));
+            return Exit::Unavailable;
+        }
         Err(e) => {
             say(format_args!("cannot connect to the server: {e}"));
             return Exit::Unavailable;

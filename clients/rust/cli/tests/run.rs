@@ -505,7 +505,7 @@ fn usage_connection_and_command_errors_have_their_codes() {
     );
     assert_eq!(code(status), UNAVAILABLE, "{err}");
 
-    // A server without the module answers with an error.
+    // A server without the module is refused at connect, saying so.
     let bare = Launch::new().without_module().start();
     let (status, err) = finish(
         wrapper(&bare.url(), "job", &["--", "touch", "ran"], &scratch.0)
@@ -513,5 +513,6 @@ fn usage_connection_and_command_errors_have_their_codes() {
             .unwrap(),
     );
     assert_eq!(code(status), UNAVAILABLE, "{err}");
+    assert!(err.contains("no lock module loaded"), "{err}");
     assert!(!scratch.path("ran").exists());
 }

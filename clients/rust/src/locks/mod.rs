@@ -52,6 +52,9 @@ pub struct Locks {
     options: LockOptions,
     /// The sessions of this connection (shared by the clones).
     sessions: Arc<Sessions>,
+    /// Set once the server's module passed the version check (shared by
+    /// the clones: one check per connection, not per command).
+    module_checked: Arc<tokio::sync::OnceCell<()>>,
 }
 
 impl Locks {
@@ -75,7 +78,9 @@ impl Locks {
         config: ConnectionManagerConfig,
     ) -> Result<Locks> {
         let manager = ConnectionManager::new_with_config(client.clone(), config).await?;
-        Ok(Locks::on(manager.into(), Some(Opener::Single(client))))
+        let locks = Locks::on(manager.into(), Some(Opener::Single(client)));
+        locks.ready().await?;
+        Ok(locks)
     }
 
     /// Connect to a Redis Cluster: each command goes to the master that owns
@@ -84,10 +89,9 @@ impl Locks {
     /// set on it must be longer than the waits.
     pub async fn connect_cluster(client: ClusterClient) -> Result<Locks> {
         let conn = client.get_async_connection().await?;
-        Ok(Locks::on(
-            conn.into(),
-            Some(Opener::Cluster(Box::new(client))),
-        ))
+        let locks = Locks::on(conn.into(), Some(Opener::Cluster(Box::new(client))));
+        locks.ready().await?;
+        Ok(locks)
     }
 
     /// Use a connection you already have. A waiting request
@@ -104,7 +108,19 @@ impl Locks {
             conn,
             opener,
             options: LockOptions::default(),
+            module_checked: Arc::new(tokio::sync::OnceCell::new()),
         }
+    }
+
+    /// The module version check ([`crate::version`]), the first time only:
+    /// [`Error::ModuleVersion`] when the server's `lock` module is older
+    /// than this client needs or not loaded. A failed check is not
+    /// remembered (the next command checks again).
+    pub(crate) async fn ready(&self) -> Result<()> {
+        self.module_checked
+            .get_or_try_init(|| crate::version::check(&self.conn))
+            .await
+            .map(|_| ())
     }
 
     /// Where waiting requests open their dedicated connections.
@@ -204,6 +220,7 @@ impl Locks {
     /// [`Error::Server`] with code `WRONGTYPE` for a key of another type
     /// (a semaphore's too: see [`Semaphore::info`](crate::Semaphore::info)).
     pub async fn info(&self, key: impl AsRef<[u8]>) -> Result<Option<LockInfo>> {
+        self.ready().await?;
         let reply = self.conn.query(&info_cmd(key.as_ref())).await?;
         LockInfo::of(reply)
     }
@@ -213,6 +230,7 @@ impl Locks {
     /// Works for a lock and for a semaphore.
     pub async fn queue(&self, key: impl AsRef<[u8]>, count: usize) -> Result<Vec<Waiter>> {
         let cmd = queue_cmd(key.as_ref(), count)?;
+        self.ready().await?;
         let reply: Vec<std::collections::HashMap<String, Value>> = self.conn.query(&cmd).await?;
         reply.into_iter().map(Waiter::of).collect()
     }
@@ -242,6 +260,7 @@ impl Locks {
     /// ```
     pub async fn revoke(&self, key: impl AsRef<[u8]>, reason: impl AsRef<[u8]>) -> Result<u64> {
         let cmd = revoke_cmd(key.as_ref(), reason.as_ref())?;
+        self.ready().await?;
         Ok(self.conn.query(&cmd).await?)
     }
 
@@ -279,6 +298,7 @@ impl Locks {
         };
         let sync = ReplicaSync::checked(spec.sync)?;
         ReplicaSync::check_fits(sync, ttl, margin)?;
+        self.ready().await?;
         let how = How {
             ttl,
             margin,
