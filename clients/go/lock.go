@@ -158,8 +158,9 @@ func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 
 // Release stops the watchdog and gives the lock back (LOCK.RELEASE,
 // SEM.RELEASE; LOCK.MRELEASE for every key of ObtainMany's), handing it to
-// the first waiter. nil: released (for several keys: at least one of them
-// was still held and given back); ErrNotHeld:
+// the first waiter. nil: released (for several keys: every one of them;
+// when only some were still held, those are given back and the error is
+// ErrNotHeld); ErrNotHeld:
 // it was already gone (expired, deleted, overwritten with another type,
 // taken, released before). After a
 // network error it is safe to call again: each call sends the release anew
@@ -196,8 +197,8 @@ func (l *Lock) release(ctx context.Context) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	if n < 1 {
-		return 0, ErrNotHeld
+	if n < int64(l.req.holds()) {
+		return n, ErrNotHeld
 	}
 	return n, nil
 }

@@ -88,7 +88,7 @@ func TestTheRealModulePassesAndReleaseCountsEveryKey(t *testing.T) {
 	}
 	s.Do("DEL", "{r}b")
 	n, err := lock.release(context.Background())
-	if err != nil || n != 2 {
+	if !errors.Is(err, ErrNotHeld) || n != 2 {
 		t.Fatalf("MRELEASE after a DEL of one of three keys: want 2, got %d, %v", n, err)
 	}
 }
