@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 )
 
@@ -30,6 +31,9 @@ type Client struct {
 	margin    float64
 	keepalive KeepAlive
 	sessions  *sessions
+
+	moduleMu      sync.Mutex
+	moduleChecked bool // MODULE LIST said the module is recent enough
 }
 
 // ClientOption adjusts a Client.
@@ -87,6 +91,9 @@ const MaxReasonBytes = 128
 // "" for the server's default ("revoked by an operator"). An operator's
 // call: the server puts LOCK.REVOKE in @dangerous and @admin.
 func (c *Client) Revoke(ctx context.Context, key, reason string) (int64, error) {
+	if err := c.checkModule(ctx, key); err != nil {
+		return 0, err
+	}
 	if key == "" {
 		return 0, invalidArgument("key must not be empty")
 	}
@@ -126,6 +133,24 @@ func (c *Client) Obtain(ctx context.Context, key string, ttl time.Duration, opts
 	return c.acquire(ctx, req)
 }
 
+// ObtainMany takes one lock over every key of keys at once, all or none
+// (LOCK.MACQUIRE): one token, one fence (above every fence any of the keys
+// had), one lease, kept alive as Obtain's (its Session's keepalive, or its
+// watchdog's LOCK.MEXTEND). ErrNotObtained when any key is busy: nothing is
+// then held. It is lost, as a whole, when any of its keys is (a DEL, an
+// expiry, a revocation of one key); Release gives every key back (LOCK.MRELEASE).
+// Options as Obtain's (Wait queues on every key at once, holding none while
+// it waits; Shared takes a read lease on every key; Sync). Guard is refused:
+// LOCK.GUARD checks one key. In a cluster the keys must share a hash slot
+// ({tag}).
+func (c *Client) ObtainMany(ctx context.Context, keys []string, ttl time.Duration, opts ...Option) (*Lock, error) {
+	req, err := newManyRequest(keys, ttl, collect(opts))
+	if err != nil {
+		return nil, err
+	}
+	return c.acquire(ctx, req)
+}
+
 // WithLock obtains the lock, runs fn with a context that is cancelled when the
 // lock is lost (or ctx is done), and releases the lock. It returns fn's error;
 // else a *LostError (ErrLost) when the lock was lost before fn returned; else
@@ -154,6 +179,9 @@ type Info struct {
 
 // Info is LOCK.INFO key: nil when free. The token is never part of it.
 func (c *Client) Info(ctx context.Context, key string) (*Info, error) {
+	if err := c.checkModule(ctx, key); err != nil {
+		return nil, err
+	}
 	reply, err := c.driver.Do(ctx, "LOCK.INFO", key)
 	if err != nil {
 		return nil, err
@@ -227,6 +255,9 @@ func (c *Client) acquire(ctx context.Context, req request) (*Lock, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	if err := c.checkModule(ctx, req.key); err != nil {
+		return nil, err
+	}
 	started := time.Now()
 	own := false
 	for retried := false; ; retried = true {
@@ -259,8 +290,10 @@ func (c *Client) acquireWith(ctx context.Context, req request, session *Session)
 	if req.waits {
 		return c.acquireWaiting(ctx, req, session, lease)
 	}
+	bounded, cancel := req.bounded(ctx)
+	defer cancel()
 	sent := time.Now() // with a monotonic reading
-	reply, err := c.driver.Do(ctx, req.args(0, lease)...)
+	reply, err := c.driver.Do(bounded, req.args(0, lease)...)
 	if err != nil {
 		c.releaseAfter(err, req)
 		return nil, classify(err)
@@ -326,7 +359,7 @@ func (c *Client) acquireWaiting(ctx context.Context, req request, session *Sessi
 	}
 	readTimeout := time.Duration(0) // WAIT 0: no limit, until ctx is done
 	if wait > 0 {
-		readTimeout = wait + waitReadSlack
+		readTimeout = wait + req.sync.timeout + waitReadSlack
 	}
 	sent := time.Now()
 	replies := make(chan result, 1)
@@ -341,7 +374,7 @@ func (c *Client) acquireWaiting(ctx context.Context, req request, session *Sessi
 		var ok bool
 		if byContext && errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			// The server's own timeout is due now: its answer settles it.
-			got, ok = receive(replies, deadlineGrace)
+			got, ok = receive(replies, deadlineGrace+req.sync.timeout)
 		}
 		if !ok {
 			_ = conn.Close() // leaves the server's queue
@@ -381,10 +414,16 @@ func receive(results <-chan result, timeout time.Duration) (result, bool) {
 }
 
 // releaseAfter releases with the request's token after a transport error,
-// after which the command may have run; an error reply granted nothing.
+// after which the command may have run; an error reply granted nothing,
+// but for a NOSYNC whose grant stands (confirmed to the token meanwhile:
+// given back here, since the caller is told it holds nothing).
 func (c *Client) releaseAfter(err error, req request) {
 	var reply ServerError
 	if !errors.As(err, &reply) {
+		c.releaseQuietly(req)
+		return
+	}
+	if reply.Code() == "NOSYNC" && !notReplicated(reply).Undone {
 		c.releaseQuietly(req)
 	}
 }
@@ -393,5 +432,5 @@ func (c *Client) releaseAfter(err error, req request) {
 func (c *Client) releaseQuietly(req request) {
 	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 	defer cancel()
-	_, _ = c.driver.Do(ctx, req.kind.releaseCommand(), req.key, req.token)
+	_, _ = c.driver.Do(ctx, req.releaseArgs()...)
 }

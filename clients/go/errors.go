@@ -3,6 +3,7 @@ package redislock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 )
 
@@ -28,7 +29,65 @@ var (
 	// session's lease ended by LOCK.LEASE REVOKE). A *LostError with
 	// Reason LostRevoked is ErrRevoked, ErrLost and ErrNotHeld.
 	ErrRevoked = errors.New("redislock: lock revoked")
+	// ErrNotReplicated: a request made with Sync was answered NOSYNC: fewer
+	// replicas than asked acknowledged it in time. From an acquire, nothing
+	// is held (the server undid the grant); from an extend, the extension
+	// stands on the master only. A *NotReplicatedError is ErrNotReplicated.
+	ErrNotReplicated = errors.New("redislock: not replicated")
+	// ErrModuleVersion: the server has no lock module, or one older than
+	// this package needs (MinModuleVersion). A *ModuleVersionError is it.
+	ErrModuleVersion = errors.New("redislock: unsupported lock module")
 )
+
+// NotReplicatedError is a NOSYNC reply: Acked of Wanted replicas
+// acknowledged the request within its sync timeout. Undone says that the
+// server gave the grant back (an acquire: the lock is not held).
+type NotReplicatedError struct {
+	Acked, Wanted int
+	Undone        bool
+	reply         ServerError
+}
+
+func (e *NotReplicatedError) Error() string        { return "redislock: " + string(e.reply) }
+func (e *NotReplicatedError) Is(target error) bool { return target == ErrNotReplicated }
+func (e *NotReplicatedError) Unwrap() error        { return e.reply }
+
+// notReplicated reads a NOSYNC reply: "NOSYNC <acked> of <wanted> replicas
+// acknowledged; <what stands>".
+func notReplicated(reply ServerError) *NotReplicatedError {
+	e := &NotReplicatedError{reply: reply}
+	var rest string
+	if n, _ := fmt.Sscanf(string(reply), "NOSYNC %d of %d replicas", &e.Acked, &e.Wanted); n == 2 {
+		_, rest, _ = strings.Cut(string(reply), "; ")
+	}
+	e.Undone = strings.Contains(rest, "undone")
+	return e
+}
+
+// ModuleVersionError: the server's lock module is missing (Found 0) or
+// older than Needed, as MODULE LIST reports it (major*10000+minor*100+patch;
+// builds before 0.4.0 report 1).
+type ModuleVersionError struct {
+	Found, Needed int64
+}
+
+func (e *ModuleVersionError) Error() string {
+	if e.Found == 0 {
+		return fmt.Sprintf("redislock: the server has no lock module (MODULE LIST); this client needs version %s or later", versionText(e.Needed))
+	}
+	return fmt.Sprintf("redislock: the server's lock module is version %s, older than %s that this client needs", versionText(e.Found), versionText(e.Needed))
+}
+
+func (e *ModuleVersionError) Is(target error) bool { return target == ErrModuleVersion }
+
+// versionText is a MODULE LIST ver as major.minor.patch (1, what builds
+// before 0.4.0 report, as "before 0.4.0").
+func versionText(ver int64) string {
+	if ver < 400 {
+		return fmt.Sprintf("%d (before 0.4.0)", ver)
+	}
+	return fmt.Sprintf("%d.%d.%d (%d)", ver/10000, ver/100%100, ver%100, ver)
+}
 
 // LostReason says why a lock was lost.
 type LostReason string
@@ -115,11 +174,17 @@ type invalidArgument string
 func (e invalidArgument) Error() string        { return "redislock: " + string(e) }
 func (e invalidArgument) Is(target error) bool { return target == ErrInvalidArgument }
 
-// classify turns LIMIT replies into ErrLimit; other errors stay as they are.
+// classify turns LIMIT replies into ErrLimit and NOSYNC ones into
+// ErrNotReplicated; other errors stay as they are.
 func classify(err error) error {
 	var reply ServerError
-	if errors.As(err, &reply) && reply.Code() == "LIMIT" {
-		return &limitError{reply}
+	if errors.As(err, &reply) {
+		switch reply.Code() {
+		case "LIMIT":
+			return &limitError{reply}
+		case "NOSYNC":
+			return notReplicated(reply)
+		}
 	}
 	return err
 }

@@ -43,8 +43,16 @@ func newLock(c *Client, req request, fence int64, sent time.Time) *Lock {
 	return l
 }
 
-// Key is the lock's key.
+// Key is the lock's key (the first of its keys, for ObtainMany's).
 func (l *Lock) Key() string { return l.req.key }
+
+// Keys are the lock's keys: one, or ObtainMany's, in the order given.
+func (l *Lock) Keys() []string {
+	if l.req.keys == nil {
+		return []string{l.req.key}
+	}
+	return append([]string(nil), l.req.keys...)
+}
 
 // Token is the lock's token, a UUIDv4 drawn by the client. It is a secret:
 // whoever has it can release the lock. Never log it.
@@ -149,13 +157,22 @@ func (l *Lock) Refresh(ctx context.Context, ttl time.Duration) error {
 }
 
 // Release stops the watchdog and gives the lock back (LOCK.RELEASE,
-// SEM.RELEASE), handing it to the first waiter. nil: released; ErrNotHeld:
+// SEM.RELEASE; LOCK.MRELEASE for every key of ObtainMany's), handing it to
+// the first waiter. nil: released (for several keys: every one of them;
+// when only some were still held, those are given back and the error is
+// ErrNotHeld); ErrNotHeld:
 // it was already gone (expired, deleted, overwritten with another type,
 // taken, released before). After a
 // network error it is safe to call again: each call sends the release anew
 // (and for a lock attached to a session, the session sends it again with
 // its keepalives until it is answered).
 func (l *Lock) Release(ctx context.Context) error {
+	_, err := l.release(ctx)
+	return err
+}
+
+// release is Release with the number of keys the server gave back.
+func (l *Lock) release(ctx context.Context) (int64, error) {
 	l.mu.Lock()
 	if !l.released {
 		l.released = true
@@ -166,24 +183,24 @@ func (l *Lock) Release(ctx context.Context) error {
 		l.session.detach(l)
 	}
 	l.cancel(nil)
-	reply, err := l.client.driver.Do(ctx, l.req.kind.releaseCommand(), l.req.key, l.req.token)
+	reply, err := l.client.driver.Do(ctx, l.req.releaseArgs()...)
 	if l.session != nil {
 		l.session.released(l, err) // with no answer, the session sends it again
 	}
 	if isWrongType(err) {
-		return ErrNotHeld // the key was overwritten with another type: gone
+		return 0, ErrNotHeld // the key was overwritten with another type: gone
 	}
 	if err != nil {
-		return classify(err)
+		return 0, classify(err)
 	}
 	n, err := replyInt(reply)
 	if err != nil {
-		return err
+		return 0, err
 	}
-	if n != 1 {
-		return ErrNotHeld
+	if n < int64(l.req.holds()) {
+		return n, ErrNotHeld
 	}
-	return nil
+	return n, nil
 }
 
 // Guard runs command only while this lock holds (LOCK.GUARD key token
@@ -198,6 +215,9 @@ func (l *Lock) Release(ctx context.Context) error {
 func (l *Lock) Guard(ctx context.Context, command string, args ...interface{}) (interface{}, error) {
 	if l.req.kind == permits {
 		return nil, invalidArgument("a semaphore's permits guard no command")
+	}
+	if l.req.keys != nil {
+		return nil, invalidArgument("a lock on several keys guards no command: LOCK.GUARD checks one key")
 	}
 	if command == "" {
 		return nil, invalidArgument("Guard needs a command")
@@ -275,9 +295,13 @@ func (l *Lock) probe(ctx context.Context) (*LostError, error) {
 	return nil, nil
 }
 
-// extend sends one LOCK.EXTEND (SEM.EXTEND): true renewed, false refused.
+// extend sends one LOCK.EXTEND (SEM.EXTEND, LOCK.MEXTEND): true renewed,
+// false refused. With SYNC the answer may take the sync timeout: the read
+// is bounded by it and a slack, whatever the connection's own timeout.
 func (l *Lock) extend(ctx context.Context, ttl time.Duration) (bool, error) {
-	reply, err := l.client.driver.Do(ctx, l.req.kind.extendCommand(), l.req.key, l.req.token, ms(ttl))
+	ctx, cancel := l.req.bounded(ctx)
+	defer cancel()
+	reply, err := l.client.driver.Do(ctx, l.req.extendArgs(ttl)...)
 	if err != nil {
 		return false, err
 	}

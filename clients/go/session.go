@@ -112,7 +112,9 @@ func newSessions(c *Client) *sessions {
 // when the hold keeps its own watchdog (or none).
 func (ss *sessions) join(ctx context.Context, req request) (*Session, error) {
 	mode := ss.client.keepalive
-	if !req.watchdog || mode == KeepAliveWatchdog {
+	if !req.watchdog || mode == KeepAliveWatchdog || req.sync.replicas > 0 {
+		// A keepalive carries no SYNC: a lock taken with Sync keeps its own
+		// watchdog, whose extends do.
 		return nil, nil
 	}
 	ss.mu.Lock()
@@ -338,9 +340,17 @@ func (s *Session) released(l *Lock, err error) {
 }
 
 // expected is how many holds the server should count: attached, and
-// released with no answer. s.mu is held.
+// released with no answer; a lock on several keys is a hold per key on the
+// server. s.mu is held.
 func (s *Session) expected() int {
-	return len(s.holds) + len(s.orphans)
+	n := 0
+	for l := range s.holds {
+		n += l.req.holds()
+	}
+	for l := range s.orphans {
+		n += l.req.holds()
+	}
+	return n
 }
 
 func (s *Session) poke() {
@@ -448,7 +458,7 @@ func (s *Session) releaseOrphans(ctx context.Context) {
 	}
 	s.mu.Unlock()
 	for _, l := range orphans {
-		_, err := s.client.driver.Do(ctx, l.req.kind.releaseCommand(), l.req.key, l.req.token)
+		_, err := s.client.driver.Do(ctx, l.req.releaseArgs()...)
 		s.released(l, err)
 	}
 }

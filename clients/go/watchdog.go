@@ -11,6 +11,7 @@ package redislock
 
 import (
 	"context"
+	"errors"
 	"time"
 )
 
@@ -94,11 +95,13 @@ func (l *Lock) renewed(got renewal) bool {
 	if got.err != nil {
 		l.mu.Lock()
 		defer l.mu.Unlock()
-		if classify(got.err) != got.err { // LIMIT: the lease ends at its deadline
+		if errors.Is(classify(got.err), ErrLimit) { // the lease ends at its deadline
 			l.limitReached = true
 			return false
 		}
-		// Try again until the deadline: a reconnect in between costs nothing.
+		// Try again until the deadline: a reconnect in between costs nothing,
+		// and an extend answered NOSYNC stands on the master only, so it
+		// moves nothing here.
 		l.nextExtend = time.Now().Add(retryDelay(l.ttl))
 		return false
 	}

@@ -51,6 +51,13 @@ export interface AcquireOptions {
   shared?: boolean;
   /** false: neither a session nor a watchdog keeps it alive (the signal still fires at the deadline less the margin). Default true. */
   watchdog?: boolean;
+  /** SYNC: answered only once `replicas` (0 to 1000) replicas acknowledged the grant within `timeout` ms (shorter than the ttl); else NotReplicatedError and nothing is held. The lock's extends carry it too, and it keeps a watchdog of its own. */
+  sync?: ReplicaSync | null;
+}
+
+export interface ReplicaSync {
+  replicas: number;
+  timeout: number;
 }
 
 export interface PermitOptions extends Omit<AcquireOptions, "shared"> {
@@ -103,6 +110,8 @@ export class Locks {
   /** The lock, kept alive until release(). Rejects with NotAcquiredError when held (or the wait ran out). */
   acquire(key: string | Buffer, ttl: number, options?: AcquireOptions): Promise<Lock>;
   /** acquire, run the routine with a signal aborted on loss, release. */
+  /** One lock over every key at once, all or none (LOCK.MACQUIRE): one token, one fence; lost when any key is; released together. */
+  acquireMany(keys: Array<string | Buffer>, ttl: number, options?: AcquireOptions): Promise<Lock>;
   using<T>(key: string | Buffer, ttl: number, routine: Routine<T>): Promise<T>;
   using<T>(key: string | Buffer, ttl: number, options: AcquireOptions, routine: Routine<T>): Promise<T>;
   /** LOCK.INFO; null when free. */
@@ -115,6 +124,8 @@ export class Locks {
 
 export class Lock {
   readonly key: string | Buffer;
+  /** Every key: one, or acquireMany's in the order given. */
+  readonly keys: Array<string | Buffer>;
   /** A secret: whoever has it can release the lock. Never log it. */
   readonly token: string;
   readonly fence: number;
@@ -203,3 +214,16 @@ export class ServerError extends LockError {
 }
 export class LimitError extends ServerError {}
 export class TimeoutError extends LockError {}
+/** NOSYNC: `acked` of `wanted` replicas acknowledged in time; `undone`: the grant was given back (nothing is held). */
+export class NotReplicatedError extends ServerError {
+  readonly acked: number | null;
+  readonly wanted: number | null;
+  readonly undone: boolean;
+}
+/** The server's lock module is missing (`found` 0) or older than `needed` (MODULE LIST's ver). */
+export class ModuleVersionError extends LockError {
+  readonly found: number;
+  readonly needed: number;
+}
+/** The oldest lock module the package drives, as MODULE LIST reports it (400: 0.4.0). */
+export const MIN_MODULE_VERSION: number;

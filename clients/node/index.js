@@ -17,7 +17,9 @@ const { Session } = require("./lib/session");
 const { keySlot } = require("./lib/slot");
 const {
   LockError, NotAcquiredError, LostError, RevokedError, ServerError, LimitError, TimeoutError,
+  NotReplicatedError, ModuleVersionError,
 } = require("./lib/errors");
+const { MIN_MODULE_VERSION } = require("./lib/locks");
 
 module.exports = {
   Locks,
@@ -33,4 +35,7 @@ module.exports = {
   ServerError,
   LimitError,
   TimeoutError,
+  NotReplicatedError,
+  ModuleVersionError,
+  MIN_MODULE_VERSION,
 };

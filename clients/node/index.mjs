@@ -18,6 +18,9 @@ export const {
   ServerError,
   LimitError,
   TimeoutError,
+  NotReplicatedError,
+  ModuleVersionError,
+  MIN_MODULE_VERSION,
 } = lockClient;
 
 export default lockClient;

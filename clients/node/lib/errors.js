@@ -56,6 +56,39 @@ class ServerError extends LockError {
 // current deadline.
 class LimitError extends ServerError {}
 
+// A NOSYNC reply to a request made with `sync`: `acked` of `wanted`
+// replicas acknowledged it within the sync timeout. From an acquire nothing
+// is held (`undone`: the server gave the grant back); from an extend, the
+// extension stands on the master only (the lease's deadline is not moved
+// and the lock is not lost). Not a NotAcquiredError: the lock was free.
+class NotReplicatedError extends ServerError {
+  constructor(message, options) {
+    super(message, options);
+    const counts = /^NOSYNC (\d+) of (\d+) replicas acknowledged; (.*)$/s.exec(message);
+    this.acked = counts ? Number(counts[1]) : null;
+    this.wanted = counts ? Number(counts[2]) : null;
+    this.undone = counts ? counts[3].includes("undone") : false;
+  }
+}
+
+// The server has no lock module, or one older than this package needs, as
+// MODULE LIST reports it (`ver`: major*10000 + minor*100 + patch; builds
+// before 0.4.0 report 1). `found` is 0 when there is none.
+class ModuleVersionError extends LockError {
+  constructor(found, needed) {
+    super(found === 0
+      ? `the server has no lock module (MODULE LIST); this client needs version ${versionText(needed)} or later`
+      : `the server's lock module is version ${versionText(found)}, older than ${versionText(needed)} that this client needs`);
+    this.found = found;
+    this.needed = needed;
+  }
+}
+
+function versionText(ver) {
+  if (ver < 400) return `${ver} (before 0.4.0)`;
+  return `${Math.floor(ver / 10000)}.${Math.floor(ver / 100) % 100}.${ver % 100} (${ver})`;
+}
+
 // No reply within the package's time for a command: it may or may not have
 // run.
 class TimeoutError extends LockError {}
@@ -69,9 +102,9 @@ function isErrorReply(err) {
 // The package's error for an error reply; other errors stay as they are.
 function fromReply(err) {
   if (err instanceof ServerError || !isErrorReply(err)) return err;
-  return err.message.startsWith("LIMIT ")
-    ? new LimitError(err.message, { cause: err })
-    : new ServerError(err.message, { cause: err });
+  if (err.message.startsWith("LIMIT ")) return new LimitError(err.message, { cause: err });
+  if (err.message.startsWith("NOSYNC ")) return new NotReplicatedError(err.message, { cause: err });
+  return new ServerError(err.message, { cause: err });
 }
 
 // The loss an error reply to a guarded command says: LOST (the token no
@@ -106,6 +139,6 @@ const isNoLease = (err) => isErrorReply(err) && err.message.startsWith("NOLEASE 
 const lacksLeases = (err) => isErrorReply(err) && (err.message.startsWith("NOPERM ") || err.message.startsWith("ERR unknown command"));
 
 module.exports = {
-  LockError, NotAcquiredError, LostError, RevokedError, ServerError, LimitError, TimeoutError,
-  isErrorReply, fromReply, refusal, guardRefusal, isWrongType, isNoLease, lacksLeases,
+  LockError, NotAcquiredError, LostError, RevokedError, ServerError, LimitError, NotReplicatedError, ModuleVersionError,
+  TimeoutError, isErrorReply, fromReply, refusal, guardRefusal, isWrongType, isNoLease, lacksLeases,
 };

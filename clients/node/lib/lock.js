@@ -14,6 +14,8 @@ class Lock {
     this._locks = locks;
     this._request = request;
     this.key = request.key;
+    /** Every key of the lock: one, or acquireMany's in the order given. */
+    this.keys = request.keys ? [...request.keys] : [request.key];
     /** The token: a secret (whoever has it can release the lock). Never log it. */
     this.token = request.token;
     /** Larger than every fence the server issued before: pass it with every write. */
@@ -80,7 +82,7 @@ class Lock {
     const sent = now();
     let renewed;
     try {
-      renewed = await this._sendExtend(ttlMs, this._locks.commandTimeout);
+      renewed = await this._sendExtend(ttlMs, this._locks.commandTimeout + this._request.syncMs);
     } catch (err) {
       const lost = refusal(err);
       if (lost) throw this._markLost(lost);
@@ -93,7 +95,9 @@ class Lock {
 
   /**
    * Stops the keepalive and gives the lock back, handing it to the first
-   * waiter: true released, false already gone (expired, deleted, taken,
+   * waiter (every key of acquireMany's, LOCK.MRELEASE): true released
+   * (every key), false already gone (for several keys: not every key was
+   * still held; those that were are given back) (expired, deleted, taken,
    * overwritten with another type, released before). After a connection error it is safe to call again:
    * each call sends the release anew (and for a lock attached to a session,
    * the session sends it again with its keepalives until it is answered).
@@ -101,17 +105,17 @@ class Lock {
   async release() {
     this._stop();
     if (this._session) this._session._detach(this);
-    const { releaseCommand, key, token } = this._request;
+    const { releaseCommand, key } = this._request;
     let reply;
     try {
-      reply = await this._locks._send(key, [releaseCommand, key, token], releaseCommand);
+      reply = await this._locks._send(key, this._request.releaseArgs(), releaseCommand);
     } catch (err) {
       if (this._session) this._session._released(this, err); // with no answer, the session sends it again
       if (isWrongType(err)) return false; // the key was overwritten with another type: gone
       throw err;
     }
     if (this._session) this._session._released(this, null);
-    return reply === 1;
+    return Number(reply) === this._request.holds;
   }
 
   /**
@@ -126,6 +130,7 @@ class Lock {
    */
   async guard(...command) {
     if (this._request.kind === "permits") throw new TypeError("a semaphore's permits guard no command");
+    if (this._request.keys) throw new TypeError("a lock on several keys guards no command: LOCK.GUARD checks one key");
     if (command.length === 0) throw new TypeError("guard needs a command, as in guard('SET', 'key', 'value')");
     const args = ["LOCK.GUARD", this.key, this.token, ...command.map((a) => (Buffer.isBuffer(a) ? a : String(a)))];
     try {
@@ -168,10 +173,11 @@ class Lock {
     }
   }
 
-  // One extend: true renewed, false refused.
+  // One extend: true renewed, false refused. With SYNC the answer may take
+  // the sync timeout longer (never past the lease's end, for a watchdog's).
   async _sendExtend(ttlMs, timeoutMs) {
-    const { extendCommand, key, token } = this._request;
-    const reply = await this._locks._send(key, [extendCommand, key, token, String(ttlMs)], extendCommand, timeoutMs);
+    const { extendCommand, key } = this._request;
+    const reply = await this._locks._send(key, this._request.extendArgs(ttlMs), extendCommand, timeoutMs);
     return reply === 1;
   }
 

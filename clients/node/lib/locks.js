@@ -2,13 +2,20 @@
 // 4 client or cluster), and the helpers every hold uses to talk to the server.
 "use strict";
 
-const { NotAcquiredError, LostError, TimeoutError, isErrorReply, fromReply, isNoLease } = require("./errors");
+const {
+  NotAcquiredError, LostError, TimeoutError, NotReplicatedError, ModuleVersionError, isErrorReply, fromReply, isNoLease,
+} = require("./errors");
 const { driverFor } = require("./driver");
 const { Lock } = require("./lock");
 const { Sessions } = require("./session");
 const { now, Request, withTimeout, fenceOf, fieldsOf, WAIT_READ_SLACK_MS, MAX_REASON_BYTES, checkKey } = require("./common");
 
 const KEEPALIVE_MODES = ["auto", "session", "watchdog"];
+
+// The oldest lock module this package drives, as MODULE LIST reports it
+// (major*10000 + minor*100 + patch): 0.4.0, which has SYNC,
+// LOCK.MACQUIRE and reports its version (builds before report 1).
+const MIN_MODULE_VERSION = 400;
 
 class Locks {
   /**
@@ -39,6 +46,7 @@ class Locks {
     this.commandTimeout = commandTimeout;
     this.keepalive = keepalive;
     this._sessions = new Sessions(this);
+    this._moduleCheck = null; // MODULE LIST, once per Locks: the promise of the check in flight or passed
   }
 
   /**
@@ -53,8 +61,26 @@ class Locks {
    * NotAcquiredError when the wait runs out; aborting `signal` leaves the
    * queue and throws the signal's reason.
    */
-  async acquire(key, ttl, { wait, signal, owner, shared = false, watchdog = true } = {}) {
-    const request = new Request({ kind: shared ? "shared" : "exclusive", key, ttl, wait, owner, watchdog });
+  async acquire(key, ttl, { wait, signal, owner, shared = false, watchdog = true, sync } = {}) {
+    const request = new Request({ kind: shared ? "shared" : "exclusive", key, ttl, wait, owner, watchdog, sync });
+    return this._acquire(request, signal);
+  }
+
+  /**
+   * One lock over every key of `keys` at once, all or none
+   * (LOCK.MACQUIRE): one token, one fence (above every fence any of the
+   * keys had), one lease, kept alive as acquire()'s (its session's
+   * keepalive, or its watchdog's LOCK.MEXTEND). Throws NotAcquiredError
+   * when any key is busy: nothing is then held. The lock is lost as a
+   * whole when any of its keys is (a DEL, an expiry, a revocation of one
+   * key); release() gives every key back (LOCK.MRELEASE). Options as
+   * acquire()'s (`wait` queues on every key at once, holding none while it
+   * waits; `shared` takes a read lease on every key; `sync`). guard() is
+   * refused: LOCK.GUARD checks one key. In a cluster the keys must share a
+   * hash slot ({tag}).
+   */
+  async acquireMany(keys, ttl, { wait, signal, owner, shared = false, watchdog = true, sync } = {}) {
+    const request = new Request({ kind: shared ? "shared" : "exclusive", keys, ttl, wait, owner, watchdog, sync });
     return this._acquire(request, signal);
   }
 
@@ -74,6 +100,7 @@ class Locks {
   /** LOCK.INFO: null when free, else { fence, ttl, deadline, granted, extends, waiters, holders, mode, owner }. */
   async info(key) {
     checkKey(key);
+    await this._checkModule(key);
     const fields = fieldsOf(await this._send(key, ["LOCK.INFO", key], "LOCK.INFO"));
     if (fields === null) return null;
     const info = {};
@@ -95,6 +122,7 @@ class Locks {
    */
   async revoke(key, reason) {
     checkKey(key);
+    await this._checkModule(key);
     const args = ["LOCK.REVOKE", key];
     if (reason !== undefined && reason !== null) {
       if (!(typeof reason === "string" || Buffer.isBuffer(reason))) throw new TypeError("reason must be a string or Buffer");
@@ -115,6 +143,34 @@ class Locks {
   election(key, ttl, options = {}) {
     const { Election } = require("./election");
     return new Election(this, key, ttl, options);
+  }
+
+  // Refuses, with a ModuleVersionError, a server whose lock module is
+  // missing or older than MIN_MODULE_VERSION (MODULE LIST, sent to the node
+  // of `key`: a cluster's nodes are taken to run one build). Once it
+  // passed nothing is sent again; a failed check is asked again next time.
+  // An ACL user refused MODULE LIST (NOPERM) cannot tell: the check is
+  // skipped rather than locking such a user out.
+  async _checkModule(key) {
+    if (!this._moduleCheck) {
+      this._moduleCheck = this._askModule(key);
+      this._moduleCheck.catch(() => {
+        this._moduleCheck = null;
+      });
+    }
+    return this._moduleCheck;
+  }
+
+  async _askModule(key) {
+    let reply;
+    try {
+      reply = await this._send(key, ["MODULE", "LIST"], "MODULE LIST");
+    } catch (err) {
+      if (isErrorReply(err) && err.message.startsWith("NOPERM")) return;
+      throw err;
+    }
+    const found = lockModuleVersion(reply);
+    if (found < MIN_MODULE_VERSION) throw new ModuleVersionError(found, MIN_MODULE_VERSION);
   }
 
   // One command on the shared client, bounded by timeoutMs; error replies
@@ -151,6 +207,7 @@ class Locks {
   // left of it.
   async _acquire(request, signal) {
     if (signal && signal.aborted) throw signal.reason;
+    await this._checkModule(request.key);
     const started = now();
     let own = false;
     for (let retried = false; ; retried = true) {
@@ -176,9 +233,9 @@ class Locks {
       const sent = now();
       let reply;
       try {
-        reply = await this._send(request.key, request.args(lease), "LOCK.ACQUIRE");
+        reply = await this._send(request.key, request.args(lease), "LOCK.ACQUIRE", this.commandTimeout + request.syncMs);
       } catch (err) {
-        if (!isErrorReply(err)) await this._releaseQuietly(request); // the reply may hide a grant
+        if (!isErrorReply(err) || confirmedMeanwhile(err)) await this._releaseQuietly(request); // the reply may hide a grant
         throw err;
       }
       const fence = fenceOf(reply);
@@ -226,13 +283,13 @@ class Locks {
       onAbort = () => reject(signal.reason);
       if (signal) signal.addEventListener("abort", onAbort, { once: true });
     });
-    const readTimeout = request.waitMs === 0 ? 0 : request.waitMs + WAIT_READ_SLACK_MS;
+    const readTimeout = request.waitMs === 0 ? 0 : request.waitMs + request.syncMs + WAIT_READ_SLACK_MS;
     let got;
     try {
       got = await Promise.race([withTimeout(reply, readTimeout, "LOCK.ACQUIRE … WAIT"), aborted]);
     } catch (err) {
       await conn.close(); // leaves the server's queue
-      if (!isErrorReply(err)) await this._releaseQuietly(request);
+      if (!isErrorReply(err) || confirmedMeanwhile(err)) await this._releaseQuietly(request);
       throw fromReply(err);
     } finally {
       if (signal) signal.removeEventListener("abort", onAbort);
@@ -248,11 +305,29 @@ class Locks {
   // Gives back what the request's token may hold; else it ends at its ttl.
   async _releaseQuietly(request) {
     try {
-      await this._send(request.key, [request.releaseCommand, request.key, request.token], request.releaseCommand);
+      await this._send(request.key, request.releaseArgs(), request.releaseCommand);
     } catch {
       // the lease ends at its ttl
     }
   }
+}
+
+// A NOSYNC reply whose grant stands (confirmed to the token meanwhile): the
+// caller is told it holds nothing, so it is given back.
+function confirmedMeanwhile(err) {
+  const reply = fromReply(err);
+  return reply instanceof NotReplicatedError && !reply.undone;
+}
+
+// MODULE LIST's reply (an array of modules, each a name/value array or a
+// map): the ver of the module named "lock", 0 when there is none.
+function lockModuleVersion(reply) {
+  if (!Array.isArray(reply)) throw new TypeError(`unexpected reply to MODULE LIST: ${typeof reply}`);
+  for (const module of reply) {
+    const fields = fieldsOf(module);
+    if (fields && String(fields.name) === "lock") return Number(fields.ver);
+  }
+  return 0;
 }
 
 // A lock held for a routine: released after it; see Locks.using.
@@ -283,4 +358,4 @@ async function holding(lock, routine) {
   return result;
 }
 
-module.exports = { Locks, holding, TimeoutError };
+module.exports = { Locks, holding, TimeoutError, MIN_MODULE_VERSION, lockModuleVersion };

@@ -47,7 +47,9 @@ class Sessions {
   // null when the hold keeps its own watchdog (or none).
   async join(request) {
     const mode = this._locks.keepalive;
-    if (!request.watchdog || mode === "watchdog") return null;
+    // A keepalive carries no SYNC: a lock taken with `sync` keeps its own
+    // watchdog, whose extends do.
+    if (!request.watchdog || mode === "watchdog" || request.sync) return null;
     if (mode === "auto" && this._support === "no") return null;
     const node = await this._locks._nodeOf(request.key);
     const which = `${node}\n${request.ttlMs}`;
@@ -199,8 +201,12 @@ class Session {
   }
 
   // How many holds the server should count: attached, and released with no answer.
+  // A lock on several keys is a hold per key on the server.
   get _expected() {
-    return this._holds.size + this._orphans.size;
+    let n = 0;
+    for (const lock of this._holds) n += lock._request.holds;
+    for (const lock of this._orphans) n += lock._request.holds;
+    return n;
   }
 
   _renewedAt(sent) {
@@ -260,9 +266,9 @@ class Session {
   // Sends again each release that got no answer.
   async _releaseOrphans(timeout) {
     await Promise.all([...this._orphans].map(async (lock) => {
-      const { releaseCommand, key, token } = lock._request;
+      const { releaseCommand, key } = lock._request;
       try {
-        await this._locks._send(key, [releaseCommand, key, token], releaseCommand, timeout);
+        await this._locks._send(key, lock._request.releaseArgs(), releaseCommand, timeout);
         this._released(lock, null);
       } catch (err) {
         this._released(lock, err);

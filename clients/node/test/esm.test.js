@@ -11,6 +11,7 @@ const path = require("path");
 const NAMES = [
   "Locks", "Lock", "Semaphore", "Election", "Session", "keySlot",
   "LockError", "NotAcquiredError", "LostError", "RevokedError", "ServerError", "LimitError", "TimeoutError",
+  "NotReplicatedError", "ModuleVersionError", "MIN_MODULE_VERSION",
 ];
 
 // Runs `source` as an ES module from the package's directory, where the

@@ -159,12 +159,12 @@ func (d *driver) lookup(cmd command) *entry {
 }
 
 func (d *driver) acquire(cmd command) {
-	if len(cmd.Keys) != 1 {
-		d.fail(cmd, "not_supported", "the Go package takes one key per lock (no multi-key locks)")
+	if len(cmd.Keys) == 0 {
+		d.fail(cmd, "invalid", "no keys")
 		return
 	}
-	if cmd.Sync != nil {
-		d.fail(cmd, "not_supported", "the Go package has no SYNC option")
+	if cmd.Sync != nil && len(cmd.Sync) != 2 {
+		d.fail(cmd, "invalid", "sync is [numreplicas, timeout_ms]")
 		return
 	}
 	client := d.session
@@ -180,6 +180,9 @@ func (d *driver) acquire(cmd command) {
 	if cmd.WaitMs != nil {
 		opts = append(opts, redislock.Wait(time.Duration(*cmd.WaitMs)*time.Millisecond))
 	}
+	if cmd.Sync != nil {
+		opts = append(opts, redislock.Sync(int(cmd.Sync[0]), time.Duration(cmd.Sync[1])*time.Millisecond))
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	e := &entry{cancel: cancel}
 	d.mu.Lock()
@@ -192,7 +195,14 @@ func (d *driver) acquire(cmd command) {
 	d.names[cmd.Name] = e
 	d.mu.Unlock()
 
-	lock, err := client.Obtain(ctx, cmd.Keys[0], time.Duration(cmd.TTLMs)*time.Millisecond, opts...)
+	ttl := time.Duration(cmd.TTLMs) * time.Millisecond
+	var lock *redislock.Lock
+	var err error
+	if len(cmd.Keys) == 1 {
+		lock, err = client.Obtain(ctx, cmd.Keys[0], ttl, opts...)
+	} else {
+		lock, err = client.ObtainMany(ctx, cmd.Keys, ttl, opts...)
+	}
 	if err != nil {
 		if errors.Is(err, redislock.ErrNotObtained) {
 			d.out.emit(map[string]interface{}{"re": cmd.Re, "ev": "not_acquired", "name": cmd.Name})
@@ -239,6 +249,8 @@ func classify(err error) (string, string) {
 		return "lost", err.Error()
 	case errors.Is(err, redislock.ErrLimit):
 		return "limit", err.Error()
+	case errors.Is(err, redislock.ErrNotReplicated):
+		return "nosync", err.Error()
 	case errors.As(err, &reply):
 		switch reply.Code() {
 		case "WRONGTYPE":

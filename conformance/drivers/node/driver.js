@@ -66,10 +66,10 @@ async function main() {
   }
 
   async function acquire(cmd) {
-    if (!Array.isArray(cmd.keys) || cmd.keys.length !== 1) {
-      return fail(cmd, "not_supported", "the Node package takes one key per lock (no multi-key locks)");
+    if (!Array.isArray(cmd.keys) || cmd.keys.length === 0) return fail(cmd, "invalid", "no keys");
+    if (cmd.sync && !(Array.isArray(cmd.sync) && cmd.sync.length === 2)) {
+      return fail(cmd, "invalid", "sync is [numreplicas, timeout_ms]");
     }
-    if (cmd.sync) return fail(cmd, "not_supported", "the Node package has no SYNC option");
     const mode = cmd.mode || "session";
     if (!(mode in locks)) return fail(cmd, "invalid", `unknown mode ${mode}`);
     if (names.has(cmd.name)) return fail(cmd, "invalid", "name already used");
@@ -77,9 +77,12 @@ async function main() {
     names.set(cmd.name, entry);
     const options = { signal: entry.controller.signal };
     if (cmd.wait_ms !== null && cmd.wait_ms !== undefined) options.wait = cmd.wait_ms;
+    if (cmd.sync) options.sync = { replicas: cmd.sync[0], timeout: cmd.sync[1] };
     let lock;
     try {
-      lock = await locks[mode].acquire(cmd.keys[0], cmd.ttl_ms, options);
+      lock = cmd.keys.length === 1
+        ? await locks[mode].acquire(cmd.keys[0], cmd.ttl_ms, options)
+        : await locks[mode].acquireMany(cmd.keys, cmd.ttl_ms, options);
     } catch (err) {
       if (err instanceof NotAcquiredError) return emit({ re: cmd.re, ev: "not_acquired", name: cmd.name });
       return fail(cmd, kindOf(err), err && err.message);

@@ -1,7 +1,7 @@
 // Compiled (never run) by types.test.js: the README's uses of the package
 // must type-check against index.d.ts, and the misuses marked @ts-expect-error
 // must not.
-import { Locks, Lock, Leader, LostError, RevokedError, NotAcquiredError, ServerError, LockInfo, Driver, Session, keySlot } from "../../index";
+import { Locks, Lock, Leader, LostError, RevokedError, NotAcquiredError, NotReplicatedError, ModuleVersionError, ServerError, LockInfo, Driver, Session, keySlot, MIN_MODULE_VERSION } from "../../index";
 
 declare const client: { sendCommand(args: Array<string | Buffer>): Promise<unknown>; duplicate(overrides?: object): unknown };
 
@@ -22,6 +22,15 @@ async function usage(): Promise<number> {
   if (lock.signal.reason instanceof RevokedError) console.log(lock.signal.reason.revokedReason);
   const ended: number = await locks.revoke("billing", "stuck since 03:00");
   const released: boolean = await lock.release();
+  const many = await locks.acquireMany(["{order}stock", "{order}payment"], 10000, { sync: { replicas: 1, timeout: 2000 } });
+  const keys: Array<string | Buffer> = many.keys;
+  await many.release();
+  try {
+    await locks.acquire("billing", 10000, { sync: { replicas: 1, timeout: 500 } });
+  } catch (err) {
+    if (err instanceof NotReplicatedError && err.undone) console.log(err.acked, err.wanted, keys.length);
+    if (err instanceof ModuleVersionError) console.log(err.found, err.needed, MIN_MODULE_VERSION);
+  }
   const info: LockInfo | null = await locks.info("billing");
   const permits = await locks.semaphore("renders", 4).acquire(10000, { count: 2, wait: 1000 });
   const count: number = permits.count;
