@@ -324,7 +324,7 @@ test-go-node: deps-examples valkey ## The Go (clients/go) and Node (clients/node
 	  $(GO_OFFLINE) go test -count=1 ./...
 	cd clients/node && LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) $(NODE_OFFLINE) node --test --test-reporter=spec test/*.test.js
 	cd clients/node && LOCK_MODULE=$(CURDIR)/$(MODULE_DEBUG) LOCK_TEST_SERVER=$$(ls $(CURDIR)/$(VALKEY_SERVER)) \
-	  $(NODE_OFFLINE) node --test --test-reporter=spec test/locks.test.js test/kinds.test.js test/session.test.js test/cluster.test.js
+	  $(NODE_OFFLINE) node --test --test-reporter=spec test/locks.test.js test/kinds.test.js test/session.test.js test/cluster.test.js test/parity.test.js
 
 # One conformance suite for the client packages (conformance/run.py, its
 # protocol and scenarios in conformance/PROTOCOL.md): each scenario is a fault
