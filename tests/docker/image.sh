@@ -75,7 +75,11 @@ expect_eq "aof_enabled" "$(info "$NAME" aof_enabled)" 1
 expect_eq "maxmemory_policy" "$(info "$NAME" maxmemory_policy)" noeviction
 expect_eq "INFO modules" "$(info "$NAME" module | cut -d, -f1 | sort | paste -sd ' ')" \
   "$(printf 'name=%s\n' lock "${BUILTIN_MODULES[@]}" | sort | paste -sd ' ')"
-expect_eq "INFO modules, ours" "$(info "$NAME" module | grep '^name=lock,' | cut -d, -f1-2)" "name=lock,ver=1"
+# The module's version, as the root Cargo.toml gives it (major·10000 +
+# minor·100 + patch): 0.4.0 is 400.
+IFS=. read -r v_major v_minor v_patch < <(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -n 1)
+expect_eq "INFO modules, ours" "$(info "$NAME" module | grep '^name=lock,' | cut -d, -f1-2)" \
+  "name=lock,ver=$((v_major * 10000 + v_minor * 100 + v_patch))"
 expect_eq "keys in db0" "$(info "$NAME" db0 | cut -d, -f1)" "keys=1"
 expect_eq "bind" "$(cli "$NAME" CONFIG GET bind | sed -n 2p)" "0.0.0.0 -::*"
 expect_eq "protected-mode" "$(cli "$NAME" CONFIG GET protected-mode | sed -n 2p)" yes
