@@ -418,7 +418,7 @@ test-memcheck: deps-memcheck ## SYNC, GUARD, lease, multi-key, SESSION and WAIT 
 # failover is timed, and the lanes' load starved it once). Each part's output goes to target/test-logs/,
 # its time to target/test-times.txt.
 TEST_FIRST := test-build dist-rust
-TEST_LANES := 'test-matrix test-cluster' 'unit test-python test-go-node test-conformance test-examples test-memcheck' 'lint bench-quick chaos-quick test-client-run'
+TEST_LANES := 'test-matrix test-cluster test-go-node' 'unit test-python test-conformance test-examples test-memcheck' 'lint bench-quick chaos-quick test-client-run'
 TEST_LAST := test-docker
 test: deps ## Everything CI runs: lint, unit (core), integration on Redis 7.0 and 8.2 and Valkey 8.1 and 9.1, Redis Cluster on the same four, the client crate, the Go and Node examples and packages, the Python package, the clients' conformance suite, memcheck, bench-quick, chaos-quick, the Docker image
 	@MAKE="$(MAKE)" bash scripts/test-lanes.sh target/test-logs "$(TEST_FIRST)" "$(TEST_LAST)" $(TEST_LANES)

@@ -199,6 +199,26 @@ pub struct AcquireManyCase<'a> {
     pub queued: bool,
 }
 
+impl AcquireManyCase<'_> {
+    /// One key of the request, as that key's own acquire sees it.
+    #[inline]
+    fn of_key(&self, key: &ManyKey, may_wait: bool) -> AcquireCase {
+        AcquireCase {
+            key: key.key,
+            mine: key.mine,
+            want: self.want,
+            ttl_ms: self.ttl_ms,
+            now_ms: self.now_ms,
+            others_waiting: key.others_waiting,
+            delayed_until_ms: key.delayed_until_ms,
+            hold: self.hold,
+            may_wait,
+            max_holders: self.max_holders,
+            lease: self.lease,
+        }
+    }
+}
+
 /// What an acquire of 1..n keys does: all keys or none.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AcquireMany {
@@ -240,19 +260,7 @@ pub fn acquire_many(case: &AcquireManyCase) -> Result<AcquireMany, LockError> {
     let mut busy = false;
     let mut odd = false;
     for (i, key) in case.keys.iter().enumerate() {
-        let single = AcquireCase {
-            key: key.key,
-            mine: key.mine,
-            want: case.want,
-            ttl_ms: case.ttl_ms,
-            now_ms: case.now_ms,
-            others_waiting: key.others_waiting,
-            delayed_until_ms: key.delayed_until_ms,
-            hold: case.hold,
-            may_wait: true,
-            max_holders: case.max_holders,
-            lease: case.lease,
-        };
+        let single = case.of_key(key, true);
         let decision = match case.queued {
             true => serve_queued(&single)?,
             false => acquire(&single)?,
@@ -302,19 +310,7 @@ pub fn acquire_many(case: &AcquireManyCase) -> Result<AcquireMany, LockError> {
 /// gives, without it: the hot path of every `LOCK.ACQUIRE`).
 #[inline]
 fn acquire_one(case: &AcquireManyCase, key: &ManyKey) -> Result<AcquireMany, LockError> {
-    let decided = acquire(&AcquireCase {
-        key: key.key,
-        mine: key.mine,
-        want: case.want,
-        ttl_ms: case.ttl_ms,
-        now_ms: case.now_ms,
-        others_waiting: key.others_waiting,
-        delayed_until_ms: key.delayed_until_ms,
-        hold: case.hold,
-        may_wait: case.may_wait,
-        max_holders: case.max_holders,
-        lease: case.lease,
-    })?;
+    let decided = acquire(&case.of_key(key, case.may_wait))?;
     Ok(match decided {
         Acquire::Grant { deadline_ms } => AcquireMany::Grant { deadline_ms },
         Acquire::Renew(renewal) => AcquireMany::Renew {

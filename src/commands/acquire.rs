@@ -99,13 +99,7 @@ fn acquire(
     super::may_sync(ctx, parsed.sync)?;
     let session = super::session_of(ctx, parsed.session)?;
     let db = server::selected_db(ctx);
-    let mut opened = Few::with_capacity(names.len());
-    let mut now_ms = 0;
-    for name in names {
-        let (key, now) = super::open_write(ctx, name);
-        opened.push(key);
-        now_ms = now;
-    }
+    let (opened, now_ms) = super::open_each(ctx, names);
     let mut many = Few::with_capacity(names.len());
     for (key, name) in opened.iter().zip(names) {
         let holds = key.held()?;

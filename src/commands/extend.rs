@@ -73,13 +73,7 @@ fn extend(
 ) -> Result<(), LockError> {
     super::refuse_local_write_on_replica(ctx)?;
     super::may_sync(ctx, parsed.sync)?;
-    let mut opened = Few::with_capacity(names.len());
-    let mut now_ms = 0;
-    for name in names {
-        let (key, now) = super::open_write(ctx, name);
-        opened.push(key);
-        now_ms = now;
-    }
+    let (mut opened, now_ms) = super::open_each(ctx, names);
     let mut mine = Few::with_capacity(names.len());
     for key in &opened {
         let holds = key.held()?;

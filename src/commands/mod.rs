@@ -17,6 +17,7 @@ use std::ffi::CString;
 
 use redis_lock_core::args::Sync;
 use redis_lock_core::errors::LockError;
+use redis_lock_core::few::Few;
 use redis_module::{Context, RedisString};
 
 use redis_lock_core::sync::Stands;
@@ -58,6 +59,20 @@ fn open_write(ctx: &Context, name: &RedisString) -> (LockKey, i64) {
         holds::expire(ctx, &mut key, name, now_ms);
     }
     (key, now_ms)
+}
+
+/// [`open_write`] each key of `names`, in order, and the clock read after
+/// the last (`names` is never empty): one key is kept inline (no
+/// allocation).
+fn open_each(ctx: &Context, names: &[RedisString]) -> (Few<LockKey>, i64) {
+    let mut opened = Few::with_capacity(names.len());
+    let mut now_ms = 0;
+    for name in names {
+        let (key, now) = open_write(ctx, name);
+        opened.push(key);
+        now_ms = now;
+    }
+    (opened, now_ms)
 }
 
 /// Lock writes on a replica come only from its master. Redis already refuses

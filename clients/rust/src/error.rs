@@ -182,15 +182,15 @@ impl fmt::Display for Error {
             Error::Server(e) => write!(f, "server error: {e}"),
             Error::InvalidArgument(what) => write!(f, "invalid argument: {what}"),
             Error::ModuleVersion { found, required } => {
-                let needed = crate::version::dotted(*required);
-                let client = crate::version::CLIENT_VERSION;
+                let needed = dotted(*required);
+                let client = env!("CARGO_PKG_VERSION");
                 match found {
                     Some(ver) => write!(
                         f,
                         "the server's lock module is {} but redis-lock-client {client} needs \
                          the module {needed} or newer: upgrade the module on the server, or use \
                          a client as old as the module",
-                        crate::version::shown(*ver)
+                        shown(*ver)
                     ),
                     None => write!(
                         f,
@@ -265,3 +265,18 @@ pub(crate) fn unexpected_reply(what: &'static str, field: &str) -> Error {
 
 /// The crate's result type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// `ver` as the module numbers it, written as a version: 400 is `0.4.0`,
+/// and anything below 400 (builds before 0.4.0 all said 1) is older than
+/// `0.4.0`, whatever it was.
+pub(crate) fn shown(ver: u32) -> String {
+    if ver < 400 {
+        return format!("older than 0.4.0 (ver {ver})");
+    }
+    format!("{} (ver {ver})", dotted(ver))
+}
+
+/// `ver` as major.minor.patch.
+fn dotted(ver: u32) -> String {
+    format!("{}.{}.{}", ver / 10000, ver / 100 % 100, ver % 100)
+}

@@ -12,6 +12,8 @@ use std::time::Duration;
 use redis::Value;
 
 use crate::conn::LockConnection;
+#[cfg(test)]
+use crate::error::shown;
 use crate::error::{timed_out, Error, Result};
 
 /// This client's version (its crate's).
@@ -38,21 +40,6 @@ pub const REQUIRED_MODULE_VERSION: u32 = {
 /// [`Error::Connection`]: a server that does not answer this does not
 /// answer the lock commands either.
 pub const MODULE_CHECK_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// `ver` as the module numbers it, written as a version: 400 is `0.4.0`,
-/// and anything below 400 (builds before 0.4.0 all said 1) is older than
-/// `0.4.0`, whatever it was.
-pub(crate) fn shown(ver: u32) -> String {
-    if ver < 400 {
-        return format!("older than 0.4.0 (ver {ver})");
-    }
-    format!("{} (ver {ver})", dotted(ver))
-}
-
-/// `ver` as major.minor.patch.
-pub(crate) fn dotted(ver: u32) -> String {
-    format!("{}.{}.{}", ver / 10000, ver / 100 % 100, ver % 100)
-}
 
 /// What a `MODULE LIST` reply says of the `lock` module: `Some(None)` when
 /// it is not loaded, `Some(Some(ver))` when it is, `None` when the reply
