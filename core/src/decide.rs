@@ -582,12 +582,6 @@ fn mismatch(held: Want, wanted: Want) -> LockError {
     }
 }
 
-/// The deadline of a waiter's lease, granted now: it starts at the grant,
-/// not at the request. An `Err` fails that waiter only.
-pub fn waiter_deadline(now_ms: i64, ttl_ms: i64) -> Result<i64, LockError> {
-    rules::deadline_ms(now_ms, ttl_ms)
-}
-
 /// What a removal of a lease by the server (not by this module) at `now_ms`
 /// can be, by its deadline.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -1324,8 +1318,8 @@ mod tests {
         assert_eq!(unlinked(100, 100), Unlinked::LastMillisecond);
         assert_eq!(unlinked(100, 101), Unlinked::Over);
         assert_eq!(unlinked(-1, 101), Unlinked::Live);
-        assert_eq!(waiter_deadline(5, 10), Ok(15));
-        assert_eq!(waiter_deadline(i64::MAX, 1), Err(LockError::TtlOverflow));
+        assert_eq!(rules::deadline_ms(5, 10), Ok(15));
+        assert_eq!(rules::deadline_ms(i64::MAX, 1), Err(LockError::TtlOverflow));
     }
 
     #[test]

@@ -225,18 +225,6 @@ impl<W> WaitQueues<W> {
             .all(|key| self.head(place.db, key) == Some(id))
     }
 
-    /// Whether someone queued on `key` arrived before waiter `id`.
-    pub fn has_older(&self, db: i32, key: &[u8], id: WaiterId) -> bool {
-        let Some(place) = self.index.get(&id) else {
-            return false;
-        };
-        self.queue(db, key).is_some_and(|q| {
-            q.waiters
-                .first_key_value()
-                .is_some_and(|(arrival, _)| *arrival < place.arrival)
-        })
-    }
-
     /// `key`'s waiters, from the head.
     pub fn waiters(&self, db: i32, key: &[u8]) -> impl Iterator<Item = &W> {
         self.queue(db, key)
